@@ -1,0 +1,1 @@
+//! Tokens (logos). To be written.

@@ -1,0 +1,12 @@
+//! attnc: a compiler for `.attn`, a small tensor language for multi-head attention.
+//!
+//! The pipeline is the architecture, one module per stage, data flowing one way:
+//! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], shapes from [`dims`]) →
+//! [`runtime`]. Stages never print; they return values and [`diagnostic::Diagnostic`]s,
+//! which [`render`] turns into text or JSON for the CLI and the REPL.
+
+pub mod source;
+pub mod diagnostic;
+pub mod lexer;
+pub mod ast;
+pub mod parser;

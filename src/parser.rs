@@ -1,0 +1,1 @@
+//! Recursive-descent parser. To be written.
