@@ -10,3 +10,5 @@ pub mod diagnostic;
 pub mod lexer;
 pub mod ast;
 pub mod parser;
+pub mod dims;
+pub mod ir;

@@ -1,0 +1,705 @@
+//! Symbolic dims: a normal form in which equal dim expressions compare equal.
+//!
+//! A dim expression is normalized to a [`Poly`]: a sum of terms, each a rational coefficient
+//! times a [`Monomial`], a product of [`Atom`]s raised to integer (possibly negative) powers.
+//! Atoms are the dims that have no definition (free dims, constant dims, loop variables);
+//! a derived dim (`dim Dk = D / H`) is replaced by its definition, so `H * Dk` and `D` have
+//! the same normal form `D`. Negative powers make `D / H` a monomial, so every division by a
+//! single term is exact algebra; whether it is an *integer* is a separate proof obligation,
+//! discharged by [`DimTable::div`] from constant values, `assert`s or structure.
+//! Division by a sum of terms, and `%` that cannot be proved zero, become opaque atoms.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Index of a dim in its [`DimTable`], in declaration order.
+pub type Sym = usize;
+
+/// A reduced fraction with a positive denominator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ratio {
+    num: i128,
+    den: i128,
+}
+
+impl Ratio {
+    pub const ZERO: Ratio = Ratio { num: 0, den: 1 };
+    pub const ONE: Ratio = Ratio { num: 1, den: 1 };
+
+    pub fn new(num: i128, den: i128) -> Ratio {
+        assert!(den != 0, "zero denominator");
+        let g = gcd(num.unsigned_abs(), den.unsigned_abs()).max(1) as i128;
+        let sign = if den < 0 { -1 } else { 1 };
+        Ratio {
+            num: sign * num / g,
+            den: sign * den / g,
+        }
+    }
+
+    pub fn int(n: i128) -> Ratio {
+        Ratio { num: n, den: 1 }
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.num == 0
+    }
+
+    pub fn as_int(self) -> Option<i128> {
+        (self.den == 1).then_some(self.num)
+    }
+
+    /// Arithmetic saturates instead of overflowing: dims are small, and a saturated value
+    /// only makes a proof fail, never succeed wrongly, because equal inputs saturate alike.
+    fn add(self, o: Ratio) -> Ratio {
+        let num = self
+            .num
+            .saturating_mul(o.den)
+            .saturating_add(o.num.saturating_mul(self.den));
+        Ratio::new(num, self.den.saturating_mul(o.den))
+    }
+
+    fn mul(self, o: Ratio) -> Ratio {
+        Ratio::new(
+            self.num.saturating_mul(o.num),
+            self.den.saturating_mul(o.den),
+        )
+    }
+
+    fn recip(self) -> Option<Ratio> {
+        (self.num != 0).then(|| Ratio::new(self.den, self.num))
+    }
+
+    fn neg(self) -> Ratio {
+        Ratio {
+            num: -self.num,
+            den: self.den,
+        }
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// An indivisible factor of a monomial.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Atom {
+    /// A free dim, a constant dim or a loop variable.
+    Sym(Sym),
+    /// `a / b` where `b` is a sum of terms that does not divide `a` algebraically.
+    Quot(Box<Poly>, Box<Poly>),
+    /// `a % b` that could not be proved zero.
+    Rem(Box<Poly>, Box<Poly>),
+}
+
+/// A product of atoms with non-zero integer exponents, sorted by atom.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Monomial(Vec<(Atom, i32)>);
+
+impl Monomial {
+    fn mul(&self, other: &Monomial) -> Monomial {
+        let mut map: BTreeMap<Atom, i32> = self.0.iter().cloned().collect();
+        for (a, e) in &other.0 {
+            *map.entry(a.clone()).or_insert(0) += e;
+        }
+        Monomial(map.into_iter().filter(|(_, e)| *e != 0).collect())
+    }
+
+    fn recip(&self) -> Monomial {
+        Monomial(self.0.iter().map(|(a, e)| (a.clone(), -e)).collect())
+    }
+
+    fn degree(&self) -> i32 {
+        self.0.iter().map(|(_, e)| e).sum()
+    }
+
+    fn has_negative(&self) -> bool {
+        self.0.iter().any(|(_, e)| *e < 0)
+    }
+
+    pub fn atoms(&self) -> impl Iterator<Item = (&Atom, i32)> {
+        self.0.iter().map(|(a, e)| (a, *e))
+    }
+}
+
+/// The normal form of a dim expression: a sum of rational multiples of monomials.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Poly(BTreeMap<Monomial, Ratio>);
+
+impl Ord for Ratio {
+    fn cmp(&self, o: &Ratio) -> Ordering {
+        (self.num.saturating_mul(o.den)).cmp(&o.num.saturating_mul(self.den))
+    }
+}
+
+impl PartialOrd for Ratio {
+    fn partial_cmp(&self, o: &Ratio) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Poly {
+    pub fn int(n: i64) -> Poly {
+        Poly::ratio(Ratio::int(n as i128))
+    }
+
+    fn ratio(r: Ratio) -> Poly {
+        let mut p = Poly::default();
+        if !r.is_zero() {
+            p.0.insert(Monomial::default(), r);
+        }
+        p
+    }
+
+    pub fn sym(s: Sym) -> Poly {
+        Poly::atom(Atom::Sym(s))
+    }
+
+    fn atom(a: Atom) -> Poly {
+        let mut p = Poly::default();
+        p.0.insert(Monomial(vec![(a, 1)]), Ratio::ONE);
+        p
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value when the polynomial is a constant.
+    pub fn as_const(&self) -> Option<Ratio> {
+        match self.0.len() {
+            0 => Some(Ratio::ZERO),
+            1 => self.0.get(&Monomial::default()).copied(),
+            _ => None,
+        }
+    }
+
+    /// The integer value when the polynomial is an integer constant.
+    pub fn as_int(&self) -> Option<i64> {
+        self.as_const()?.as_int().and_then(|n| i64::try_from(n).ok())
+    }
+
+    /// True when this is the literal constant 1 (the only size broadcasting treats as 1).
+    pub fn is_one(&self) -> bool {
+        self.as_int() == Some(1)
+    }
+
+    pub fn add(&self, other: &Poly) -> Poly {
+        let mut out = self.0.clone();
+        for (m, c) in &other.0 {
+            let sum = out.get(m).copied().unwrap_or(Ratio::ZERO).add(*c);
+            if sum.is_zero() {
+                out.remove(m);
+            } else {
+                out.insert(m.clone(), sum);
+            }
+        }
+        Poly(out)
+    }
+
+    pub fn neg(&self) -> Poly {
+        Poly(self.0.iter().map(|(m, c)| (m.clone(), c.neg())).collect())
+    }
+
+    pub fn sub(&self, other: &Poly) -> Poly {
+        self.add(&other.neg())
+    }
+
+    pub fn mul(&self, other: &Poly) -> Poly {
+        let mut out = Poly::default();
+        for (m1, c1) in &self.0 {
+            for (m2, c2) in &other.0 {
+                let mut term = Poly::default();
+                term.0.insert(m1.mul(m2), c1.mul(*c2));
+                out = out.add(&term);
+            }
+        }
+        out
+    }
+
+    /// The single term of a one-term polynomial.
+    fn single_term(&self) -> Option<(&Monomial, Ratio)> {
+        match self.0.len() {
+            1 => self.0.iter().next().map(|(m, c)| (m, *c)),
+            _ => None,
+        }
+    }
+
+    /// `self / other` as algebra, ignoring whether the result is an integer: exact when
+    /// `other` is one term; otherwise an opaque quotient atom (or the cancelled constant
+    /// when `self` is a constant multiple of `other`).
+    fn quotient(&self, other: &Poly) -> Option<Poly> {
+        if other.is_zero() {
+            return None;
+        }
+        if let Some((m, c)) = other.single_term() {
+            let mut inv = Poly::default();
+            inv.0.insert(m.recip(), c.recip()?);
+            return Some(self.mul(&inv));
+        }
+        if let Some(k) = self.constant_multiple_of(other) {
+            return Some(Poly::ratio(k));
+        }
+        Some(Poly::atom(Atom::Quot(
+            Box::new(self.clone()),
+            Box::new(other.clone()),
+        )))
+    }
+
+    /// `k` such that `self == k * other`, if there is one.
+    fn constant_multiple_of(&self, other: &Poly) -> Option<Ratio> {
+        let (m, c) = other.0.iter().next()?;
+        let k = self.0.get(m)?.mul(c.recip()?);
+        (other.mul(&Poly::ratio(k)) == *self).then_some(k)
+    }
+
+    /// Replace atoms by values where `value` knows them; opaque atoms are evaluated when
+    /// their parts become constant.
+    pub fn substitute(&self, value: &dyn Fn(Sym) -> Option<Poly>) -> Poly {
+        let mut out = Poly::default();
+        for (m, c) in &self.0 {
+            let mut term = Poly::ratio(*c);
+            for (atom, e) in &m.0 {
+                let base = match atom {
+                    Atom::Sym(s) => value(*s).unwrap_or_else(|| Poly::sym(*s)),
+                    Atom::Quot(a, b) => {
+                        let (a, b) = (a.substitute(value), b.substitute(value));
+                        match (a.as_const(), b.as_const()) {
+                            (Some(x), Some(y)) if !y.is_zero() => {
+                                Poly::ratio(x.mul(y.recip().unwrap_or(Ratio::ZERO)))
+                            }
+                            _ => a.quotient(&b).unwrap_or_default(),
+                        }
+                    }
+                    Atom::Rem(a, b) => {
+                        let (a, b) = (a.substitute(value), b.substitute(value));
+                        match (int_of(&a), int_of(&b)) {
+                            (Some(x), Some(y)) if y != 0 => Poly::int(x.rem_euclid(y)),
+                            _ => Poly::atom(Atom::Rem(Box::new(a), Box::new(b))),
+                        }
+                    }
+                };
+                term = term.mul(&base.pow(*e));
+            }
+            out = out.add(&term);
+        }
+        out
+    }
+
+    fn pow(&self, e: i32) -> Poly {
+        if e < 0 {
+            let inv = Poly::int(1).quotient(self).unwrap_or_default();
+            return inv.pow(-e);
+        }
+        (0..e).fold(Poly::int(1), |acc, _| acc.mul(self))
+    }
+
+    pub fn terms(&self) -> impl Iterator<Item = (&Monomial, Ratio)> {
+        self.0.iter().map(|(m, c)| (m, *c))
+    }
+
+    /// `(a, b)` with `self == a * s + b`, when `s` appears only to the first power and
+    /// outside opaque atoms.
+    fn split_linear(&self, s: Sym) -> Option<(Poly, Poly)> {
+        let (mut a, mut b) = (Poly::default(), Poly::default());
+        for (m, c) in &self.0 {
+            let rest: Vec<(Atom, i32)> =
+                m.0.iter().filter(|(x, _)| *x != Atom::Sym(s)).cloned().collect();
+            let term = Poly(BTreeMap::from([(Monomial(rest), *c)]));
+            match m.0.iter().find(|(x, _)| *x == Atom::Sym(s)) {
+                None if term.syms().contains(&s) => return None,
+                None => b = b.add(&term),
+                Some((_, 1)) => a = a.add(&term),
+                Some(_) => return None,
+            }
+        }
+        Some((a, b))
+    }
+
+    /// Every symbol this polynomial mentions, opaque atoms included.
+    pub fn syms(&self) -> Vec<Sym> {
+        let mut out = Vec::new();
+        for m in self.0.keys() {
+            for (a, _) in &m.0 {
+                match a {
+                    Atom::Sym(s) => out.push(*s),
+                    Atom::Quot(x, y) | Atom::Rem(x, y) => {
+                        out.extend(x.syms());
+                        out.extend(y.syms());
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+fn int_of(p: &Poly) -> Option<i64> {
+    p.as_int()
+}
+
+/// What a declared dim is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DimKind {
+    /// `dim B`: any size; `value` comes from `--dim` or an input and is for display and
+    /// running only, never for proofs.
+    Free { value: Option<i64> },
+    /// `dim D = 512` (after `--dim` overrides).
+    Const(i64),
+    /// `dim Dk = D / H`: replaced by its normal form wherever it is used.
+    Derived(Poly),
+    /// `h` of `for h in start..end`: `start <= h < end`.
+    Loop { start: Poly, end: Poly },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DimInfo {
+    pub name: String,
+    pub kind: DimKind,
+}
+
+/// Why a division of dims was refused.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DivError {
+    /// The divisor is zero (or evaluates to zero).
+    ByZero,
+    /// Neither values, `assert`s nor structure prove the division exact.
+    NotExact,
+}
+
+/// The dims of a program and the facts known about them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DimTable {
+    dims: Vec<DimInfo>,
+    /// `(a, b)`: `b` divides `a`, from `assert a % b == 0` or a proved division.
+    divides: Vec<(Poly, Poly)>,
+}
+
+impl DimTable {
+    pub fn new() -> DimTable {
+        DimTable::default()
+    }
+
+    pub fn declare(&mut self, name: &str, kind: DimKind) -> Sym {
+        self.dims.push(DimInfo {
+            name: name.to_string(),
+            kind,
+        });
+        self.dims.len() - 1
+    }
+
+    pub fn lookup(&self, name: &str) -> Option<Sym> {
+        self.dims.iter().rposition(|d| d.name == name)
+    }
+
+    pub fn info(&self, s: Sym) -> &DimInfo {
+        &self.dims[s]
+    }
+
+    pub fn set_kind(&mut self, s: Sym, kind: DimKind) {
+        self.dims[s].kind = kind;
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (Sym, &DimInfo)> {
+        self.dims.iter().enumerate()
+    }
+
+    pub fn len(&self) -> usize {
+        self.dims.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dims.is_empty()
+    }
+
+    /// The known divisibility facts, as `(dividend, divisor)` pairs.
+    pub fn facts(&self) -> &[(Poly, Poly)] {
+        &self.divides
+    }
+
+    /// Record that `b` divides `a` (an `assert a % b == 0`).
+    pub fn assume_divides(&mut self, a: Poly, b: Poly) {
+        if !self.divides.contains(&(a.clone(), b.clone())) {
+            self.divides.push((a, b));
+        }
+    }
+
+    /// The normal form of a use of dim `s`.
+    pub fn use_of(&self, s: Sym) -> Poly {
+        match &self.dims[s].kind {
+            DimKind::Derived(p) => p.clone(),
+            _ => Poly::sym(s),
+        }
+    }
+
+    /// The value of a constant dim.
+    fn const_value(&self, s: Sym) -> Option<Poly> {
+        match self.dims[s].kind {
+            DimKind::Const(v) => Some(Poly::int(v)),
+            _ => None,
+        }
+    }
+
+    /// `p` with every constant dim replaced by its value.
+    pub fn with_consts(&self, p: &Poly) -> Poly {
+        p.substitute(&|s| self.const_value(s))
+    }
+
+    /// Whether `a` and `b` are equal for every value of the free dims: symbolically, or
+    /// once constant dims take their values.
+    pub fn equal(&self, a: &Poly, b: &Poly) -> bool {
+        a == b || self.with_consts(&a.sub(b)).is_zero()
+    }
+
+    /// `a / b`, proved to be an integer for every value of the free dims.
+    pub fn div(&self, a: &Poly, b: &Poly) -> Result<Poly, DivError> {
+        if self.with_consts(b).is_zero() {
+            return Err(DivError::ByZero);
+        }
+        let q = a.quotient(b).ok_or(DivError::ByZero)?;
+        if self.is_integral(&q) || self.divides_by_fact(a, b) {
+            Ok(q)
+        } else {
+            Err(DivError::NotExact)
+        }
+    }
+
+    /// `a % b`: zero when the division is provably exact, the constant remainder when both
+    /// are constants, an opaque atom otherwise.
+    pub fn rem(&self, a: &Poly, b: &Poly) -> Result<Poly, DivError> {
+        if self.with_consts(b).is_zero() {
+            return Err(DivError::ByZero);
+        }
+        if self.div(a, b).is_ok() {
+            return Ok(Poly::default());
+        }
+        let (ca, cb) = (self.with_consts(a), self.with_consts(b));
+        match (ca.as_int(), cb.as_int()) {
+            (Some(x), Some(y)) => Ok(Poly::int(x.rem_euclid(y))),
+            _ => Ok(Poly::atom(Atom::Rem(Box::new(a.clone()), Box::new(b.clone())))),
+        }
+    }
+
+    /// Whether `b` divides `a` by a recorded fact: `a = m * x` and `b * n = y` for a fact
+    /// `y | x` and integral `m`, `n`.
+    fn divides_by_fact(&self, a: &Poly, b: &Poly) -> bool {
+        self.divides.iter().any(|(x, y)| {
+            let m = a.quotient(x);
+            let n = y.quotient(b);
+            matches!((m, n), (Some(m), Some(n)) if self.is_integral_plain(&m) && self.is_integral_plain(&n))
+        })
+    }
+
+    /// Whether `p` is an integer for every value of the free dims.
+    pub fn is_integral(&self, p: &Poly) -> bool {
+        self.is_integral_plain(p) || self.is_integral_plain(&self.with_consts(p))
+    }
+
+    /// Integer coefficients over monomials that are each known integers: non-negative
+    /// powers of atoms, or a known-exact quotient (a derived dim, a fact) times such.
+    fn is_integral_plain(&self, p: &Poly) -> bool {
+        p.terms().all(|(m, c)| {
+            c.as_int().is_some() && (!m.has_negative() || self.is_integral_monomial(m))
+        })
+    }
+
+    /// A monomial with negative powers is integral when it is a product of known-integral
+    /// quotients (the definitions of derived dims and the facts) and non-negative powers.
+    fn is_integral_monomial(&self, m: &Monomial) -> bool {
+        let known: Vec<Monomial> = self.integral_quotients().collect();
+        let mut rest = m.clone();
+        for q in &known {
+            while rest.has_negative() && reduces(&rest, q) {
+                rest = rest.mul(&q.recip());
+            }
+        }
+        !rest.has_negative()
+    }
+
+    /// One-term quotients known to be integers, each as a monomial.
+    fn integral_quotients(&self) -> impl Iterator<Item = Monomial> + '_ {
+        let derived = self.dims.iter().filter_map(|d| match &d.kind {
+            DimKind::Derived(p) => p.single_term().and_then(|(m, c)| {
+                (c == Ratio::ONE && m.has_negative()).then(|| m.clone())
+            }),
+            _ => None,
+        });
+        let facts = self.divides.iter().filter_map(|(x, y)| {
+            let q = x.quotient(y)?;
+            let (m, c) = q.single_term()?;
+            (c == Ratio::ONE && m.has_negative()).then(|| m.clone())
+        });
+        derived.chain(facts)
+    }
+
+    /// Whether `p >= 0` for every value of the free dims and every loop variable in its
+    /// range. Sufficient, not complete: `p` must be linear in each loop variable, which is
+    /// replaced by the end of its range that makes `p` smallest (by the sign of its
+    /// coefficient); what is left must have non-negative coefficients over atoms, all of
+    /// which are positive.
+    pub fn provably_nonneg(&self, p: &Poly) -> bool {
+        let mut cases = vec![self.with_consts(p)];
+        for s in p.syms() {
+            let DimKind::Loop { start, end } = &self.dims[s].kind else {
+                continue;
+            };
+            let last = end.sub(&Poly::int(1));
+            let mut next = Vec::new();
+            for q in &cases {
+                let Some((coeff, _)) = q.split_linear(s) else {
+                    return false;
+                };
+                let ends: Vec<&Poly> = if all_nonneg(&coeff) {
+                    vec![start]
+                } else if all_nonneg(&coeff.neg()) {
+                    vec![&last]
+                } else {
+                    vec![start, &last]
+                };
+                for v in ends {
+                    next.push(self.with_consts(&q.substitute(&|t| (t == s).then(|| v.clone()))));
+                }
+            }
+            cases = next;
+        }
+        cases.iter().all(all_nonneg)
+    }
+
+    /// The value of `p` when every atom has one: constant dims their value, the others from
+    /// `value` (free dims bound at run time, loop variables). `None` when something has no
+    /// value or the result is not an integer.
+    pub fn eval(&self, p: &Poly, value: &dyn Fn(Sym) -> Option<i64>) -> Option<i64> {
+        let q = p.substitute(&|s| match self.dims[s].kind {
+            DimKind::Const(v) => Some(Poly::int(v)),
+            _ => value(s).map(Poly::int),
+        });
+        q.as_int()
+    }
+
+    /// The value of `p` from declarations alone: constant dims, and free dims that have a
+    /// value from `--dim`.
+    pub fn value(&self, p: &Poly) -> Option<i64> {
+        self.eval(p, &|s| match self.dims[s].kind {
+            DimKind::Free { value } => value,
+            _ => None,
+        })
+    }
+
+    /// Text of a dim expression, as the spec prints shapes: the declared dim it equals
+    /// symbolically where there is one, else the normal form with derived dims folded back.
+    pub fn display(&self, p: &Poly) -> String {
+        if let Some(name) = self.name_of(p) {
+            return name.to_string();
+        }
+        let mut terms: Vec<(&Monomial, Ratio)> = p.terms().collect();
+        if terms.is_empty() {
+            return "0".to_string();
+        }
+        // Highest degree first, constants last; ties in declaration order.
+        terms.sort_by(|(a, _), (b, _)| b.degree().cmp(&a.degree()).then(a.cmp(b)));
+        let mut out = String::new();
+        for (i, (m, c)) in terms.iter().enumerate() {
+            let (neg, mag) = if c.num < 0 { (true, c.neg()) } else { (false, *c) };
+            match (i, neg) {
+                (0, true) => out.push('-'),
+                (0, false) => {}
+                (_, true) => out.push_str(" - "),
+                (_, false) => out.push_str(" + "),
+            }
+            out.push_str(&self.display_term(m, mag));
+        }
+        out
+    }
+
+    /// The name of a declared dim (not a loop variable) whose normal form is `p`.
+    fn name_of(&self, p: &Poly) -> Option<&str> {
+        self.dims.iter().enumerate().find_map(|(s, d)| {
+            let same = match &d.kind {
+                DimKind::Derived(q) => q == p,
+                DimKind::Loop { .. } => false,
+                _ => *p == Poly::sym(s),
+            };
+            same.then_some(d.name.as_str())
+        })
+    }
+
+    fn display_term(&self, m: &Monomial, c: Ratio) -> String {
+        let mut factors: Vec<String> = Vec::new();
+        let mut rest = m.clone();
+        // Fold derived dims back in (`N * D / H` prints as `N * Dk`).
+        for d in &self.dims {
+            if let DimKind::Derived(q) = &d.kind {
+                if let Some((qm, Ratio::ONE)) = q.single_term() {
+                    if qm.has_negative() {
+                        while reduces(&rest, qm) {
+                            rest = rest.mul(&qm.recip());
+                            factors.push(d.name.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let mut num: Vec<(String, i32)> = Vec::new();
+        let mut den: Vec<(String, i32)> = Vec::new();
+        for (a, e) in &rest.0 {
+            let text = self.display_atom(a);
+            if *e > 0 {
+                num.push((text, *e));
+            } else {
+                den.push((text, -e));
+            }
+        }
+        let mut parts: Vec<String> = Vec::new();
+        if c.num != 1 || (num.is_empty() && factors.is_empty()) {
+            parts.push(c.num.to_string());
+        }
+        for (t, e) in &num {
+            parts.extend(std::iter::repeat_n(t.clone(), *e as usize));
+        }
+        parts.extend(factors);
+        let mut out = parts.join(" * ");
+        for (t, e) in &den {
+            for _ in 0..*e {
+                let _ = write!(out, " / {t}");
+            }
+        }
+        if c.den != 1 {
+            let _ = write!(out, " / {}", c.den);
+        }
+        out
+    }
+
+    fn display_atom(&self, a: &Atom) -> String {
+        match a {
+            Atom::Sym(s) => self.dims[*s].name.clone(),
+            Atom::Quot(x, y) => format!("({}) / ({})", self.display(x), self.display(y)),
+            Atom::Rem(x, y) => format!("({}) % ({})", self.display(x), self.display(y)),
+        }
+    }
+}
+
+fn all_nonneg(p: &Poly) -> bool {
+    p.terms().all(|(_, c)| c >= Ratio::ZERO)
+}
+
+/// Whether dividing `m` by `q` moves every exponent of `q`'s atoms toward zero without
+/// passing it: `q` is then a factor of `m` in the sense of "integral quotient".
+fn reduces(m: &Monomial, q: &Monomial) -> bool {
+    q.0.iter().all(|(a, eq)| {
+        let em = m.0.iter().find(|(b, _)| b == a).map_or(0, |(_, e)| *e);
+        if *eq < 0 {
+            em <= *eq
+        } else {
+            em >= *eq
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

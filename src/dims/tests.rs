@@ -1,0 +1,182 @@
+use super::*;
+use proptest::prelude::*;
+
+/// The dims of the spec's first program: `B, N, M` free, `D = 512`, `H = 8`, `Dk = D / H`.
+fn mha() -> (DimTable, [Poly; 6]) {
+    let mut t = DimTable::new();
+    let b = t.declare("B", DimKind::Free { value: None });
+    let n = t.declare("N", DimKind::Free { value: None });
+    let m = t.declare("M", DimKind::Free { value: None });
+    let d = t.declare("D", DimKind::Const(512));
+    let h = t.declare("H", DimKind::Const(8));
+    let dk = t.div(&Poly::sym(d), &Poly::sym(h)).unwrap();
+    t.declare("Dk", DimKind::Derived(dk.clone()));
+    let [b, n, m, d, h] = [b, n, m, d, h].map(Poly::sym);
+    (t, [b, n, m, d, h, dk])
+}
+
+#[test]
+fn head_count_times_head_size_is_the_model_size() {
+    let (t, [_, _, _, d, h, dk]) = mha();
+    assert_eq!(h.mul(&dk), d);
+    assert_eq!(t.display(&h.mul(&dk)), "D");
+}
+
+#[test]
+fn slice_length_of_a_head_is_the_head_size() {
+    let (mut t, [_, _, _, _, h, dk]) = mha();
+    let hv = Poly::sym(t.declare("h", DimKind::Loop { start: Poly::int(0), end: h }));
+    let end = hv.add(&Poly::int(1)).mul(&dk);
+    assert_eq!(end.sub(&hv.mul(&dk)), dk);
+}
+
+#[test]
+fn display_folds_derived_dims_and_orders_by_declaration() {
+    let (t, [b, n, _, d, h, dk]) = mha();
+    assert_eq!(t.display(&n.mul(&dk)), "N * Dk");
+    assert_eq!(t.display(&b.mul(&n).mul(&d)), "B * N * D");
+    assert_eq!(t.display(&h.mul(&b)), "B * H");
+    assert_eq!(t.display(&n.mul(&Poly::int(2)).sub(&Poly::int(1))), "2 * N - 1");
+    assert_eq!(t.display(&Poly::int(-1)), "-1");
+}
+
+#[test]
+fn values_never_decide_how_a_dim_prints() {
+    let mut t = DimTable::new();
+    let d = Poly::sym(t.declare("D", DimKind::Const(16)));
+    let h = Poly::sym(t.declare("H", DimKind::Const(4)));
+    let dk = t.div(&d, &h).unwrap();
+    t.declare("Dk", DimKind::Derived(dk.clone()));
+    assert_eq!(t.display(&dk), "Dk");
+    assert_eq!(t.display(&h), "H");
+    assert!(t.equal(&dk, &h), "equal by value");
+}
+
+#[test]
+fn division_is_proved_from_values_structure_or_asserts() {
+    let (mut t, [b, n, _, d, h, _]) = mha();
+    assert!(t.div(&d, &h).is_ok(), "from values");
+    assert!(t.div(&n.mul(&h), &h).is_ok(), "from structure");
+    assert_eq!(t.div(&n, &h), Err(DivError::NotExact));
+    assert_eq!(t.div(&n, &Poly::int(0)), Err(DivError::ByZero));
+    t.assume_divides(n.clone(), h.clone());
+    assert!(t.div(&n.mul(&b), &h).is_ok(), "from an assert");
+}
+
+#[test]
+fn a_free_divisor_needs_an_assert() {
+    let mut t = DimTable::new();
+    let d = Poly::sym(t.declare("D", DimKind::Free { value: None }));
+    let h = Poly::sym(t.declare("H", DimKind::Free { value: None }));
+    assert_eq!(t.div(&d, &h), Err(DivError::NotExact));
+    t.assume_divides(d.clone(), h.clone());
+    let dk = t.div(&d, &h).unwrap();
+    t.declare("Dk", DimKind::Derived(dk.clone()));
+    assert!(t.is_integral(&dk.mul(&Poly::int(3))));
+    assert_eq!(t.rem(&d, &h), Ok(Poly::default()));
+}
+
+#[test]
+fn remainders_of_constants_are_computed() {
+    let (t, [_, n, _, d, _, _]) = mha();
+    assert_eq!(t.rem(&d, &Poly::int(3)).unwrap().as_int(), Some(2));
+    assert!(t.rem(&n, &Poly::int(3)).unwrap().as_int().is_none());
+}
+
+#[test]
+fn slice_bounds_hold_over_the_whole_loop() {
+    let (mut t, [_, _, _, d, h, dk]) = mha();
+    let hv = Poly::sym(t.declare("h", DimKind::Loop { start: Poly::int(0), end: h }));
+    let end = hv.add(&Poly::int(1)).mul(&dk);
+    assert!(t.provably_nonneg(&d.sub(&end)));
+    assert!(t.provably_nonneg(&hv.mul(&dk)));
+    let too_far = hv.add(&Poly::int(2)).mul(&dk);
+    assert!(!t.provably_nonneg(&d.sub(&too_far)));
+}
+
+#[test]
+fn eval_binds_free_dims() {
+    let (t, [b, n, _, d, _, dk]) = mha();
+    let e = b.mul(&n).mul(&d).add(&dk);
+    assert_eq!(t.eval(&e, &|s| Some(s as i64 + 2)), Some(2 * 3 * 512 + 64));
+    assert_eq!(t.eval(&e, &|_| None), None);
+}
+
+/// A random dim expression over free dims `a, b, c`, built only from operations whose
+/// result is exact algebra (`/` by a single term).
+#[derive(Clone, Debug)]
+enum E {
+    Lit(i64),
+    Var(usize),
+    Add(Box<E>, Box<E>),
+    Sub(Box<E>, Box<E>),
+    Mul(Box<E>, Box<E>),
+    DivVar(Box<E>, usize),
+}
+
+fn expr() -> impl Strategy<Value = E> {
+    let leaf = prop_oneof![(-3i64..4).prop_map(E::Lit), (0usize..3).prop_map(E::Var)];
+    leaf.prop_recursive(4, 24, 2, |inner| {
+        prop_oneof![
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| E::Add(a.into(), b.into())),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| E::Sub(a.into(), b.into())),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| E::Mul(a.into(), b.into())),
+            (inner, 0usize..3).prop_map(|(a, v)| E::DivVar(a.into(), v)),
+        ]
+    })
+}
+
+fn normalize(e: &E) -> Poly {
+    match e {
+        E::Lit(n) => Poly::int(*n),
+        E::Var(v) => Poly::sym(*v),
+        E::Add(a, b) => normalize(a).add(&normalize(b)),
+        E::Sub(a, b) => normalize(a).sub(&normalize(b)),
+        E::Mul(a, b) => normalize(a).mul(&normalize(b)),
+        E::DivVar(a, v) => normalize(a).quotient(&Poly::sym(*v)).unwrap(),
+    }
+}
+
+/// Direct evaluation with exact fractions, independent of the normal form.
+fn eval(e: &E, vals: &[i64; 3]) -> Ratio {
+    match e {
+        E::Lit(n) => Ratio::int(*n as i128),
+        E::Var(v) => Ratio::int(vals[*v] as i128),
+        E::Add(a, b) => eval(a, vals).add(eval(b, vals)),
+        E::Sub(a, b) => eval(a, vals).add(eval(b, vals).neg()),
+        E::Mul(a, b) => eval(a, vals).mul(eval(b, vals)),
+        E::DivVar(a, v) => eval(a, vals).mul(Ratio::new(1, vals[*v] as i128)),
+    }
+}
+
+fn eval_poly(p: &Poly, vals: &[i64; 3]) -> Ratio {
+    p.substitute(&|s| Some(Poly::int(vals[s]))).as_const().unwrap()
+}
+
+proptest! {
+    #[test]
+    fn normal_form_agrees_with_direct_evaluation(e in expr(), vals in [1i64..50, 1i64..50, 1i64..50]) {
+        prop_assert_eq!(eval_poly(&normalize(&e), &vals), eval(&e, &vals));
+    }
+
+    #[test]
+    fn equal_normal_forms_evaluate_equal(x in expr(), y in expr(), vals in [1i64..50, 1i64..50, 1i64..50]) {
+        if normalize(&x) == normalize(&y) {
+            prop_assert_eq!(eval(&x, &vals), eval(&y, &vals));
+        }
+    }
+
+    #[test]
+    fn different_normal_forms_differ_somewhere(x in expr(), y in expr()) {
+        let (px, py) = (normalize(&x), normalize(&y));
+        if px != py {
+            // Two different rational functions of degree below 40 cannot agree on every
+            // point of this grid of primes-and-friends.
+            let points = [2i64, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41];
+            let differs = points.iter().any(|&a| points.iter().any(|&b| points.iter().any(|&c| {
+                eval(&x, &[a, b, c]) != eval(&y, &[a, b, c])
+            })));
+            prop_assert!(differs, "{:?} and {:?} agree everywhere tried", px, py);
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The checked, shape-typed IR: what the checker produces and every later stage consumes.
+//!
+//! A program is an arena of [`Node`]s in SSA form. Functions are already inlined; a `for`
+//! stays a loop ([`Op::For`]) whose body is a list of nodes evaluated once per value of its
+//! variable, so the optimizer can see the per-head structure. Every node carries its full
+//! type: symbolic shape and strides (in the program's [`DimTable`]) and dtype. Scalars are
+//! rank-0 tensors, as in PyTorch.
+
+use crate::dims::{DimTable, Poly, Sym};
+use crate::source::Span;
+
+/// Index of a node in [`Program::nodes`].
+pub type ValueId = usize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    /// The result of a comparison; only `masked_fill` consumes it.
+    Bool,
+}
+
+/// Shape, strides (in elements) and dtype of a tensor value, all symbolic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorType {
+    pub shape: Vec<Poly>,
+    pub strides: Vec<Poly>,
+    pub dtype: DType,
+}
+
+/// The type of a node's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Type {
+    Tensor(TensorType),
+    /// The value of a `for`: `len` tensors of one type.
+    Seq { item: TensorType, len: Poly },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Sqrt,
+    Exp,
+}
+
+/// Elementwise arithmetic with PyTorch broadcasting; either side may be a rank-0 scalar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// Elementwise comparison with broadcasting; the result is [`DType::Bool`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// What a node computes. Axis numbers are already non-negative; the operands are the
+/// node's `args`, in the order given on each variant.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `params[i]`; no args.
+    Param(usize),
+    /// `inputs[i]`; no args.
+    Input(usize),
+    /// A rank-0 float constant; no args.
+    Literal(f64),
+    /// A dim used as a number (`sqrt(Dk)`), rank 0; no args.
+    DimValue(Poly),
+    /// `x @ W^T (+ b)`: args `[x, W]` or `[x, W, b]`.
+    Linear,
+    /// Batched matmul with broadcast batch dims: args `[a, b]`.
+    MatMul,
+    Transpose(usize, usize),
+    Permute(Vec<usize>),
+    /// A view with these sizes (the `-1` already solved); the strides are in the type.
+    View(Vec<Poly>),
+    /// As `View`, but copies into row-major order where a view is impossible.
+    Reshape(Vec<Poly>),
+    Contiguous,
+    Unsqueeze(usize),
+    Squeeze(usize),
+    Softmax(usize),
+    /// args `[x, mask, value]`: where the boolean mask holds, the result is `value`.
+    MaskedFill,
+    Unary(UnaryOp),
+    /// args `[a, b]`.
+    Binary(BinaryOp),
+    /// args `[a, b]`.
+    Compare(CmpOp),
+    /// `x[.., start : end, ..]` on `axis`; arg `[x]`.
+    Slice { axis: usize, start: Poly, end: Poly },
+    /// `x[.., index, ..]`: drops `axis`; arg `[x]`.
+    Select { axis: usize, index: Poly },
+    /// `for var in start..end { body }`: `body` lists the nodes evaluated for each value of
+    /// `var`, in order, and `result` (one of them, or an outer value) is each item. No args.
+    For {
+        var: Sym,
+        start: Poly,
+        end: Poly,
+        body: Vec<ValueId>,
+        result: ValueId,
+    },
+    /// Joins the items of a `For` along an existing axis: arg `[seq]`.
+    Concat(usize),
+    /// Stacks the items of a `For` along a new axis: arg `[seq]`.
+    Stack(usize),
+}
+
+/// One SSA value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub args: Vec<ValueId>,
+    pub ty: Type,
+    /// Where the value was written in the source (inside an inlined function: in its body).
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamDecl {
+    pub name: String,
+    /// The tensor's key in the weights file.
+    pub key: String,
+    pub shape: Vec<Poly>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputDecl {
+    pub name: String,
+    pub shape: Vec<Poly>,
+    /// Every use reaches a comparison, so the default value is all ones ("keep everything").
+    pub mask_only: bool,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputDecl {
+    pub name: String,
+    pub value: ValueId,
+    pub span: Span,
+}
+
+/// What kind of name a [`Binding`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingKind {
+    Param,
+    Input,
+    Let,
+    Output,
+}
+
+/// A value the program names at top level, for `attnc check` (source order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Binding {
+    pub name: String,
+    pub kind: BindingKind,
+    pub value: ValueId,
+    pub span: Span,
+}
+
+/// An `assert` about dims that mentions free dims: checked once they are bound (E0209).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DimAssert {
+    pub lhs: Poly,
+    pub op: CmpOp,
+    pub rhs: Poly,
+    /// The condition as written, for the run-time message.
+    pub text: String,
+    pub span: Span,
+}
+
+/// A checked program: dims, declarations, the node arena and the outputs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    pub dims: DimTable,
+    pub params: Vec<ParamDecl>,
+    pub inputs: Vec<InputDecl>,
+    pub nodes: Vec<Node>,
+    /// The top-level nodes in evaluation order (loop bodies are listed in their `For`).
+    pub body: Vec<ValueId>,
+    pub outputs: Vec<OutputDecl>,
+    pub bindings: Vec<Binding>,
+    pub asserts: Vec<DimAssert>,
+}
+
+impl Program {
+    pub fn node(&self, id: ValueId) -> &Node {
+        &self.nodes[id]
+    }
+
+    /// The tensor type of a value; sequences answer with their item type.
+    pub fn tensor_type(&self, id: ValueId) -> &TensorType {
+        match &self.nodes[id].ty {
+            Type::Tensor(t) => t,
+            Type::Seq { item, .. } => item,
+        }
+    }
+}
+
+impl TensorType {
+    /// A fresh row-major tensor of this shape.
+    pub fn row_major(shape: Vec<Poly>, dtype: DType) -> TensorType {
+        let strides = row_major_strides(&shape);
+        TensorType {
+            shape,
+            strides,
+            dtype,
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> Poly {
+        self.shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d))
+    }
+
+    /// Row-major for every value of the free dims (axes of constant size 1 do not count).
+    pub fn is_contiguous(&self, dims: &DimTable) -> bool {
+        let expected = row_major_strides(&self.shape);
+        self.shape
+            .iter()
+            .zip(self.strides.iter().zip(&expected))
+            .all(|(size, (s, e))| size.is_one() || dims.equal(s, e))
+    }
+}
+
+/// The strides of a row-major tensor of `shape`.
+pub fn row_major_strides(shape: &[Poly]) -> Vec<Poly> {
+    let mut strides = vec![Poly::int(1); shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].mul(&shape[i + 1]);
+    }
+    strides
+}
