@@ -320,6 +320,12 @@ impl Poly {
         Some((a, b))
     }
 
+    /// The remainder `a % b` kept opaque, to be evaluated once the dims have values (an
+    /// `assert a % b == 0` about free dims is checked again at run time through it).
+    pub fn rem_atom(a: &Poly, b: &Poly) -> Poly {
+        Poly::atom(Atom::Rem(Box::new(a.clone()), Box::new(b.clone())))
+    }
+
     /// Every symbol this polynomial mentions, opaque atoms included.
     pub fn syms(&self) -> Vec<Sym> {
         let mut out = Vec::new();
@@ -392,6 +398,13 @@ impl DimTable {
             kind,
         });
         self.dims.len() - 1
+    }
+
+    /// Forget every dim declared after the first `len` (facts are kept: they mention only
+    /// older dims or none that matter).
+    pub fn truncate(&mut self, len: usize) {
+        self.dims.truncate(len);
+        self.divides.retain(|(a, b)| a.syms().iter().chain(&b.syms()).all(|s| *s < len));
     }
 
     pub fn lookup(&self, name: &str) -> Option<Sym> {
@@ -594,9 +607,29 @@ impl DimTable {
     /// Text of a dim expression, as the spec prints shapes: the declared dim it equals
     /// symbolically where there is one, else the normal form with derived dims folded back.
     pub fn display(&self, p: &Poly) -> String {
-        if let Some(name) = self.name_of(p) {
-            return name.to_string();
+        match self.name_of(p) {
+            Some(name) => name.to_string(),
+            None => self.display_normal(p),
         }
+    }
+
+    /// Text of the normal form itself, with derived dims folded into its terms but the
+    /// whole never replaced by a name (how a derived dim's definition prints).
+    pub fn display_normal(&self, p: &Poly) -> String {
+        self.display_folding(p, self.dims.len())
+    }
+
+    /// The definition of derived dim `s`, folding only dims declared before it
+    /// (`dim Dk = D / H` prints as `D / H`, not as `Dk`).
+    pub fn display_definition(&self, s: Sym) -> String {
+        match &self.dims[s].kind {
+            DimKind::Derived(p) => self.display_folding(p, s),
+            DimKind::Const(v) => v.to_string(),
+            _ => self.dims[s].name.clone(),
+        }
+    }
+
+    fn display_folding(&self, p: &Poly, fold: usize) -> String {
         let mut terms: Vec<(&Monomial, Ratio)> = p.terms().collect();
         if terms.is_empty() {
             return "0".to_string();
@@ -612,7 +645,7 @@ impl DimTable {
                 (_, true) => out.push_str(" - "),
                 (_, false) => out.push_str(" + "),
             }
-            out.push_str(&self.display_term(m, mag));
+            out.push_str(&self.display_term(m, mag, fold));
         }
         out
     }
@@ -629,11 +662,11 @@ impl DimTable {
         })
     }
 
-    fn display_term(&self, m: &Monomial, c: Ratio) -> String {
+    fn display_term(&self, m: &Monomial, c: Ratio, fold: usize) -> String {
         let mut factors: Vec<String> = Vec::new();
         let mut rest = m.clone();
         // Fold derived dims back in (`N * D / H` prints as `N * Dk`).
-        for d in &self.dims {
+        for d in &self.dims[..fold] {
             if let DimKind::Derived(q) = &d.kind {
                 if let Some((qm, Ratio::ONE)) = q.single_term() {
                     if qm.has_negative() {
@@ -678,14 +711,25 @@ impl DimTable {
     fn display_atom(&self, a: &Atom) -> String {
         match a {
             Atom::Sym(s) => self.dims[*s].name.clone(),
-            Atom::Quot(x, y) => format!("({}) / ({})", self.display(x), self.display(y)),
-            Atom::Rem(x, y) => format!("({}) % ({})", self.display(x), self.display(y)),
+            Atom::Quot(x, y) => format!("{} / {}", self.operand(x), self.operand(y)),
+            Atom::Rem(x, y) => format!("{} % {}", self.operand(x), self.operand(y)),
         }
     }
 }
 
 fn all_nonneg(p: &Poly) -> bool {
     p.terms().all(|(_, c)| c >= Ratio::ZERO)
+}
+
+impl DimTable {
+    /// An operand of `/` or `%` in an opaque atom: parenthesized unless a name or number.
+    fn operand(&self, p: &Poly) -> String {
+        let text = self.display(p);
+        match text.contains(' ') {
+            true => format!("({text})"),
+            false => text,
+        }
+    }
 }
 
 /// Whether dividing `m` by `q` moves every exponent of `q`'s atoms toward zero without

@@ -9,6 +9,8 @@
 use crate::dims::{DimTable, Poly, Sym};
 use crate::source::Span;
 
+mod text;
+
 /// Index of a node in [`Program::nodes`].
 pub type ValueId = usize;
 
@@ -60,6 +62,32 @@ pub enum CmpOp {
     Le,
     Gt,
     Ge,
+}
+
+impl CmpOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+
+    /// Whether the comparison holds for `lhs - rhs` ordered this way against zero.
+    pub fn holds(self, ord: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::*;
+        match self {
+            CmpOp::Eq => ord == Equal,
+            CmpOp::Ne => ord != Equal,
+            CmpOp::Lt => ord == Less,
+            CmpOp::Le => ord != Greater,
+            CmpOp::Gt => ord == Greater,
+            CmpOp::Ge => ord != Less,
+        }
+    }
 }
 
 /// What a node computes. Axis numbers are already non-negative; the operands are the

@@ -1,0 +1,738 @@
+//! Expressions and the shape rules of every op, with PyTorch's semantics.
+
+use super::layout::{elementwise_strides, view_strides};
+use super::{Checker, Entry, Value};
+use crate::ast::{BinOp, Expr, ExprKind, Ident};
+use crate::diagnostic::{Code, Diagnostic};
+use crate::dims::Poly;
+use crate::ir::{BinaryOp, CmpOp, DType, Op, TensorType, UnaryOp, ValueId};
+use crate::source::Span;
+
+/// The ops of the language: name, the call form shown in messages, and the argument counts
+/// it accepts (the tensor a method is called on included).
+pub(super) const OPS: &[(&str, &str, usize, usize)] = &[
+    ("linear", "linear(x, W, b)", 2, 3),
+    ("matmul", "matmul(a, b)", 2, 2),
+    ("transpose", "transpose(x, d0, d1)", 3, 3),
+    ("permute", "permute(x, d...)", 1, usize::MAX),
+    ("view", "view(x, s...)", 1, usize::MAX),
+    ("reshape", "reshape(x, s...)", 1, usize::MAX),
+    ("contiguous", "contiguous(x)", 1, 1),
+    ("unsqueeze", "unsqueeze(x, d)", 2, 2),
+    ("squeeze", "squeeze(x, d)", 1, 2),
+    ("softmax", "softmax(x, d)", 2, 2),
+    ("masked_fill", "masked_fill(x, mask, value)", 3, 3),
+    ("dropout", "dropout(x, p)", 1, 2),
+    ("sqrt", "sqrt(x)", 1, 1),
+    ("exp", "exp(x)", 1, 1),
+    ("concat", "concat(seq, d)", 2, 2),
+    ("stack", "stack(seq, d)", 2, 2),
+];
+
+impl Checker {
+    pub(super) fn expr(&mut self, e: &Expr) -> Value {
+        match &e.kind {
+            ExprKind::Int(n) => self.literal(*n as f64, e.span),
+            ExprKind::Float(x) => self.literal(*x, e.span),
+            ExprKind::Name(name) => self.name_value(name, e.span),
+            ExprKind::Neg(x) => {
+                let v = self.expr(x);
+                self.unary(UnaryOp::Neg, &v, x.span, e.span)
+            }
+            ExprKind::Binary(op, a, b) => self.binary(*op, a, b, e.span),
+            ExprKind::Range(Some(a), Some(b)) => match (self.dim_expr(a), self.dim_expr(b)) {
+                (Some(a), Some(b)) => Value::Range(a, b),
+                _ => Value::Error,
+            },
+            ExprKind::Range(..) => {
+                self.error(
+                    Code::E0208,
+                    e.span,
+                    "a range needs both ends outside `[ ]`",
+                );
+                Value::Error
+            }
+            ExprKind::Call { func, args } => {
+                let args: Vec<&Expr> = args.iter().collect();
+                self.call(func, args, e.span)
+            }
+            ExprKind::Method {
+                receiver,
+                method,
+                args,
+            } => {
+                let args: Vec<&Expr> = std::iter::once(&**receiver).chain(args).collect();
+                self.call(method, args, e.span)
+            }
+            ExprKind::Index { base, indices } => self.index(base, indices, e.span),
+            ExprKind::Tuple(items) => Value::Tuple(items.iter().map(|x| self.expr(x)).collect()),
+            ExprKind::For {
+                var,
+                start,
+                end,
+                body,
+            } => self.for_loop(var, start, end, body, e.span),
+            ExprKind::Error => Value::Error,
+        }
+    }
+
+    fn literal(&mut self, x: f64, span: Span) -> Value {
+        self.push(Op::Literal(x), vec![], scalar(), span)
+    }
+
+    fn name_value(&mut self, name: &str, span: Span) -> Value {
+        match self.lookup(name) {
+            Some(Entry::Value(v)) => v.clone(),
+            Some(Entry::Dim(p)) => {
+                let p = p.clone();
+                self.push(Op::DimValue(p), vec![], scalar(), span)
+            }
+            Some(Entry::Fn(_)) => {
+                self.error(
+                    Code::E0208,
+                    span,
+                    format!("function `{name}` is not a value; call it"),
+                );
+                Value::Error
+            }
+            None => {
+                let mut d = Diagnostic::error(Code::E0101, span, format!("unknown name `{name}`"));
+                if let Some(close) = self.closest_name(name) {
+                    d = d.with_hint(format!("did you mean `{close}`?"));
+                }
+                self.report(d);
+                Value::Error
+            }
+        }
+    }
+
+    /// The value of `e`, which must be a tensor.
+    fn tensor_arg(&mut self, e: &Expr, what: &str) -> Option<ValueId> {
+        let v = self.expr(e);
+        self.expect_tensor(&v, e.span, what)
+    }
+
+    fn call(&mut self, func: &Ident, args: Vec<&Expr>, span: Span) -> Value {
+        if let Some(Entry::Fn(f)) = self.lookup(&func.name) {
+            let f = f.clone();
+            return self.call_fn(&f, func, &args, span);
+        }
+        let Some(&(name, form, min, max)) = OPS.iter().find(|op| op.0 == func.name) else {
+            let mut d = Diagnostic::error(
+                Code::E0101,
+                func.span,
+                format!("unknown function or op `{}`", func.name),
+            );
+            if let Some(close) = self.closest_callable(&func.name) {
+                d = d.with_hint(format!("did you mean `{close}`?"));
+            }
+            self.report(d);
+            return Value::Error;
+        };
+        if args.len() < min || args.len() > max {
+            let expected = match (min, max) {
+                (a, b) if a == b => format!("{a}"),
+                (a, usize::MAX) => format!("at least {a}"),
+                (a, b) => format!("{a} or {b}"),
+            };
+            self.error(
+                Code::E0206,
+                span,
+                format!(
+                    "`{form}` takes {expected} arguments, found {}",
+                    args.len()
+                ),
+            );
+            return Value::Error;
+        }
+        self.op(name, &args, span).unwrap_or(Value::Error)
+    }
+
+    fn op(&mut self, name: &str, args: &[&Expr], span: Span) -> Option<Value> {
+        match name {
+            "linear" => self.linear(args, span),
+            "matmul" => {
+                let (a, b) = (self.expr(args[0]), self.expr(args[1]));
+                self.matmul(&a, &b, args[0].span, args[1].span, span)
+            }
+            "transpose" => self.transpose(args, span),
+            "permute" => self.permute(args, span),
+            "view" => self.view(args, span, false),
+            "reshape" => self.view(args, span, true),
+            "contiguous" => {
+                let x = self.tensor_arg(args[0], "the argument of `contiguous`")?;
+                let t = self.ty(x).clone();
+                Some(self.push(Op::Contiguous, vec![x], TensorType::row_major(t.shape, t.dtype), span))
+            }
+            "unsqueeze" => self.unsqueeze(args, span),
+            "squeeze" => self.squeeze(args, span),
+            "softmax" => self.softmax(args, span),
+            "masked_fill" => self.masked_fill(args, span),
+            "dropout" => {
+                let x = self.expr(args[0]);
+                if let Some(p) = args.get(1) {
+                    let p = self.expr(p);
+                    self.expect_scalar(&p, args[1].span, "the probability of `dropout`")?;
+                }
+                Some(x)
+            }
+            "sqrt" | "exp" => {
+                let op = if name == "sqrt" { UnaryOp::Sqrt } else { UnaryOp::Exp };
+                let x = self.expr(args[0]);
+                Some(self.unary(op, &x, args[0].span, span))
+            }
+            "concat" | "stack" => self.join(name, args, span),
+            _ => unreachable!("every entry of OPS has a rule"),
+        }
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: &Value, xspan: Span, span: Span) -> Value {
+        let Some(x) = self.expect_tensor(x, xspan, "an operand of arithmetic") else {
+            return Value::Error;
+        };
+        let t = self.ty(x).clone();
+        let strides = elementwise_strides(&self.prog.dims, Some(&t), &t.shape);
+        let ty = TensorType {
+            shape: t.shape,
+            strides,
+            dtype: DType::F32,
+        };
+        self.push(Op::Unary(op), vec![x], ty, span)
+    }
+
+    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr, span: Span) -> Value {
+        let (va, vb) = (self.expr(a), self.expr(b));
+        if op == BinOp::MatMul {
+            return self
+                .matmul(&va, &vb, a.span, b.span, span)
+                .unwrap_or(Value::Error);
+        }
+        let ta = self.expect_tensor(&va, a.span, "an operand of arithmetic");
+        let tb = self.expect_tensor(&vb, b.span, "an operand of arithmetic");
+        let (Some(x), Some(y)) = (ta, tb) else {
+            return Value::Error;
+        };
+        let (op, dtype) = match op {
+            BinOp::Add => (Op::Binary(BinaryOp::Add), DType::F32),
+            BinOp::Sub => (Op::Binary(BinaryOp::Sub), DType::F32),
+            BinOp::Mul => (Op::Binary(BinaryOp::Mul), DType::F32),
+            BinOp::Div => (Op::Binary(BinaryOp::Div), DType::F32),
+            BinOp::Eq => (Op::Compare(CmpOp::Eq), DType::Bool),
+            BinOp::Ne => (Op::Compare(CmpOp::Ne), DType::Bool),
+            BinOp::Lt => (Op::Compare(CmpOp::Lt), DType::Bool),
+            BinOp::Le => (Op::Compare(CmpOp::Le), DType::Bool),
+            BinOp::Gt => (Op::Compare(CmpOp::Gt), DType::Bool),
+            BinOp::Ge => (Op::Compare(CmpOp::Ge), DType::Bool),
+            BinOp::Rem | BinOp::MatMul => {
+                self.error(
+                    Code::E0208,
+                    span,
+                    "`%` applies to dims only, not to tensors",
+                );
+                return Value::Error;
+            }
+        };
+        let Some(shape) = self.broadcast(x, y, span) else {
+            return Value::Error;
+        };
+        let like = [x, y]
+            .into_iter()
+            .map(|v| self.ty(v).clone())
+            .find(|t| t.rank() == shape.len());
+        let strides = elementwise_strides(&self.prog.dims, like.as_ref(), &shape);
+        self.push(op, vec![x, y], TensorType { shape, strides, dtype }, span)
+    }
+
+    /// The broadcast shape of two tensors: axes aligned from the right, equal or the
+    /// literal 1.
+    fn broadcast(&mut self, x: ValueId, y: ValueId, span: Span) -> Option<Vec<Poly>> {
+        let (a, b) = (self.ty(x).shape.clone(), self.ty(y).shape.clone());
+        let n = a.len().max(b.len());
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let da = (i + a.len()).checked_sub(n).map(|j| &a[j]);
+            let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
+            let d = match (da, db) {
+                (Some(p), None) | (None, Some(p)) => p.clone(),
+                (Some(p), Some(q)) if q.is_one() || self.prog.dims.equal(p, q) => p.clone(),
+                (Some(p), Some(q)) if p.is_one() => q.clone(),
+                (Some(p), Some(q)) => {
+                    let msg = format!(
+                        "cannot broadcast {} with {}: `{}` vs `{}` on axis {i} of the result",
+                        self.shape_text(&a),
+                        self.shape_text(&b),
+                        self.dim_text(p),
+                        self.dim_text(q)
+                    );
+                    self.error(Code::E0201, span, msg);
+                    return None;
+                }
+                (None, None) => unreachable!("i < n"),
+            };
+            out.push(d);
+        }
+        Some(out)
+    }
+
+    fn linear(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the input of `linear`");
+        let w = self.tensor_arg(args[1], "the weight of `linear`");
+        let b = match args.get(2) {
+            Some(e) => Some(self.tensor_arg(e, "the bias of `linear`")?),
+            None => None,
+        };
+        let (x, w) = (x?, w?);
+        let (tx, tw) = (self.ty(x).clone(), self.ty(w).clone());
+        if tw.rank() != 2 {
+            let msg = format!(
+                "the weight of `linear` must be [out, in], found {}",
+                self.shape_text(&tw.shape)
+            );
+            self.error(Code::E0201, args[1].span, msg);
+            return None;
+        }
+        let Some(features) = tx.shape.last() else {
+            self.error(Code::E0201, args[0].span, "the input of `linear` is a scalar");
+            return None;
+        };
+        if !self.prog.dims.equal(features, &tw.shape[1]) {
+            let msg = format!(
+                "`linear` of {} by a weight {}: the input has `{}` features, the weight takes `{}`",
+                self.shape_text(&tx.shape),
+                self.shape_text(&tw.shape),
+                self.dim_text(features),
+                self.dim_text(&tw.shape[1])
+            );
+            let d = Diagnostic::error(Code::E0201, span, msg)
+                .with_hint("weights are in PyTorch's [out, in] layout: `y = x W^T + b`");
+            self.report(d);
+            return None;
+        }
+        if let Some(b) = b {
+            let tb = self.ty(b).clone();
+            if tb.rank() != 1 || !self.prog.dims.equal(&tb.shape[0], &tw.shape[0]) {
+                let msg = format!(
+                    "the bias of `linear` is {}, but the weight {} has `{}` outputs",
+                    self.shape_text(&tb.shape),
+                    self.shape_text(&tw.shape),
+                    self.dim_text(&tw.shape[0])
+                );
+                self.error(Code::E0201, args[2].span, msg);
+                return None;
+            }
+        }
+        let mut shape = tx.shape[..tx.rank() - 1].to_vec();
+        shape.push(tw.shape[0].clone());
+        let ins = [Some(x), Some(w), b].into_iter().flatten().collect();
+        Some(self.push(Op::Linear, ins, TensorType::row_major(shape, DType::F32), span))
+    }
+
+    /// `torch.matmul`: vectors are promoted and their axis removed again, batch dims
+    /// broadcast.
+    fn matmul(&mut self, a: &Value, b: &Value, aspan: Span, bspan: Span, span: Span) -> Option<Value> {
+        let x = self.expect_tensor(a, aspan, "an operand of `@`");
+        let y = self.expect_tensor(b, bspan, "an operand of `@`");
+        let (x, y) = (x?, y?);
+        let (ta, tb) = (self.ty(x).shape.clone(), self.ty(y).shape.clone());
+        if ta.is_empty() || tb.is_empty() {
+            self.error(Code::E0201, span, "`@` needs tensors of rank 1 or more, found a scalar");
+            return None;
+        }
+        let one = Poly::int(1);
+        let pa = if ta.len() == 1 { vec![one.clone(), ta[0].clone()] } else { ta.clone() };
+        let pb = if tb.len() == 1 { vec![tb[0].clone(), one.clone()] } else { tb.clone() };
+        let (k1, k2) = (&pa[pa.len() - 1], &pb[pb.len() - 2]);
+        if !self.prog.dims.equal(k1, k2) {
+            let msg = format!(
+                "matmul inner dims differ: {} @ {} (`{}` vs `{}`)",
+                self.shape_text(&ta),
+                self.shape_text(&tb),
+                self.dim_text(k1),
+                self.dim_text(k2)
+            );
+            let d = Diagnostic::error(Code::E0201, span, msg).with_hint(
+                "the last axis of the left operand must equal the second-to-last of the right; a `.transpose(-2, -1)` may be missing",
+            );
+            self.report(d);
+            return None;
+        }
+        let batch = self.broadcast_batch(&pa[..pa.len() - 2], &pb[..pb.len() - 2], &ta, &tb, span)?;
+        let mut shape = batch;
+        if ta.len() > 1 {
+            shape.push(pa[pa.len() - 2].clone());
+        }
+        if tb.len() > 1 {
+            shape.push(pb[pb.len() - 1].clone());
+        }
+        Some(self.push(Op::MatMul, vec![x, y], TensorType::row_major(shape, DType::F32), span))
+    }
+
+    fn broadcast_batch(&mut self, a: &[Poly], b: &[Poly], ta: &[Poly], tb: &[Poly], span: Span) -> Option<Vec<Poly>> {
+        let n = a.len().max(b.len());
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let da = (i + a.len()).checked_sub(n).map(|j| &a[j]);
+            let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
+            out.push(match (da, db) {
+                (Some(p), None) | (None, Some(p)) => p.clone(),
+                (Some(p), Some(q)) if q.is_one() || self.prog.dims.equal(p, q) => p.clone(),
+                (Some(p), Some(q)) if p.is_one() => q.clone(),
+                (Some(p), Some(q)) => {
+                    let msg = format!(
+                        "matmul batch dims do not broadcast: {} @ {} (`{}` vs `{}`)",
+                        self.shape_text(ta),
+                        self.shape_text(tb),
+                        self.dim_text(p),
+                        self.dim_text(q)
+                    );
+                    self.error(Code::E0201, span, msg);
+                    return None;
+                }
+                (None, None) => unreachable!("i < n"),
+            });
+        }
+        Some(out)
+    }
+
+    fn transpose(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `transpose`")?;
+        let t = self.ty(x).clone();
+        let d0 = self.axis(args[1], t.rank(), false);
+        let d1 = self.axis(args[2], t.rank(), false);
+        let (d0, d1) = (d0?, d1?);
+        let mut out = t;
+        out.shape.swap(d0, d1);
+        out.strides.swap(d0, d1);
+        Some(self.push(Op::Transpose(d0.min(d1), d0.max(d1)), vec![x], out, span))
+    }
+
+    fn permute(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `permute`")?;
+        let t = self.ty(x).clone();
+        let axes: Option<Vec<usize>> = args[1..].iter().map(|a| self.axis(a, t.rank(), false)).collect();
+        let axes = axes?;
+        let mut seen = vec![false; t.rank()];
+        for &a in &axes {
+            seen[a] = true;
+        }
+        if axes.len() != t.rank() || seen.iter().any(|s| !s) {
+            let list: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+            let msg = format!(
+                "`permute({})` is not a permutation of the {} axes of {}",
+                list.join(", "),
+                t.rank(),
+                self.shape_text(&t.shape)
+            );
+            self.error(Code::E0206, span, msg);
+            return None;
+        }
+        let out = TensorType {
+            shape: axes.iter().map(|&a| t.shape[a].clone()).collect(),
+            strides: axes.iter().map(|&a| t.strides[a].clone()).collect(),
+            dtype: t.dtype,
+        };
+        Some(self.push(Op::Permute(axes), vec![x], out, span))
+    }
+
+    fn view(&mut self, args: &[&Expr], span: Span, reshape: bool) -> Option<Value> {
+        let name = if reshape { "reshape" } else { "view" };
+        let x = self.tensor_arg(args[0], &format!("the argument of `{name}`"))?;
+        let t = self.ty(x).clone();
+        let shape = self.view_shape(&t, &args[1..], span)?;
+        let strides = match view_strides(&self.prog.dims, &t, &shape) {
+            Some(s) => s,
+            None if reshape => crate::ir::row_major_strides(&shape),
+            None => {
+                self.report(self.view_error(&t, &shape, span));
+                return None;
+            }
+        };
+        let op = if reshape { Op::Reshape(shape.clone()) } else { Op::View(shape.clone()) };
+        Some(self.push(op, vec![x], TensorType { shape, strides, dtype: t.dtype }, span))
+    }
+
+    /// The sizes of a view, with its `-1` solved and the element count proved equal.
+    fn view_shape(&mut self, t: &TensorType, sizes: &[&Expr], span: Span) -> Option<Vec<Poly>> {
+        let holes: Vec<usize> = (0..sizes.len()).filter(|&i| is_minus_one(sizes[i])).collect();
+        if holes.len() > 1 {
+            self.error(Code::E0202, sizes[holes[1]].span, "only one size of a view may be `-1`");
+            return None;
+        }
+        let mut shape = Vec::with_capacity(sizes.len());
+        for (i, e) in sizes.iter().enumerate() {
+            shape.push(if holes.contains(&i) { Poly::int(1) } else { self.dim_expr(e)? });
+        }
+        let numel = t.numel();
+        let known = shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d));
+        if let Some(&h) = holes.first() {
+            match self.prog.dims.div(&numel, &known) {
+                Ok(q) => shape[h] = q,
+                Err(_) => {
+                    let msg = format!(
+                        "cannot solve the `-1` of this view: `{}` elements do not split exactly into parts of `{}`",
+                        self.dim_text(&numel),
+                        self.dim_text(&known)
+                    );
+                    self.error(Code::E0202, sizes[h].span, msg);
+                    return None;
+                }
+            }
+        } else if !self.prog.dims.equal(&numel, &known) {
+            let msg = format!(
+                "a view of {} as {} changes the element count (`{}` vs `{}`)",
+                self.shape_text(&t.shape),
+                self.shape_text(&shape),
+                self.dim_text(&numel),
+                self.dim_text(&known)
+            );
+            self.error(Code::E0202, span, msg);
+            return None;
+        }
+        Some(shape)
+    }
+
+    fn view_error(&self, t: &TensorType, shape: &[Poly], span: Span) -> Diagnostic {
+        Diagnostic::error(
+            Code::E0203,
+            span,
+            format!(
+                "cannot view {} with strides {} as {}: the view would merge axes that are not adjacent in memory",
+                self.shape_text(&t.shape),
+                self.shape_text(&t.strides),
+                self.shape_text(shape)
+            ),
+        )
+        .with_hint(format!(
+            "call `.contiguous()` before `.view(..)` (it copies `{}` elements), or use `.reshape(..)`, which copies only when it must",
+            self.dim_text(&t.numel())
+        ))
+    }
+
+    fn unsqueeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `unsqueeze`")?;
+        let mut t = self.ty(x).clone();
+        let d = self.axis(args[1], t.rank(), true)?;
+        let stride = match d < t.rank() {
+            true => t.strides[d].mul(&t.shape[d]),
+            false => Poly::int(1),
+        };
+        t.shape.insert(d, Poly::int(1));
+        t.strides.insert(d, stride);
+        Some(self.push(Op::Unsqueeze(d), vec![x], t, span))
+    }
+
+    fn squeeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `squeeze`")?;
+        let mut t = self.ty(x).clone();
+        let axes: Vec<usize> = match args.get(1) {
+            Some(e) => vec![self.axis(e, t.rank(), false)?],
+            None => (0..t.rank()).collect(),
+        };
+        let mut value = Value::Tensor(x);
+        for &a in axes.iter().rev() {
+            let size = self.prog.dims.with_consts(&t.shape[a]);
+            match size.as_int() {
+                Some(1) => {
+                    t.shape.remove(a);
+                    t.strides.remove(a);
+                    let Value::Tensor(cur) = value else { unreachable!("squeeze keeps a tensor") };
+                    value = self.push(Op::Squeeze(a), vec![cur], t.clone(), span);
+                }
+                Some(_) => {}
+                None => {
+                    let msg = format!(
+                        "cannot squeeze axis {a} of {}: its size `{}` is 1 only for some values",
+                        self.shape_text(&t.shape),
+                        self.dim_text(&t.shape[a])
+                    );
+                    self.error(Code::E0201, span, msg);
+                    return None;
+                }
+            }
+        }
+        Some(value)
+    }
+
+    fn softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `softmax`")?;
+        let t = self.ty(x).clone();
+        let d = self.axis(args[1], t.rank(), false)?;
+        let strides = elementwise_strides(&self.prog.dims, Some(&t), &t.shape);
+        let ty = TensorType { shape: t.shape, strides, dtype: DType::F32 };
+        Some(self.push(Op::Softmax(d), vec![x], ty, span))
+    }
+
+    fn masked_fill(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `masked_fill`");
+        let m = self.tensor_arg(args[1], "the mask of `masked_fill`");
+        let v = self.expr(args[2]);
+        let v = self.expect_scalar(&v, args[2].span, "the fill value of `masked_fill`");
+        let (x, m, v) = (x?, m?, v?);
+        if self.ty(m).dtype != DType::Bool {
+            let d = Diagnostic::error(Code::E0208, args[1].span, "the mask of `masked_fill` is not boolean")
+                .with_hint("compare it to make it boolean, as in `mask == 0`");
+            self.report(d);
+            return None;
+        }
+        let shape = self.broadcast(x, m, span)?;
+        let tx = self.ty(x).clone();
+        let strides = elementwise_strides(&self.prog.dims, Some(&tx), &shape);
+        let ty = TensorType { shape, strides, dtype: tx.dtype };
+        Some(self.push(Op::MaskedFill, vec![x, m, v], ty, span))
+    }
+
+    fn expect_scalar(&mut self, v: &Value, span: Span, what: &str) -> Option<ValueId> {
+        let id = self.expect_tensor(v, span, what)?;
+        let rank = self.ty(id).rank();
+        if rank != 0 {
+            let msg = format!("{what} must be a scalar, found a tensor of rank {rank}");
+            self.error(Code::E0208, span, msg);
+            return None;
+        }
+        Some(id)
+    }
+
+    /// `concat(seq, d)` and `stack(seq, d)` over the items of a `for`.
+    fn join(&mut self, name: &str, args: &[&Expr], span: Span) -> Option<Value> {
+        let seq = match self.expr(args[0]) {
+            Value::Seq(id) => id,
+            Value::Error => return None,
+            other => {
+                let msg = format!(
+                    "`{name}` needs a sequence (a `for` expression), found a {}",
+                    other.kind_name()
+                );
+                self.error(Code::E0208, args[0].span, msg);
+                return None;
+            }
+        };
+        let crate::ir::Type::Seq { item, len } = self.prog.nodes[seq].ty.clone() else {
+            unreachable!("a Seq value is a For node")
+        };
+        let stack = name == "stack";
+        let d = self.axis(args[1], item.rank(), stack)?;
+        let mut shape = item.shape.clone();
+        let op = if stack {
+            shape.insert(d, len);
+            Op::Stack(d)
+        } else {
+            shape[d] = shape[d].mul(&len);
+            Op::Concat(d)
+        };
+        Some(self.push(op, vec![seq], TensorType::row_major(shape, item.dtype), span))
+    }
+
+    /// `x[i, a : b, :]`: each index selects (drops the axis) or slices.
+    fn index(&mut self, base: &Expr, indices: &[Expr], span: Span) -> Value {
+        let Some(mut x) = self.tensor_arg(base, "an indexed value") else {
+            return Value::Error;
+        };
+        let rank = self.ty(x).rank();
+        if indices.len() > rank {
+            let msg = format!("{} indices for a tensor of rank {rank}", indices.len());
+            self.error(Code::E0204, span, msg);
+            return Value::Error;
+        }
+        let mut axis = 0;
+        for ix in indices {
+            let next = match self.index_kind(ix) {
+                Some(IndexKind::Slice(a, b)) => self.slice(x, axis, a, b, ix.span, span),
+                Some(IndexKind::Select(i)) => self.select(x, axis, i, ix.span, span),
+                None => None,
+            };
+            let Some((id, kept)) = next else {
+                return Value::Error;
+            };
+            x = id;
+            axis += usize::from(kept);
+        }
+        Value::Tensor(x)
+    }
+
+    fn index_kind(&mut self, ix: &Expr) -> Option<IndexKind> {
+        match &ix.kind {
+            ExprKind::Range(a, b) => {
+                let a = match a { Some(a) => Some(self.dim_expr(a)?), None => None };
+                let b = match b { Some(b) => Some(self.dim_expr(b)?), None => None };
+                Some(IndexKind::Slice(a, b))
+            }
+            ExprKind::Name(n) => match self.lookup(n) {
+                Some(Entry::Value(Value::Range(a, b))) => {
+                    Some(IndexKind::Slice(Some(a.clone()), Some(b.clone())))
+                }
+                _ => Some(IndexKind::Select(self.dim_expr(ix)?)),
+            },
+            _ => Some(IndexKind::Select(self.dim_expr(ix)?)),
+        }
+    }
+
+    /// Slice `axis` of `x`; the node and whether the axis is kept (always).
+    fn slice(&mut self, x: ValueId, axis: usize, a: Option<Poly>, b: Option<Poly>, ixspan: Span, span: Span) -> Option<(ValueId, bool)> {
+        let t = self.ty(x).clone();
+        let size = t.shape[axis].clone();
+        let start = a.unwrap_or_else(|| Poly::int(0));
+        let end = b.unwrap_or_else(|| size.clone());
+        let dims = &self.prog.dims;
+        let fits = dims.provably_nonneg(&start)
+            && dims.provably_nonneg(&end.sub(&start))
+            && dims.provably_nonneg(&size.sub(&end));
+        if !fits {
+            let msg = format!(
+                "slice `{} : {}` may fall outside axis {axis} of {}, of size `{}`",
+                self.dim_text(&start),
+                self.dim_text(&end),
+                self.shape_text(&t.shape),
+                self.dim_text(&size)
+            );
+            self.error(Code::E0208, ixspan, msg);
+            return None;
+        }
+        let mut out = t;
+        out.shape[axis] = end.sub(&start);
+        let op = Op::Slice { axis, start, end };
+        let Value::Tensor(id) = self.push(op, vec![x], out, span) else { unreachable!("push makes a tensor") };
+        Some((id, true))
+    }
+
+    /// Select index `i` of `axis` (negative constants count from the end), dropping it.
+    fn select(&mut self, x: ValueId, axis: usize, i: Poly, ixspan: Span, span: Span) -> Option<(ValueId, bool)> {
+        let t = self.ty(x).clone();
+        let size = t.shape[axis].clone();
+        let i = match self.prog.dims.with_consts(&i).as_int() {
+            Some(n) if n < 0 => size.add(&Poly::int(n)),
+            _ => i,
+        };
+        let dims = &self.prog.dims;
+        let fits = dims.provably_nonneg(&i) && dims.provably_nonneg(&size.sub(&i).sub(&Poly::int(1)));
+        if !fits {
+            let msg = format!(
+                "index `{}` may fall outside axis {axis} of {}, of size `{}`",
+                self.dim_text(&i),
+                self.shape_text(&t.shape),
+                self.dim_text(&size)
+            );
+            self.error(Code::E0208, ixspan, msg);
+            return None;
+        }
+        let mut out = t;
+        out.shape.remove(axis);
+        out.strides.remove(axis);
+        let Value::Tensor(id) = self.push(Op::Select { axis, index: i }, vec![x], out, span) else { unreachable!("push makes a tensor") };
+        Some((id, false))
+    }
+}
+
+enum IndexKind {
+    Slice(Option<Poly>, Option<Poly>),
+    Select(Poly),
+}
+
+/// A rank-0 float: what numbers and dims are in value position.
+pub(super) fn scalar() -> TensorType {
+    TensorType::row_major(Vec::new(), DType::F32)
+}
+
+/// The literal `-1` of a view's sizes.
+fn is_minus_one(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Neg(x) if matches!(x.kind, ExprKind::Int(1)))
+}

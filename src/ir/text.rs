@@ -1,0 +1,158 @@
+//! The deterministic text form of the typed IR (`attnc ir --stage typed`).
+//!
+//! Values are renumbered `%0, %1, ..` in the order they are printed, so the text depends
+//! only on the program, never on how the checker happened to allocate nodes. Strides are
+//! printed only where a value is not row-major.
+
+use super::{BinaryOp, DType, Op, Program, TensorType, Type, UnaryOp, ValueId};
+use crate::dims::{DimKind, Poly};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+impl Program {
+    /// The program as text: dims, run-time asserts, every node, the outputs.
+    pub fn to_text(&self) -> String {
+        let mut p = Printer { prog: self, names: HashMap::new(), out: String::new() };
+        p.dims();
+        p.nodes(&self.body, 0);
+        for o in &self.outputs {
+            let v = p.name(o.value);
+            let _ = writeln!(p.out, "output {} = {v}", o.name);
+        }
+        p.out
+    }
+
+    /// A shape as the spec prints it: `[B, H, N, Dk]`.
+    pub fn shape_text(&self, shape: &[Poly]) -> String {
+        let parts: Vec<String> = shape.iter().map(|d| self.dims.display(d)).collect();
+        format!("[{}]", parts.join(", "))
+    }
+
+    /// A tensor type: its shape, then its strides where it is not row-major, and `bool`
+    /// for masks.
+    pub fn type_text(&self, t: &TensorType) -> String {
+        let mut s = self.shape_text(&t.shape);
+        if !t.is_contiguous(&self.dims) {
+            let _ = write!(s, " strides {}", self.shape_text(&t.strides));
+        }
+        if t.dtype == DType::Bool {
+            s.push_str(" bool");
+        }
+        s
+    }
+}
+
+struct Printer<'a> {
+    prog: &'a Program,
+    names: HashMap<ValueId, usize>,
+    out: String,
+}
+
+impl Printer<'_> {
+    fn dims(&mut self) {
+        let dims = &self.prog.dims;
+        for (s, d) in dims.iter() {
+            let line = match &d.kind {
+                DimKind::Free { .. } => format!("dim {}", d.name),
+                DimKind::Const(v) => format!("dim {} = {v}", d.name),
+                DimKind::Derived(_) => format!("dim {} = {}", d.name, dims.display_definition(s)),
+                DimKind::Loop { .. } => continue,
+            };
+            let _ = writeln!(self.out, "{line}");
+        }
+        for a in &self.prog.asserts {
+            let _ = writeln!(self.out, "assert {}", a.text);
+        }
+    }
+
+    fn name(&mut self, id: ValueId) -> String {
+        let next = self.names.len();
+        format!("%{}", self.names.entry(id).or_insert(next))
+    }
+
+    fn nodes(&mut self, ids: &[ValueId], depth: usize) {
+        for &id in ids {
+            self.node(id, depth);
+        }
+    }
+
+    fn node(&mut self, id: ValueId, depth: usize) {
+        let node = &self.prog.nodes[id];
+        let indent = "  ".repeat(depth);
+        let args: Vec<String> = node.args.iter().map(|&a| self.name(a)).collect();
+        let name = self.name(id);
+        let dims = &self.prog.dims;
+        let d = |p: &Poly| dims.display(p);
+        let (op, attrs): (&str, Vec<String>) = match &node.op {
+            Op::Param(i) => {
+                let p = &self.prog.params[*i];
+                ("param", vec![p.name.clone(), format!("{:?}", p.key)])
+            }
+            Op::Input(i) => ("input", vec![self.prog.inputs[*i].name.clone()]),
+            Op::Literal(x) => ("literal", vec![format!("{x:?}")]),
+            Op::DimValue(p) => ("dim", vec![d(p)]),
+            Op::Linear => ("linear", vec![]),
+            Op::MatMul => ("matmul", vec![]),
+            Op::Transpose(a, b) => ("transpose", vec![a.to_string(), b.to_string()]),
+            Op::Permute(axes) => ("permute", axes.iter().map(|a| a.to_string()).collect()),
+            Op::View(s) => ("view", vec![self.prog.shape_text(s)]),
+            Op::Reshape(s) => ("reshape", vec![self.prog.shape_text(s)]),
+            Op::Contiguous => ("contiguous", vec![]),
+            Op::Unsqueeze(a) => ("unsqueeze", vec![a.to_string()]),
+            Op::Squeeze(a) => ("squeeze", vec![a.to_string()]),
+            Op::Softmax(a) => ("softmax", vec![a.to_string()]),
+            Op::MaskedFill => ("masked_fill", vec![]),
+            Op::Unary(u) => (unary_name(*u), vec![]),
+            Op::Binary(b) => (binary_name(*b), vec![]),
+            Op::Compare(c) => (cmp_name(*c), vec![]),
+            Op::Slice { axis, start, end } => ("slice", vec![axis.to_string(), format!("{}..{}", d(start), d(end))]),
+            Op::Select { axis, index } => ("select", vec![axis.to_string(), d(index)]),
+            Op::For { var, start, end, body, result } => {
+                let var = dims.info(*var).name.clone();
+                let (start, end) = (d(start), d(end));
+                let Type::Seq { item, len } = &node.ty else { unreachable!("a for is a sequence") };
+                let ty = format!("seq[{}] {}", d(len), self.prog.type_text(item));
+                let _ = writeln!(self.out, "{indent}{name} = for {var} in {start}..{end} : {ty} {{");
+                self.nodes(body, depth + 1);
+                let result = self.name(*result);
+                let _ = writeln!(self.out, "{indent}  yield {result}");
+                let _ = writeln!(self.out, "{indent}}}");
+                return;
+            }
+            Op::Concat(a) => ("concat", vec![a.to_string()]),
+            Op::Stack(a) => ("stack", vec![a.to_string()]),
+        };
+        let all: Vec<String> = args.into_iter().chain(attrs).collect();
+        let ty = self.prog.type_text(self.prog.tensor_type(id));
+        let _ = writeln!(self.out, "{indent}{name} = {op}({}) : {ty}", all.join(", "));
+    }
+}
+
+fn unary_name(u: UnaryOp) -> &'static str {
+    match u {
+        UnaryOp::Neg => "neg",
+        UnaryOp::Sqrt => "sqrt",
+        UnaryOp::Exp => "exp",
+    }
+}
+
+fn cmp_name(c: super::CmpOp) -> &'static str {
+    use super::CmpOp::*;
+    match c {
+        Eq => "eq",
+        Ne => "ne",
+        Lt => "lt",
+        Le => "le",
+        Gt => "gt",
+        Ge => "ge",
+    }
+}
+
+fn binary_name(b: BinaryOp) -> &'static str {
+    match b {
+        BinaryOp::Add => "add",
+        BinaryOp::Sub => "sub",
+        BinaryOp::Mul => "mul",
+        BinaryOp::Div => "div",
+    }
+}

@@ -1,0 +1,105 @@
+//! Golden tests of the `attnc` binary: exit codes, output formats, usage errors.
+
+use std::process::{Command, Output};
+
+fn attnc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attnc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn check_prints_every_binding_of_the_main_example() {
+    let o = attnc(&["check", "examples/mha.attn"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in ["param   Wq ", "input   query", "let     q ", "output  out ", "output  attn"] {
+        assert!(out.contains(line), "missing `{line}` in:\n{out}");
+    }
+    assert!(out.contains("[B, H, N, Dk] strides"), "q is transposed:\n{out}");
+}
+
+#[test]
+fn check_json_lists_bindings_with_sizes_where_dims_have_values() {
+    let o = attnc(&["check", "examples/mha.attn", "--format", "json", "--dim", "B=2", "--dim", "N=7", "--dim", "M=7", "--dim", "D=16", "--dim", "H=4"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
+    assert_eq!(v["ok"], true);
+    let q = v["bindings"].as_array().unwrap().iter().find(|b| b["name"] == "q").unwrap();
+    assert_eq!(q["shape"], "[B, H, N, Dk]");
+    assert_eq!(q["contiguous"], false);
+    assert_eq!(q["sizes"], serde_json::json!([2, 4, 7, 4]));
+}
+
+#[test]
+fn sizes_are_left_out_where_a_free_dim_has_no_value() {
+    let o = attnc(&["check", "examples/mha.attn", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let bindings = v["bindings"].as_array().unwrap();
+    let wq = bindings.iter().find(|b| b["name"] == "Wq").unwrap();
+    assert_eq!(wq["sizes"], serde_json::json!([512, 512]));
+    let query = bindings.iter().find(|b| b["name"] == "query").unwrap();
+    assert!(query.get("sizes").is_none());
+}
+
+#[test]
+fn an_error_exits_1_with_a_rendered_diagnostic() {
+    let o = attnc(&["check", "tests/ui/E0203.attn"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("error[E0203]"), "{err}");
+    assert!(err.contains("tests/ui/E0203.attn:6:"), "{err}");
+    assert!(err.contains(".contiguous()"), "{err}");
+}
+
+#[test]
+fn bad_dim_overrides_are_usage_errors() {
+    for bad in ["Dk=4", "X=3", "D=0", "D=abc", "D"] {
+        let o = attnc(&["check", "examples/mha.attn", "--dim", bad]);
+        assert_eq!(o.status.code(), Some(2), "--dim {bad}: {}", stderr(&o));
+    }
+    assert_eq!(attnc(&["check", "examples/mha.attn", "--bogus"]).status.code(), Some(2));
+}
+
+#[test]
+fn a_constant_override_is_checked_again() {
+    let o = attnc(&["check", "examples/mha.attn", "--dim", "D=500"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("error[E0205]"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_unreadable_file_names_the_file() {
+    let o = attnc(&["check", "no/such/file.attn"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no/such/file.attn"));
+}
+
+#[test]
+fn typed_ir_is_deterministic_and_names_no_paths() {
+    let a = attnc(&["ir", "examples/mha_heads.attn", "--stage", "typed"]);
+    let b = attnc(&["ir", "examples/mha_heads.attn", "--stage", "typed"]);
+    assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
+    assert_eq!(a.stdout, b.stdout);
+    assert!(!stdout(&a).contains("examples/"));
+    assert!(stdout(&a).contains("for h in 0..H"));
+}
+
+#[test]
+fn every_command_has_help() {
+    for cmd in [&["--help"][..], &["check", "--help"], &["ir", "--help"]] {
+        let o = attnc(cmd);
+        assert_eq!(o.status.code(), Some(0));
+        assert!(stdout(&o).contains("Usage"));
+    }
+}
