@@ -1,0 +1,100 @@
+//! Which newlines end a statement.
+
+use crate::lexer::Token::{self, *};
+use crate::source::Span;
+
+/// Drops the newlines that do not end a statement: those inside `( )` and `[ ]`, and those
+/// before a line that starts with `->` or `{` (so a signature may wrap). Newlines inside a
+/// `{ }` nested in parentheses count again. A line starting with a keyword that only ever
+/// starts a statement (`let`, `fn`, ..) closes the `(` and `[` left open above it, so that a
+/// missing `)` spoils one statement and not the rest of the file. Appends [`Token::Eof`].
+pub(super) fn layout(tokens: Vec<(Token, Span)>, end: usize) -> Vec<(Token, Span)> {
+    // The first token after each position that is not a newline, found back to front so
+    // that long runs of blank lines cost linear time.
+    let mut next = vec![Eof; tokens.len() + 1];
+    for i in (0..tokens.len()).rev() {
+        next[i] = match tokens[i].0 {
+            Newline => next[i + 1],
+            token => token,
+        };
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 1);
+    let mut open = OpenBrackets::default();
+    for (i, &(token, span)) in tokens.iter().enumerate() {
+        match token {
+            LeftParen | LeftSquare | LeftBrace => open.push(token),
+            RightParen | RightSquare | RightBrace => open.close(token),
+            Newline => {
+                let following = next[i + 1];
+                if starts_statement(following) {
+                    open.close_parens();
+                }
+                if open.in_parens() || matches!(following, RArrow | LeftBrace) {
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        out.push((token, span));
+    }
+    out.push((Eof, Span::new(end, end)));
+    out
+}
+
+/// Keywords that can only begin a statement, never continue an expression.
+fn starts_statement(token: Token) -> bool {
+    matches!(token, Dim | Param | Input | Fn | Let | Output | Assert)
+}
+
+/// The stack of open brackets of [`layout`], with a count per kind so that a stray closer
+/// is dismissed in constant time.
+#[derive(Default)]
+struct OpenBrackets {
+    stack: Vec<Token>,
+    counts: [usize; 3],
+}
+
+impl OpenBrackets {
+    fn kind(token: Token) -> usize {
+        match token {
+            LeftParen | RightParen => 0,
+            LeftSquare | RightSquare => 1,
+            _ => 2,
+        }
+    }
+
+    fn push(&mut self, open: Token) {
+        self.counts[Self::kind(open)] += 1;
+        self.stack.push(open);
+    }
+
+    fn pop(&mut self) {
+        if let Some(open) = self.stack.pop() {
+            self.counts[Self::kind(open)] -= 1;
+        }
+    }
+
+    /// Closes up to the matching opener, or ignores a closer that matches none.
+    fn close(&mut self, close: Token) {
+        let kind = Self::kind(close);
+        if self.counts[kind] == 0 {
+            return;
+        }
+        while let Some(&open) = self.stack.last() {
+            self.pop();
+            if Self::kind(open) == kind {
+                break;
+            }
+        }
+    }
+
+    fn close_parens(&mut self) {
+        while self.in_parens() {
+            self.pop();
+        }
+    }
+
+    fn in_parens(&self) -> bool {
+        matches!(self.stack.last(), Some(LeftParen | LeftSquare))
+    }
+}
