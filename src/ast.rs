@@ -217,7 +217,10 @@ pub enum ExprKind {
     /// `a : b`; inside `[ ]` either end may be left out (`x[:, 2:]`), a bare `:` is both.
     Range(Option<Box<Expr>>, Option<Box<Expr>>),
     /// `f(args)`
-    Call { func: Ident, args: Vec<Expr> },
+    Call {
+        func: Ident,
+        args: Vec<Expr>,
+    },
     /// `x.f(args)`, which means `f(x, args)`.
     Method {
         receiver: Box<Expr>,
@@ -225,7 +228,10 @@ pub enum ExprKind {
         args: Vec<Expr>,
     },
     /// `x[i, a : b, :]`
-    Index { base: Box<Expr>, indices: Vec<Expr> },
+    Index {
+        base: Box<Expr>,
+        indices: Vec<Expr>,
+    },
     /// `(a, b)`; `(a)` is just `a` and makes no tuple.
     Tuple(Vec<Expr>),
     /// `for h in start..end { body }`

@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
-#[command(name = "attnc", version, about = "Compile .attn attention programs: shapes proved before anything runs")]
+#[command(
+    name = "attnc",
+    version,
+    about = "Compile .attn attention programs: shapes proved before anything runs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,14 +64,19 @@ enum Stage {
 }
 
 fn parse_dim(s: &str) -> Result<DimOverride, String> {
-    let (name, value) = s.split_once('=').ok_or_else(|| format!("expected K=V, found `{s}`"))?;
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected K=V, found `{s}`"))?;
     let value: i64 = value
         .trim()
         .parse()
         .ok()
         .filter(|v| *v > 0)
         .ok_or_else(|| format!("the value of `{name}` must be a positive integer, found `{value}`"))?;
-    Ok(DimOverride { name: name.trim().to_string(), value })
+    Ok(DimOverride {
+        name: name.trim().to_string(),
+        value,
+    })
 }
 
 /// Run the command line and return the process's exit code.
@@ -81,7 +90,11 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Check { file, dims, format } => check(&file, &dims.dims, format),
-        Command::Ir { file, stage: Stage::Typed, dims } => ir_typed(&file, &dims.dims),
+        Command::Ir {
+            file,
+            stage: Stage::Typed,
+            dims,
+        } => ir_typed(&file, &dims.dims),
     }
 }
 
@@ -119,7 +132,10 @@ fn check(path: &Path, dims: &[DimOverride], format: Format) -> i32 {
             println!("{obj}");
         }
         Format::Text => {
-            eprint!("{}", render::diagnostics_text(&path.display().to_string(), &src, &checked.diagnostics));
+            eprint!(
+                "{}",
+                render::diagnostics_text(&path.display().to_string(), &src, &checked.diagnostics)
+            );
             if !checked.has_errors() {
                 print!("{}", render::bindings_text(&checked.program));
             }
@@ -134,7 +150,10 @@ fn ir_typed(path: &Path, dims: &[DimOverride]) -> i32 {
         Err(code) => return code,
     };
     if checked.has_errors() {
-        eprint!("{}", render::diagnostics_text(&path.display().to_string(), &src, &checked.diagnostics));
+        eprint!(
+            "{}",
+            render::diagnostics_text(&path.display().to_string(), &src, &checked.diagnostics)
+        );
         return 1;
     }
     print!("{}", checked.program.to_text());

@@ -60,10 +60,7 @@ impl Ratio {
     }
 
     fn mul(self, o: Ratio) -> Ratio {
-        Ratio::new(
-            self.num.saturating_mul(o.num),
-            self.den.saturating_mul(o.den),
-        )
+        Ratio::new(self.num.saturating_mul(o.num), self.den.saturating_mul(o.den))
     }
 
     fn recip(self) -> Option<Ratio> {
@@ -307,8 +304,7 @@ impl Poly {
     fn split_linear(&self, s: Sym) -> Option<(Poly, Poly)> {
         let (mut a, mut b) = (Poly::default(), Poly::default());
         for (m, c) in &self.0 {
-            let rest: Vec<(Atom, i32)> =
-                m.0.iter().filter(|(x, _)| *x != Atom::Sym(s)).cloned().collect();
+            let rest: Vec<(Atom, i32)> = m.0.iter().filter(|(x, _)| *x != Atom::Sym(s)).cloned().collect();
             let term = Poly(BTreeMap::from([(Monomial(rest), *c)]));
             match m.0.iter().find(|(x, _)| *x == Atom::Sym(s)) {
                 None if term.syms().contains(&s) => return None,
@@ -404,7 +400,8 @@ impl DimTable {
     /// older dims or none that matter).
     pub fn truncate(&mut self, len: usize) {
         self.dims.truncate(len);
-        self.divides.retain(|(a, b)| a.syms().iter().chain(&b.syms()).all(|s| *s < len));
+        self.divides
+            .retain(|(a, b)| a.syms().iter().chain(&b.syms()).all(|s| *s < len));
     }
 
     pub fn lookup(&self, name: &str) -> Option<Sym> {
@@ -517,9 +514,8 @@ impl DimTable {
     /// Integer coefficients over monomials that are each known integers: non-negative
     /// powers of atoms, or a known-exact quotient (a derived dim, a fact) times such.
     fn is_integral_plain(&self, p: &Poly) -> bool {
-        p.terms().all(|(m, c)| {
-            c.as_int().is_some() && (!m.has_negative() || self.is_integral_monomial(m))
-        })
+        p.terms()
+            .all(|(m, c)| c.as_int().is_some() && (!m.has_negative() || self.is_integral_monomial(m)))
     }
 
     /// A monomial with negative powers is integral when it is a product of known-integral
@@ -538,9 +534,9 @@ impl DimTable {
     /// One-term quotients known to be integers, each as a monomial.
     fn integral_quotients(&self) -> impl Iterator<Item = Monomial> + '_ {
         let derived = self.dims.iter().filter_map(|d| match &d.kind {
-            DimKind::Derived(p) => p.single_term().and_then(|(m, c)| {
-                (c == Ratio::ONE && m.has_negative()).then(|| m.clone())
-            }),
+            DimKind::Derived(p) => p
+                .single_term()
+                .and_then(|(m, c)| (c == Ratio::ONE && m.has_negative()).then(|| m.clone())),
             _ => None,
         });
         let facts = self.divides.iter().filter_map(|(x, y)| {

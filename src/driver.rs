@@ -23,7 +23,10 @@ impl Checked {
 pub fn check_source(src: &str, overrides: &[DimOverride]) -> Result<Checked, String> {
     let (ast, parse_diags) = parser::parse(src);
     if !parse_diags.is_empty() {
-        return Ok(Checked { program: Program::default(), diagnostics: parse_diags });
+        return Ok(Checked {
+            program: Program::default(),
+            diagnostics: parse_diags,
+        });
     }
     if let Some(err) = check::dim_override_error(&ast, overrides) {
         return Err(err);

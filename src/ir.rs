@@ -34,7 +34,10 @@ pub struct TensorType {
 pub enum Type {
     Tensor(TensorType),
     /// The value of a `for`: `len` tensors of one type.
-    Seq { item: TensorType, len: Poly },
+    Seq {
+        item: TensorType,
+        len: Poly,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -124,9 +127,16 @@ pub enum Op {
     /// args `[a, b]`.
     Compare(CmpOp),
     /// `x[.., start : end, ..]` on `axis`; arg `[x]`.
-    Slice { axis: usize, start: Poly, end: Poly },
+    Slice {
+        axis: usize,
+        start: Poly,
+        end: Poly,
+    },
     /// `x[.., index, ..]`: drops `axis`; arg `[x]`.
-    Select { axis: usize, index: Poly },
+    Select {
+        axis: usize,
+        index: Poly,
+    },
     /// `for var in start..end { body }`: `body` lists the nodes evaluated for each value of
     /// `var`, in order, and `result` (one of them, or an outer value) is each item. No args.
     For {

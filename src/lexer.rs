@@ -199,10 +199,7 @@ impl Token {
 
     pub fn is_keyword(self) -> bool {
         use Token::*;
-        matches!(
-            self,
-            Dim | Param | Input | Let | Fn | Output | For | In | Assert
-        )
+        matches!(self, Dim | Param | Input | Let | Fn | Output | For | In | Assert)
     }
 }
 
@@ -301,8 +298,7 @@ fn check_escapes(src: &str, span: Span, diagnostics: &mut Vec<Diagnostic>) {
                 let at = Span::new(span.start + i, span.start + j + other.len_utf8());
                 let message = format!("unknown escape `\\{}`", other.escape_debug());
                 diagnostics.push(
-                    Diagnostic::error(Code::E0001, at, message)
-                        .with_hint("write `\\\\` for a backslash"),
+                    Diagnostic::error(Code::E0001, at, message).with_hint("write `\\\\` for a backslash"),
                 );
             }
             None => {}
@@ -318,9 +314,7 @@ pub fn open_brackets(src: &str) -> bool {
     for (token, _) in tokens {
         match token {
             Token::LeftParen | Token::LeftSquare | Token::LeftBrace => depth += 1,
-            Token::RightParen | Token::RightSquare | Token::RightBrace => {
-                depth = depth.saturating_sub(1)
-            }
+            Token::RightParen | Token::RightSquare | Token::RightBrace => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
@@ -341,11 +335,7 @@ mod tests {
 
     /// The texts of the tokens of `src`.
     fn texts(src: &str) -> Vec<&str> {
-        lex(src)
-            .0
-            .into_iter()
-            .map(|(_, s)| &src[s.range()])
-            .collect()
+        lex(src).0.into_iter().map(|(_, s)| &src[s.range()]).collect()
     }
 
     /// The messages of the diagnostics of `src`.

@@ -19,8 +19,7 @@
 //! - `maybe_one` consumes one token if it is the one asked for.
 
 use crate::ast::{
-    self, Block, DimDecl, ExprKind, FnDecl, FnParam, Item, Pattern, Program, ShapeAnn, Stmt,
-    TypeAnn,
+    self, Block, DimDecl, ExprKind, FnDecl, FnParam, Item, Pattern, Program, ShapeAnn, Stmt, TypeAnn,
 };
 use crate::diagnostic::Diagnostic;
 use crate::lexer::{self, Token};
@@ -330,9 +329,7 @@ impl Parser<'_> {
             Let => self.parse_let().map(Stmt::Let),
             Assert => Some(Stmt::Assert(self.parse_assert())),
             Dim | Param | Input | Fn | Output => {
-                let d = self
-                    .expected("statement")
-                    .with_hint("move it to the top level");
+                let d = self.expected("statement").with_hint("move it to the top level");
                 self.error(d);
                 None
             }

@@ -20,20 +20,27 @@ pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>, n:
     scored.into_iter().take(n).map(|(_, c)| c).collect()
 }
 
-/// Levenshtein distance over characters.
+/// Edit distance over characters, counting a swap of neighbours as one edit (optimal
+/// string alignment), since `qurey` for `query` is the commonest typo.
 pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 #[cfg(test)]
@@ -45,7 +52,13 @@ mod tests {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(closest("qurey", ["query", "key", "value"]), Some("query"));
         assert_eq!(closest("zzz", ["query", "key"]), None);
-        assert_eq!(nearest("linears.0.weigth", ["linears.0.weight", "linears.1.weight", "x"], 2),
-            vec!["linears.0.weight", "linears.1.weight"]);
+        assert_eq!(
+            nearest(
+                "linears.0.weigth",
+                ["linears.0.weight", "linears.1.weight", "x"],
+                2
+            ),
+            vec!["linears.0.weight", "linears.1.weight"]
+        );
     }
 }

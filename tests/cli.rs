@@ -23,19 +23,48 @@ fn check_prints_every_binding_of_the_main_example() {
     let o = attnc(&["check", "examples/mha.attn"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    for line in ["param   Wq ", "input   query", "let     q ", "output  out ", "output  attn"] {
+    for line in [
+        "param   Wq ",
+        "input   query",
+        "let     q ",
+        "output  out ",
+        "output  attn",
+    ] {
         assert!(out.contains(line), "missing `{line}` in:\n{out}");
     }
-    assert!(out.contains("[B, H, N, Dk] strides"), "q is transposed:\n{out}");
+    assert!(
+        out.contains("non-contiguous, strides [N * D, Dk, D, 1]"),
+        "q is transposed:\n{out}"
+    );
 }
 
 #[test]
 fn check_json_lists_bindings_with_sizes_where_dims_have_values() {
-    let o = attnc(&["check", "examples/mha.attn", "--format", "json", "--dim", "B=2", "--dim", "N=7", "--dim", "M=7", "--dim", "D=16", "--dim", "H=4"]);
+    let o = attnc(&[
+        "check",
+        "examples/mha.attn",
+        "--format",
+        "json",
+        "--dim",
+        "B=2",
+        "--dim",
+        "N=7",
+        "--dim",
+        "M=7",
+        "--dim",
+        "D=16",
+        "--dim",
+        "H=4",
+    ]);
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
     assert_eq!(v["ok"], true);
-    let q = v["bindings"].as_array().unwrap().iter().find(|b| b["name"] == "q").unwrap();
+    let q = v["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "q")
+        .unwrap();
     assert_eq!(q["shape"], "[B, H, N, Dk]");
     assert_eq!(q["contiguous"], false);
     assert_eq!(q["sizes"], serde_json::json!([2, 4, 7, 4]));
@@ -68,7 +97,10 @@ fn bad_dim_overrides_are_usage_errors() {
         let o = attnc(&["check", "examples/mha.attn", "--dim", bad]);
         assert_eq!(o.status.code(), Some(2), "--dim {bad}: {}", stderr(&o));
     }
-    assert_eq!(attnc(&["check", "examples/mha.attn", "--bogus"]).status.code(), Some(2));
+    assert_eq!(
+        attnc(&["check", "examples/mha.attn", "--bogus"]).status.code(),
+        Some(2)
+    );
 }
 
 #[test]

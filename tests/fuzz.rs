@@ -24,10 +24,47 @@ impl Rng {
 
 /// Fragments a mutation may insert: the tokens most likely to reach odd checker paths.
 const FRAGMENTS: &[&str] = &[
-    "(", ")", "[", "]", "{", "}", ",", ":", "-1", "0", "1", "@", "/", "%", "*", "==", ".view(B, -1)",
-    ".transpose(0, 1)", ".contiguous()", "\n", "B", "N", "D", "H", "Dk", "h", "x", "for h in 0..H {",
-    "concat(", "stack(", "let ", "fn f(a: [B]) -> [B] { a }\n", "dim Q = D / H\n", "assert N % 2 == 0\n",
-    ".permute(2, 1, 0)", ".squeeze(0)", ".unsqueeze(-1)", "99999999999999999999", "\"", "#", "$",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    "-1",
+    "0",
+    "1",
+    "@",
+    "/",
+    "%",
+    "*",
+    "==",
+    ".view(B, -1)",
+    ".transpose(0, 1)",
+    ".contiguous()",
+    "\n",
+    "B",
+    "N",
+    "D",
+    "H",
+    "Dk",
+    "h",
+    "x",
+    "for h in 0..H {",
+    "concat(",
+    "stack(",
+    "let ",
+    "fn f(a: [B]) -> [B] { a }\n",
+    "dim Q = D / H\n",
+    "assert N % 2 == 0\n",
+    ".permute(2, 1, 0)",
+    ".squeeze(0)",
+    ".unsqueeze(-1)",
+    "99999999999999999999",
+    "\"",
+    "#",
+    "$",
 ];
 
 fn mutate(src: &str, rng: &mut Rng) -> String {
@@ -92,7 +129,10 @@ fn the_binary_answers_mutated_programs_with_json_and_exit_0_or_1() {
     for (i, src) in examples().iter().enumerate() {
         for case in 0..100 {
             let m = mutate(src, &mut rng);
-            std::fs::File::create(&path).unwrap().write_all(m.as_bytes()).unwrap();
+            std::fs::File::create(&path)
+                .unwrap()
+                .write_all(m.as_bytes())
+                .unwrap();
             let o = Command::new(env!("CARGO_BIN_EXE_attnc"))
                 .args(["check", "--format", "json"])
                 .arg(&path)
@@ -100,7 +140,10 @@ fn the_binary_answers_mutated_programs_with_json_and_exit_0_or_1() {
                 .output()
                 .unwrap();
             let code = o.status.code();
-            assert!(matches!(code, Some(0 | 1)), "example {i}, case {case}: exit {code:?}\n{m}");
+            assert!(
+                matches!(code, Some(0 | 1)),
+                "example {i}, case {case}: exit {code:?}\n{m}"
+            );
             let v: serde_json::Value = serde_json::from_slice(&o.stdout)
                 .unwrap_or_else(|e| panic!("example {i}, case {case}: {e}\n{m}"));
             assert_eq!(v["ok"].as_bool(), Some(code == Some(0)));

@@ -97,9 +97,7 @@ impl Checker {
     pub(super) fn division_error(&self, err: DivError, a: &Poly, b: &Poly, e: &Expr) -> Diagnostic {
         let (a, b) = (self.dim_text(a), self.dim_text(b));
         match err {
-            DivError::ByZero => {
-                Diagnostic::error(Code::E0205, e.span, format!("division of `{a}` by zero"))
-            }
+            DivError::ByZero => Diagnostic::error(Code::E0205, e.span, format!("division of `{a}` by zero")),
             DivError::NotExact => Diagnostic::error(
                 Code::E0205,
                 e.span,
@@ -147,7 +145,11 @@ impl Checker {
 /// `a` as an operand of `%`: a dividend needs parentheses when it is a sum, a divisor
 /// whenever it is not a single name or number.
 fn paren(a: &str, divisor: bool) -> String {
-    let compound = if divisor { a.contains(' ') } else { a.contains(" + ") || a.contains(" - ") };
+    let compound = if divisor {
+        a.contains(' ')
+    } else {
+        a.contains(" + ") || a.contains(" - ")
+    };
     if compound {
         format!("({a})")
     } else {

@@ -5,8 +5,8 @@ use crate::ast::{self, BinOp, Expr, ExprKind, Ident, Item, Stmt, TypeAnn};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::{DimKind, Poly};
 use crate::ir::{
-    Binding, BindingKind, CmpOp, DType, DimAssert, InputDecl, Node, Op, OutputDecl, ParamDecl,
-    TensorType, Type,
+    Binding, BindingKind, CmpOp, DType, DimAssert, InputDecl, Node, Op, OutputDecl, ParamDecl, TensorType,
+    Type,
 };
 use crate::source::Span;
 use std::collections::HashMap;
@@ -27,9 +27,13 @@ pub fn dim_override_error(ast: &ast::Program, overrides: &[DimOverride]) -> Opti
         })
         .flatten()
         .collect();
-    overrides.iter().find_map(|o| {
-        match decls.iter().find(|d| d.name.name == o.name) {
-            None => Some(format!("--dim {}: the program declares no dim `{}`", o.name, o.name)),
+    overrides
+        .iter()
+        .find_map(|o| match decls.iter().find(|d| d.name.name == o.name) {
+            None => Some(format!(
+                "--dim {}: the program declares no dim `{}`",
+                o.name, o.name
+            )),
             Some(d) => match &d.value {
                 Some(v) if !matches!(v.kind, ExprKind::Int(_)) => Some(format!(
                     "--dim {}: `{}` is a derived dim; set the dims it is computed from",
@@ -37,8 +41,7 @@ pub fn dim_override_error(ast: &ast::Program, overrides: &[DimOverride]) -> Opti
                 )),
                 _ => None,
             },
-        }
-    })
+        })
 }
 
 impl Checker {
@@ -60,8 +63,12 @@ impl Checker {
     /// Claim a global name; E0102 when it is taken.
     fn declare(&mut self, name: &Ident) -> bool {
         if let Some(first) = self.declared.get(&name.name) {
-            let d = Diagnostic::error(Code::E0102, name.span, format!("`{}` is defined twice", name.name))
-                .with_label(*first, "first defined here");
+            let d = Diagnostic::error(
+                Code::E0102,
+                name.span,
+                format!("`{}` is defined twice", name.name),
+            )
+            .with_label(*first, "first defined here");
             self.report(d);
             return false;
         }
@@ -77,7 +84,10 @@ impl Checker {
         let given = self.overrides.iter().find(|o| o.name == *name).map(|o| o.value);
         let poly = match &d.value {
             None => Poly::sym(self.dims_mut().declare(name, DimKind::Free { value: given })),
-            Some(Expr { kind: ExprKind::Int(n), .. }) => {
+            Some(Expr {
+                kind: ExprKind::Int(n),
+                ..
+            }) => {
                 let v = given.unwrap_or(i64::try_from(*n).unwrap_or(i64::MAX));
                 Poly::sym(self.dims_mut().declare(name, DimKind::Const(v)))
             }
@@ -122,11 +132,21 @@ impl Checker {
         match diff.as_const() {
             Some(c) if !cmp.holds(c.cmp(&crate::dims::Ratio::ZERO)) => {
                 let values = self.const_values(&lhs.add(&rhs));
-                let d = Diagnostic::error(Code::E0209, a.span, format!("assertion `{text}` is false{values}"));
+                let d = Diagnostic::error(
+                    Code::E0209,
+                    a.span,
+                    format!("assertion `{text}` is false{values}"),
+                );
                 self.report(d);
             }
             Some(_) => {}
-            None => self.prog.asserts.push(DimAssert { lhs, op: cmp, rhs, text, span: a.span }),
+            None => self.prog.asserts.push(DimAssert {
+                lhs,
+                op: cmp,
+                rhs,
+                text,
+                span: a.span,
+            }),
         }
     }
 
@@ -162,7 +182,12 @@ impl Checker {
             Some(shape) if ok => {
                 let index = self.prog.params.len();
                 let key = p.key.as_ref().map_or(p.name.name.clone(), |k| k.value.clone());
-                let decl = ParamDecl { name: p.name.name.clone(), key, shape: shape.clone(), span: p.span };
+                let decl = ParamDecl {
+                    name: p.name.name.clone(),
+                    key,
+                    shape: shape.clone(),
+                    span: p.span,
+                };
                 self.prog.params.push(decl);
                 let ty = TensorType::row_major(shape, DType::F32);
                 self.push(Op::Param(index), vec![], ty, p.name.span)
@@ -177,7 +202,12 @@ impl Checker {
         let value = match self.shape_ann(&i.shape) {
             Some(shape) if ok => {
                 let index = self.prog.inputs.len();
-                let decl = InputDecl { name: i.name.name.clone(), shape: shape.clone(), mask_only: false, span: i.span };
+                let decl = InputDecl {
+                    name: i.name.name.clone(),
+                    shape: shape.clone(),
+                    mask_only: false,
+                    span: i.span,
+                };
                 self.prog.inputs.push(decl);
                 let ty = TensorType::row_major(shape, DType::F32);
                 self.push(Op::Input(index), vec![], ty, i.name.span)
@@ -191,7 +221,12 @@ impl Checker {
     /// tensor.
     fn bind_top(&mut self, name: &Ident, kind: BindingKind, value: Value) {
         if let (Value::Tensor(id), true) = (&value, self.scopes.len() == 1 && self.calls.is_empty()) {
-            self.prog.bindings.push(Binding { name: name.name.clone(), kind, value: *id, span: name.span });
+            self.prog.bindings.push(Binding {
+                name: name.name.clone(),
+                kind,
+                value: *id,
+                span: name.span,
+            });
         }
         if kind != BindingKind::Output {
             self.bind(&name.name, Entry::Value(value));
@@ -205,8 +240,12 @@ impl Checker {
         let mut seen: HashMap<&str, Span> = HashMap::new();
         for p in &f.params {
             if let Some(first) = seen.insert(&p.name.name, p.name.span) {
-                let msg = format!("parameter `{}` of `{}` is defined twice", p.name.name, f.name.name);
-                let d = Diagnostic::error(Code::E0102, p.name.span, msg).with_label(first, "first defined here");
+                let msg = format!(
+                    "parameter `{}` of `{}` is defined twice",
+                    p.name.name, f.name.name
+                );
+                let d =
+                    Diagnostic::error(Code::E0102, p.name.span, msg).with_label(first, "first defined here");
                 self.report(d);
             }
         }
@@ -244,8 +283,12 @@ impl Checker {
     fn output(&mut self, o: &ast::Output) {
         let value = self.expr(&o.value);
         if let Some(first) = self.outputs.get(&o.name.name) {
-            let d = Diagnostic::error(Code::E0102, o.name.span, format!("output `{}` is defined twice", o.name.name))
-                .with_label(*first, "first defined here");
+            let d = Diagnostic::error(
+                Code::E0102,
+                o.name.span,
+                format!("output `{}` is defined twice", o.name.name),
+            )
+            .with_label(*first, "first defined here");
             self.report(d);
             return;
         }
@@ -253,13 +296,19 @@ impl Checker {
         let Some(id) = self.expect_tensor(&value, o.value.span, "an output") else {
             return;
         };
-        self.prog.outputs.push(OutputDecl { name: o.name.name.clone(), value: id, span: o.span });
+        self.prog.outputs.push(OutputDecl {
+            name: o.name.name.clone(),
+            value: id,
+            span: o.span,
+        });
         self.bind_top(&o.name, BindingKind::Output, value);
     }
 
     /// E0207 unless `value` has the declared type.
     fn check_declared(&mut self, value: &Value, ann: &TypeAnn, span: Span, what: &str) {
-        let Some(declared) = self.type_text(ann) else { return };
+        let Some(declared) = self.type_text(ann) else {
+            return;
+        };
         if !self.matches_type(value, ann) {
             let found = self.value_text(value);
             let msg = format!("{what} is declared {declared}, but its value is {found}");
@@ -273,8 +322,14 @@ impl Checker {
             (Value::Error, _) => true,
             (Value::Tensor(id), TypeAnn::Shape(s)) => {
                 let shape = self.ty(*id).shape.clone();
-                let Some(declared) = self.shape_ann(s) else { return true };
-                declared.len() == shape.len() && declared.iter().zip(&shape).all(|(a, b)| self.prog.dims.equal(a, b))
+                let Some(declared) = self.shape_ann(s) else {
+                    return true;
+                };
+                declared.len() == shape.len()
+                    && declared
+                        .iter()
+                        .zip(&shape)
+                        .all(|(a, b)| self.prog.dims.equal(a, b))
             }
             (Value::Tuple(parts), TypeAnn::Tuple(anns, _)) => {
                 parts.len() == anns.len() && parts.iter().zip(anns).all(|(p, a)| self.matches_type(p, a))
@@ -311,12 +366,20 @@ impl Checker {
     /// in a scope that sees only the globals, and check the declared result.
     pub(super) fn call_fn(&mut self, f: &ast::FnDecl, name: &Ident, args: &[&Expr], span: Span) -> Value {
         if self.calls.iter().any(|(n, _)| *n == f.name.name) || self.calls.len() >= MAX_CALL_DEPTH {
-            let msg = format!("function `{}` cannot call itself: functions are inlined", f.name.name);
+            let msg = format!(
+                "function `{}` cannot call itself: functions are inlined",
+                f.name.name
+            );
             self.error(Code::E0101, name.span, msg);
             return Value::Error;
         }
         if args.len() != f.params.len() {
-            let msg = format!("`{}` takes {} arguments, found {}", f.name.name, f.params.len(), args.len());
+            let msg = format!(
+                "`{}` takes {} arguments, found {}",
+                f.name.name,
+                f.params.len(),
+                args.len()
+            );
             let d = Diagnostic::error(Code::E0206, span, msg).with_label(f.name.span, "defined here");
             self.report(d);
             return Value::Error;
@@ -369,7 +432,11 @@ impl Checker {
                     }
                 }
                 let Some(declared) = self.shape_ann(s) else { return };
-                if let Some((d, a)) = declared.iter().zip(&actual).find(|(d, a)| !self.prog.dims.equal(d, a)) {
+                if let Some((d, a)) = declared
+                    .iter()
+                    .zip(&actual)
+                    .find(|(d, a)| !self.prog.dims.equal(d, a))
+                {
                     let msg = format!(
                         "argument `{param}` of `{func}` is {}, but the signature says {} (`{}` vs `{}`)",
                         self.shape_text(&actual),
@@ -410,17 +477,36 @@ impl Checker {
         match &block.value {
             Some(v) => self.expr(v),
             None => {
-                self.error(Code::E0208, block.span, format!("{what} must end in an expression, its value"));
+                self.error(
+                    Code::E0208,
+                    block.span,
+                    format!("{what} must end in an expression, its value"),
+                );
                 Value::Error
             }
         }
     }
 
     /// `for var in start..end { body }`: a loop region whose items all have one shape.
-    pub(super) fn for_loop(&mut self, var: &Ident, start: &Expr, end: &Expr, body: &ast::Block, span: Span) -> Value {
+    pub(super) fn for_loop(
+        &mut self,
+        var: &Ident,
+        start: &Expr,
+        end: &Expr,
+        body: &ast::Block,
+        span: Span,
+    ) -> Value {
         let (s, e) = (self.dim_expr(start), self.dim_expr(end));
-        let (Some(s), Some(e)) = (s, e) else { return Value::Error };
-        let sym = self.dims_mut().declare(&var.name, DimKind::Loop { start: s.clone(), end: e.clone() });
+        let (Some(s), Some(e)) = (s, e) else {
+            return Value::Error;
+        };
+        let sym = self.dims_mut().declare(
+            &var.name,
+            DimKind::Loop {
+                start: s.clone(),
+                end: e.clone(),
+            },
+        );
         self.scopes.push(HashMap::new());
         self.bind(&var.name, Entry::Dim(Poly::sym(sym)));
         self.blocks.push(Vec::new());
@@ -442,9 +528,20 @@ impl Checker {
             return Value::Error;
         }
         let len = e.sub(&s);
-        let op = Op::For { var: sym, start: s, end: e, body: nodes, result };
+        let op = Op::For {
+            var: sym,
+            start: s,
+            end: e,
+            body: nodes,
+            result,
+        };
         let ty = Type::Seq { item: item_ty, len };
-        Value::Seq(self.push_node(Node { op, args: vec![], ty, span }))
+        Value::Seq(self.push_node(Node {
+            op,
+            args: vec![],
+            ty,
+            span,
+        }))
     }
 
     /// Check each function that no call inlined once, with its shape variables as free
@@ -510,7 +607,9 @@ impl Checker {
 
     pub(super) fn closest_callable(&self, name: &str) -> Option<String> {
         let fns = self.scopes.iter().flat_map(|s| {
-            s.iter().filter(|(_, e)| matches!(e, Entry::Fn(_))).map(|(k, _)| k.as_str())
+            s.iter()
+                .filter(|(_, e)| matches!(e, Entry::Fn(_)))
+                .map(|(k, _)| k.as_str())
         });
         let ops = super::ops::OPS.iter().map(|op| op.0);
         crate::suggest::closest(name, fns.chain(ops)).map(str::to_string)

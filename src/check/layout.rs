@@ -81,8 +81,8 @@ pub fn elementwise_strides(dims: &DimTable, like: Option<&TensorType>, shape: &[
     let Some(like) = like else {
         return row_major_strides(shape);
     };
-    let same_shape = like.rank() == shape.len()
-        && like.shape.iter().zip(shape).all(|(a, b)| dims.equal(a, b));
+    let same_shape =
+        like.rank() == shape.len() && like.shape.iter().zip(shape).all(|(a, b)| dims.equal(a, b));
     let order = same_shape.then(|| dense_order(dims, like)).flatten();
     let Some(order) = order else {
         return row_major_strides(shape);

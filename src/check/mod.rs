@@ -130,9 +130,9 @@ impl Checker {
     pub fn take_diagnostics(&mut self) -> Vec<Diagnostic> {
         let mut out: Vec<Diagnostic> = Vec::new();
         for d in self.diags.drain(..) {
-            let seen = out.iter().any(|o| {
-                o.code == d.code && o.span == d.span && o.message == d.message
-            });
+            let seen = out
+                .iter()
+                .any(|o| o.code == d.code && o.span == d.span && o.message == d.message);
             if !seen {
                 out.push(d);
             }

@@ -45,11 +45,7 @@ impl Checker {
                 _ => Value::Error,
             },
             ExprKind::Range(..) => {
-                self.error(
-                    Code::E0208,
-                    e.span,
-                    "a range needs both ends outside `[ ]`",
-                );
+                self.error(Code::E0208, e.span, "a range needs both ends outside `[ ]`");
                 Value::Error
             }
             ExprKind::Call { func, args } => {
@@ -62,7 +58,8 @@ impl Checker {
                 args,
             } => {
                 let args: Vec<&Expr> = std::iter::once(&**receiver).chain(args).collect();
-                self.call(method, args, e.span)
+                // Point at `.view(..)`, not at the whole chain before it.
+                self.call(method, args, Span::new(method.span.start, e.span.end))
             }
             ExprKind::Index { base, indices } => self.index(base, indices, e.span),
             ExprKind::Tuple(items) => Value::Tuple(items.iter().map(|x| self.expr(x)).collect()),
@@ -138,10 +135,7 @@ impl Checker {
             self.error(
                 Code::E0206,
                 span,
-                format!(
-                    "`{form}` takes {expected} arguments, found {}",
-                    args.len()
-                ),
+                format!("`{form}` takes {expected} arguments, found {}", args.len()),
             );
             return Value::Error;
         }
@@ -162,7 +156,12 @@ impl Checker {
             "contiguous" => {
                 let x = self.tensor_arg(args[0], "the argument of `contiguous`")?;
                 let t = self.ty(x).clone();
-                Some(self.push(Op::Contiguous, vec![x], TensorType::row_major(t.shape, t.dtype), span))
+                Some(self.push(
+                    Op::Contiguous,
+                    vec![x],
+                    TensorType::row_major(t.shape, t.dtype),
+                    span,
+                ))
             }
             "unsqueeze" => self.unsqueeze(args, span),
             "squeeze" => self.squeeze(args, span),
@@ -177,7 +176,11 @@ impl Checker {
                 Some(x)
             }
             "sqrt" | "exp" => {
-                let op = if name == "sqrt" { UnaryOp::Sqrt } else { UnaryOp::Exp };
+                let op = if name == "sqrt" {
+                    UnaryOp::Sqrt
+                } else {
+                    UnaryOp::Exp
+                };
                 let x = self.expr(args[0]);
                 Some(self.unary(op, &x, args[0].span, span))
             }
@@ -224,11 +227,7 @@ impl Checker {
             BinOp::Gt => (Op::Compare(CmpOp::Gt), DType::Bool),
             BinOp::Ge => (Op::Compare(CmpOp::Ge), DType::Bool),
             BinOp::Rem | BinOp::MatMul => {
-                self.error(
-                    Code::E0208,
-                    span,
-                    "`%` applies to dims only, not to tensors",
-                );
+                self.error(Code::E0208, span, "`%` applies to dims only, not to tensors");
                 return Value::Error;
             }
         };
@@ -240,7 +239,16 @@ impl Checker {
             .map(|v| self.ty(v).clone())
             .find(|t| t.rank() == shape.len());
         let strides = elementwise_strides(&self.prog.dims, like.as_ref(), &shape);
-        self.push(op, vec![x, y], TensorType { shape, strides, dtype }, span)
+        self.push(
+            op,
+            vec![x, y],
+            TensorType {
+                shape,
+                strides,
+                dtype,
+            },
+            span,
+        )
     }
 
     /// The broadcast shape of two tensors: axes aligned from the right, equal or the
@@ -335,12 +343,24 @@ impl Checker {
         let (x, y) = (x?, y?);
         let (ta, tb) = (self.ty(x).shape.clone(), self.ty(y).shape.clone());
         if ta.is_empty() || tb.is_empty() {
-            self.error(Code::E0201, span, "`@` needs tensors of rank 1 or more, found a scalar");
+            self.error(
+                Code::E0201,
+                span,
+                "`@` needs tensors of rank 1 or more, found a scalar",
+            );
             return None;
         }
         let one = Poly::int(1);
-        let pa = if ta.len() == 1 { vec![one.clone(), ta[0].clone()] } else { ta.clone() };
-        let pb = if tb.len() == 1 { vec![tb[0].clone(), one.clone()] } else { tb.clone() };
+        let pa = if ta.len() == 1 {
+            vec![one.clone(), ta[0].clone()]
+        } else {
+            ta.clone()
+        };
+        let pb = if tb.len() == 1 {
+            vec![tb[0].clone(), one.clone()]
+        } else {
+            tb.clone()
+        };
         let (k1, k2) = (&pa[pa.len() - 1], &pb[pb.len() - 2]);
         if !self.prog.dims.equal(k1, k2) {
             let msg = format!(
@@ -364,10 +384,22 @@ impl Checker {
         if tb.len() > 1 {
             shape.push(pb[pb.len() - 1].clone());
         }
-        Some(self.push(Op::MatMul, vec![x, y], TensorType::row_major(shape, DType::F32), span))
+        Some(self.push(
+            Op::MatMul,
+            vec![x, y],
+            TensorType::row_major(shape, DType::F32),
+            span,
+        ))
     }
 
-    fn broadcast_batch(&mut self, a: &[Poly], b: &[Poly], ta: &[Poly], tb: &[Poly], span: Span) -> Option<Vec<Poly>> {
+    fn broadcast_batch(
+        &mut self,
+        a: &[Poly],
+        b: &[Poly],
+        ta: &[Poly],
+        tb: &[Poly],
+        span: Span,
+    ) -> Option<Vec<Poly>> {
         let n = a.len().max(b.len());
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
@@ -447,20 +479,41 @@ impl Checker {
                 return None;
             }
         };
-        let op = if reshape { Op::Reshape(shape.clone()) } else { Op::View(shape.clone()) };
-        Some(self.push(op, vec![x], TensorType { shape, strides, dtype: t.dtype }, span))
+        let op = if reshape {
+            Op::Reshape(shape.clone())
+        } else {
+            Op::View(shape.clone())
+        };
+        Some(self.push(
+            op,
+            vec![x],
+            TensorType {
+                shape,
+                strides,
+                dtype: t.dtype,
+            },
+            span,
+        ))
     }
 
     /// The sizes of a view, with its `-1` solved and the element count proved equal.
     fn view_shape(&mut self, t: &TensorType, sizes: &[&Expr], span: Span) -> Option<Vec<Poly>> {
         let holes: Vec<usize> = (0..sizes.len()).filter(|&i| is_minus_one(sizes[i])).collect();
         if holes.len() > 1 {
-            self.error(Code::E0202, sizes[holes[1]].span, "only one size of a view may be `-1`");
+            self.error(
+                Code::E0202,
+                sizes[holes[1]].span,
+                "only one size of a view may be `-1`",
+            );
             return None;
         }
         let mut shape = Vec::with_capacity(sizes.len());
         for (i, e) in sizes.iter().enumerate() {
-            shape.push(if holes.contains(&i) { Poly::int(1) } else { self.dim_expr(e)? });
+            shape.push(if holes.contains(&i) {
+                Poly::int(1)
+            } else {
+                self.dim_expr(e)?
+            });
         }
         let numel = t.numel();
         let known = shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d));
@@ -535,7 +588,9 @@ impl Checker {
                 Some(1) => {
                     t.shape.remove(a);
                     t.strides.remove(a);
-                    let Value::Tensor(cur) = value else { unreachable!("squeeze keeps a tensor") };
+                    let Value::Tensor(cur) = value else {
+                        unreachable!("squeeze keeps a tensor")
+                    };
                     value = self.push(Op::Squeeze(a), vec![cur], t.clone(), span);
                 }
                 Some(_) => {}
@@ -558,7 +613,11 @@ impl Checker {
         let t = self.ty(x).clone();
         let d = self.axis(args[1], t.rank(), false)?;
         let strides = elementwise_strides(&self.prog.dims, Some(&t), &t.shape);
-        let ty = TensorType { shape: t.shape, strides, dtype: DType::F32 };
+        let ty = TensorType {
+            shape: t.shape,
+            strides,
+            dtype: DType::F32,
+        };
         Some(self.push(Op::Softmax(d), vec![x], ty, span))
     }
 
@@ -569,15 +628,23 @@ impl Checker {
         let v = self.expect_scalar(&v, args[2].span, "the fill value of `masked_fill`");
         let (x, m, v) = (x?, m?, v?);
         if self.ty(m).dtype != DType::Bool {
-            let d = Diagnostic::error(Code::E0208, args[1].span, "the mask of `masked_fill` is not boolean")
-                .with_hint("compare it to make it boolean, as in `mask == 0`");
+            let d = Diagnostic::error(
+                Code::E0208,
+                args[1].span,
+                "the mask of `masked_fill` is not boolean",
+            )
+            .with_hint("compare it to make it boolean, as in `mask == 0`");
             self.report(d);
             return None;
         }
         let shape = self.broadcast(x, m, span)?;
         let tx = self.ty(x).clone();
         let strides = elementwise_strides(&self.prog.dims, Some(&tx), &shape);
-        let ty = TensorType { shape, strides, dtype: tx.dtype };
+        let ty = TensorType {
+            shape,
+            strides,
+            dtype: tx.dtype,
+        };
         Some(self.push(Op::MaskedFill, vec![x, m, v], ty, span))
     }
 
@@ -652,8 +719,14 @@ impl Checker {
     fn index_kind(&mut self, ix: &Expr) -> Option<IndexKind> {
         match &ix.kind {
             ExprKind::Range(a, b) => {
-                let a = match a { Some(a) => Some(self.dim_expr(a)?), None => None };
-                let b = match b { Some(b) => Some(self.dim_expr(b)?), None => None };
+                let a = match a {
+                    Some(a) => Some(self.dim_expr(a)?),
+                    None => None,
+                };
+                let b = match b {
+                    Some(b) => Some(self.dim_expr(b)?),
+                    None => None,
+                };
                 Some(IndexKind::Slice(a, b))
             }
             ExprKind::Name(n) => match self.lookup(n) {
@@ -667,7 +740,15 @@ impl Checker {
     }
 
     /// Slice `axis` of `x`; the node and whether the axis is kept (always).
-    fn slice(&mut self, x: ValueId, axis: usize, a: Option<Poly>, b: Option<Poly>, ixspan: Span, span: Span) -> Option<(ValueId, bool)> {
+    fn slice(
+        &mut self,
+        x: ValueId,
+        axis: usize,
+        a: Option<Poly>,
+        b: Option<Poly>,
+        ixspan: Span,
+        span: Span,
+    ) -> Option<(ValueId, bool)> {
         let t = self.ty(x).clone();
         let size = t.shape[axis].clone();
         let start = a.unwrap_or_else(|| Poly::int(0));
@@ -690,12 +771,21 @@ impl Checker {
         let mut out = t;
         out.shape[axis] = end.sub(&start);
         let op = Op::Slice { axis, start, end };
-        let Value::Tensor(id) = self.push(op, vec![x], out, span) else { unreachable!("push makes a tensor") };
+        let Value::Tensor(id) = self.push(op, vec![x], out, span) else {
+            unreachable!("push makes a tensor")
+        };
         Some((id, true))
     }
 
     /// Select index `i` of `axis` (negative constants count from the end), dropping it.
-    fn select(&mut self, x: ValueId, axis: usize, i: Poly, ixspan: Span, span: Span) -> Option<(ValueId, bool)> {
+    fn select(
+        &mut self,
+        x: ValueId,
+        axis: usize,
+        i: Poly,
+        ixspan: Span,
+        span: Span,
+    ) -> Option<(ValueId, bool)> {
         let t = self.ty(x).clone();
         let size = t.shape[axis].clone();
         let i = match self.prog.dims.with_consts(&i).as_int() {
@@ -717,7 +807,9 @@ impl Checker {
         let mut out = t;
         out.shape.remove(axis);
         out.strides.remove(axis);
-        let Value::Tensor(id) = self.push(Op::Select { axis, index: i }, vec![x], out, span) else { unreachable!("push makes a tensor") };
+        let Value::Tensor(id) = self.push(Op::Select { axis, index: i }, vec![x], out, span) else {
+            unreachable!("push makes a tensor")
+        };
         Some((id, false))
     }
 }

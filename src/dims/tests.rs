@@ -25,7 +25,13 @@ fn head_count_times_head_size_is_the_model_size() {
 #[test]
 fn slice_length_of_a_head_is_the_head_size() {
     let (mut t, [_, _, _, _, h, dk]) = mha();
-    let hv = Poly::sym(t.declare("h", DimKind::Loop { start: Poly::int(0), end: h }));
+    let hv = Poly::sym(t.declare(
+        "h",
+        DimKind::Loop {
+            start: Poly::int(0),
+            end: h,
+        },
+    ));
     let end = hv.add(&Poly::int(1)).mul(&dk);
     assert_eq!(end.sub(&hv.mul(&dk)), dk);
 }
@@ -86,7 +92,13 @@ fn remainders_of_constants_are_computed() {
 #[test]
 fn slice_bounds_hold_over_the_whole_loop() {
     let (mut t, [_, _, _, d, h, dk]) = mha();
-    let hv = Poly::sym(t.declare("h", DimKind::Loop { start: Poly::int(0), end: h }));
+    let hv = Poly::sym(t.declare(
+        "h",
+        DimKind::Loop {
+            start: Poly::int(0),
+            end: h,
+        },
+    ));
     let end = hv.add(&Poly::int(1)).mul(&dk);
     assert!(t.provably_nonneg(&d.sub(&end)));
     assert!(t.provably_nonneg(&hv.mul(&dk)));

@@ -12,7 +12,11 @@ use std::fmt::Write as _;
 impl Program {
     /// The program as text: dims, run-time asserts, every node, the outputs.
     pub fn to_text(&self) -> String {
-        let mut p = Printer { prog: self, names: HashMap::new(), out: String::new() };
+        let mut p = Printer {
+            prog: self,
+            names: HashMap::new(),
+            out: String::new(),
+        };
         p.dims();
         p.nodes(&self.body, 0);
         for o in &self.outputs {
@@ -105,12 +109,23 @@ impl Printer<'_> {
             Op::Unary(u) => (unary_name(*u), vec![]),
             Op::Binary(b) => (binary_name(*b), vec![]),
             Op::Compare(c) => (cmp_name(*c), vec![]),
-            Op::Slice { axis, start, end } => ("slice", vec![axis.to_string(), format!("{}..{}", d(start), d(end))]),
+            Op::Slice { axis, start, end } => (
+                "slice",
+                vec![axis.to_string(), format!("{}..{}", d(start), d(end))],
+            ),
             Op::Select { axis, index } => ("select", vec![axis.to_string(), d(index)]),
-            Op::For { var, start, end, body, result } => {
+            Op::For {
+                var,
+                start,
+                end,
+                body,
+                result,
+            } => {
                 let var = dims.info(*var).name.clone();
                 let (start, end) = (d(start), d(end));
-                let Type::Seq { item, len } = &node.ty else { unreachable!("a for is a sequence") };
+                let Type::Seq { item, len } = &node.ty else {
+                    unreachable!("a for is a sequence")
+                };
                 let ty = format!("seq[{}] {}", d(len), self.prog.type_text(item));
                 let _ = writeln!(self.out, "{indent}{name} = for {var} in {start}..{end} : {ty} {{");
                 self.nodes(body, depth + 1);

@@ -41,8 +41,7 @@ impl Parser<'_> {
     }
 
     pub(super) fn expect_expr(&mut self) -> Expr {
-        self.parse_expr()
-            .unwrap_or_else(|| self.missing("expression"))
+        self.parse_expr().unwrap_or_else(|| self.missing("expression"))
     }
 
     /// range = comparison [ ":" comparison ]
@@ -94,8 +93,7 @@ impl Parser<'_> {
     }
 
     pub(super) fn expect_sum(&mut self) -> Expr {
-        self.parse_sum()
-            .unwrap_or_else(|| self.missing("expression"))
+        self.parse_sum().unwrap_or_else(|| self.missing("expression"))
     }
 
     /// product = unary { ( "*" | "/" | "%" | "@" ) unary }, and with [`Self::parse_sum`]
@@ -109,12 +107,8 @@ impl Parser<'_> {
         while let Some((op, power)) = binary_op(self.peek()).filter(|&(_, p)| p >= min) {
             comparisons += usize::from(op.is_comparison());
             if comparisons == 2 {
-                let d = Diagnostic::error(
-                    Code::E0002,
-                    self.span(),
-                    "comparison operators cannot be chained",
-                )
-                .with_hint("use parentheses to say which comparison comes first");
+                let d = Diagnostic::error(Code::E0002, self.span(), "comparison operators cannot be chained")
+                    .with_hint("use parentheses to say which comparison comes first");
                 self.report(d);
             }
             if !self.enter(false) {
@@ -142,9 +136,7 @@ impl Parser<'_> {
             return Some(self.missing("expression"));
         }
         let minus = self.bump();
-        let operand = self
-            .parse_unary()
-            .unwrap_or_else(|| self.missing("expression"));
+        let operand = self.parse_unary().unwrap_or_else(|| self.missing("expression"));
         self.leave(true);
         let span = minus.to(operand.span);
         Some(Expr {

@@ -199,10 +199,7 @@ fn show_program(program: &Program) -> String {
     let mut out = String::new();
     for item in &program.items {
         match item {
-            Item::Dim(decls) => decls
-                .iter()
-                .flat_map(|d| &d.value)
-                .for_each(|v| out += &show(v)),
+            Item::Dim(decls) => decls.iter().flat_map(|d| &d.value).for_each(|v| out += &show(v)),
             Item::Assert(a) => out += &show(&a.cond),
             Item::Param(p) => p.shape.dims.iter().for_each(|d| out += &show(d)),
             Item::Input(i) => i.shape.dims.iter().for_each(|d| out += &show(d)),
@@ -222,9 +219,8 @@ fn mha_parses() {
     assert_eq!(
         item_kinds(MHA),
         [
-            "dim", "dim", "dim", "param", "param", "param", "param", "param", "param", "param",
-            "param", "input", "input", "input", "input", "fn", "let", "let", "let", "let",
-            "output", "output"
+            "dim", "dim", "dim", "param", "param", "param", "param", "param", "param", "param", "param",
+            "input", "input", "input", "input", "fn", "let", "let", "let", "let", "output", "output"
         ]
     );
     assert!(!show_program(&parse_ok(MHA)).contains('?'));
@@ -253,10 +249,7 @@ fn dims_declare_one_entry_per_name() {
 #[test]
 fn param_key_is_unescaped_and_optional() {
     let src = "param W: [D, D] = \"a\\\"b\\\\c\"\nparam b: [D]";
-    assert_eq!(
-        variant!(item(src, 0), Item::Param).key.unwrap().value,
-        "a\"b\\c"
-    );
+    assert_eq!(variant!(item(src, 0), Item::Param).key.unwrap().value, "a\"b\\c");
     assert_eq!(variant!(item(src, 1), Item::Param).key, None);
 }
 
@@ -308,10 +301,7 @@ fn precedence() {
 
 #[test]
 fn range_is_loosest() {
-    assert_eq!(
-        value("h * Dk : (h + 1) * Dk"),
-        "(: (* h Dk) (* (+ h 1) Dk))"
-    );
+    assert_eq!(value("h * Dk : (h + 1) * Dk"), "(: (* h Dk) (* (+ h 1) Dk))");
     assert_eq!(value("a == b : c"), "(: (== a b) c)");
 }
 
@@ -325,10 +315,7 @@ fn postfix_chains() {
 #[test]
 fn method_chain_over_lines_inside_parens() {
     let src = "(linear(x, W)\n    .view(B, -1, H, Dk)\n\n    .transpose(1, 2))";
-    assert_eq!(
-        expr(src),
-        "(.transpose (.view (linear x W) B (- 1) H Dk) 1 2)"
-    );
+    assert_eq!(expr(src), "(.transpose (.view (linear x W) B (- 1) H Dk) 1 2)");
 }
 
 #[test]
@@ -378,10 +365,7 @@ fn unexpected_character_is_e0001_only() {
 fn missing_expression() {
     assert_eq!(messages("let x = = 1"), ["expected expression, found `=`"]);
     assert_eq!(diagnostics("let x = = 1")[0].span.range(), 8..9);
-    assert_eq!(
-        messages("output o ="),
-        ["expected expression, found end of file"]
-    );
+    assert_eq!(messages("output o ="), ["expected expression, found end of file"]);
     // The binding survives with an error value, so its later uses raise nothing.
     assert_eq!(show_program(&parse("let x = )").0), "?");
 }
@@ -407,10 +391,7 @@ fn statements_need_newlines() {
         messages("let x = a let y = b"),
         ["expected newline, found keyword `let`"]
     );
-    assert_eq!(
-        messages("let x = a\n+ b"),
-        ["expected expression, found `+`"]
-    );
+    assert_eq!(messages("let x = a\n+ b"), ["expected expression, found `+`"]);
 }
 
 #[test]
@@ -507,10 +488,7 @@ fn check_any(src: &str) {
     let (program, diagnostics) = parse(src);
     for d in &diagnostics {
         assert!(src.get(d.span.range()).is_some(), "{src:?}: {d:?}");
-        assert!(
-            matches!(d.code, Code::E0001 | Code::E0002),
-            "{src:?}: {d:?}"
-        );
+        assert!(matches!(d.code, Code::E0001 | Code::E0002), "{src:?}: {d:?}");
     }
     if diagnostics.is_empty() {
         assert!(!show_program(&program).contains('?'), "{src:?}");
@@ -534,9 +512,9 @@ fn random_bytes_never_panic() {
 #[test]
 fn random_token_soups_never_panic() {
     let pieces = [
-        "dim", "param", "input", "let", "fn", "output", "for", "in", "assert", "x", "H", "0",
-        "1.5", ".5", "\"k\"", "(", ")", "[", "]", "{", "}", ",", ":", "->", ".", "..", "=", "==",
-        "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "@", "\n", "\n", "# c\n", "$",
+        "dim", "param", "input", "let", "fn", "output", "for", "in", "assert", "x", "H", "0", "1.5", ".5",
+        "\"k\"", "(", ")", "[", "]", "{", "}", ",", ":", "->", ".", "..", "=", "==", "!=", "<", "<=", ">",
+        ">=", "+", "-", "*", "/", "%", "@", "\n", "\n", "# c\n", "$",
     ];
     let mut rng = Rng(42);
     for _ in 0..4000 {

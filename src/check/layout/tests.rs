@@ -81,21 +81,81 @@ const DK: Part = Axis(4);
 /// Base axes: 0 = B, 1 = N, 2 = H, 4 = Dk (index 3, `C`, is unused here).
 const CASES: &[Case] = &[
     // VIEW.md's table, x row-major [B, N, H, Dk].
-    Case { perm: [0, 1, 2, 3], view: &[&[B], &[N], &[H, DK]], legal: true },
-    Case { perm: [0, 2, 1, 3], view: &[&[B], &[H], &[N], &[Const(2)], &[Const(32)]], legal: true },
-    Case { perm: [0, 2, 1, 3], view: &[&[B], &[H], &[N, DK]], legal: false },
-    Case { perm: [0, 2, 1, 3], view: &[&[B, H], &[N], &[DK]], legal: false },
-    Case { perm: [0, 2, 1, 3], view: &[&[B], &[H], &[N], &[DK]], legal: true },
-    Case { perm: [0, 1, 2, 3], view: &[&[B, N, H, DK]], legal: true },
-    Case { perm: [1, 0, 2, 3], view: &[&[N, B], &[H, DK]], legal: false },
-    Case { perm: [1, 0, 2, 3], view: &[&[N], &[B], &[H, DK]], legal: true },
-    Case { perm: [0, 1, 3, 2], view: &[&[B, N], &[DK], &[H]], legal: true },
-    Case { perm: [0, 1, 3, 2], view: &[&[B], &[N], &[DK, H]], legal: false },
-    Case { perm: [2, 0, 1, 3], view: &[&[H], &[B, N], &[DK]], legal: true },
-    Case { perm: [2, 0, 1, 3], view: &[&[H], &[B, N, DK]], legal: true },
-    Case { perm: [3, 0, 1, 2], view: &[&[DK], &[B, N, H]], legal: true },
-    Case { perm: [3, 0, 1, 2], view: &[&[Const(2)], &[Const(32), B], &[N, H]], legal: false },
-    Case { perm: [0, 2, 1, 3], view: &[&[B], &[H], &[N], &[Const(1)], &[DK]], legal: true },
+    Case {
+        perm: [0, 1, 2, 3],
+        view: &[&[B], &[N], &[H, DK]],
+        legal: true,
+    },
+    Case {
+        perm: [0, 2, 1, 3],
+        view: &[&[B], &[H], &[N], &[Const(2)], &[Const(32)]],
+        legal: true,
+    },
+    Case {
+        perm: [0, 2, 1, 3],
+        view: &[&[B], &[H], &[N, DK]],
+        legal: false,
+    },
+    Case {
+        perm: [0, 2, 1, 3],
+        view: &[&[B, H], &[N], &[DK]],
+        legal: false,
+    },
+    Case {
+        perm: [0, 2, 1, 3],
+        view: &[&[B], &[H], &[N], &[DK]],
+        legal: true,
+    },
+    Case {
+        perm: [0, 1, 2, 3],
+        view: &[&[B, N, H, DK]],
+        legal: true,
+    },
+    Case {
+        perm: [1, 0, 2, 3],
+        view: &[&[N, B], &[H, DK]],
+        legal: false,
+    },
+    Case {
+        perm: [1, 0, 2, 3],
+        view: &[&[N], &[B], &[H, DK]],
+        legal: true,
+    },
+    Case {
+        perm: [0, 1, 3, 2],
+        view: &[&[B, N], &[DK], &[H]],
+        legal: true,
+    },
+    Case {
+        perm: [0, 1, 3, 2],
+        view: &[&[B], &[N], &[DK, H]],
+        legal: false,
+    },
+    Case {
+        perm: [2, 0, 1, 3],
+        view: &[&[H], &[B, N], &[DK]],
+        legal: true,
+    },
+    Case {
+        perm: [2, 0, 1, 3],
+        view: &[&[H], &[B, N, DK]],
+        legal: false,
+    },
+    Case {
+        perm: [3, 0, 1, 2],
+        view: &[&[DK], &[B, N, H]],
+        legal: true,
+    },
+    Case {
+        perm: [3, 0, 1, 2],
+        view: &[&[Const(2)], &[Const(32), B], &[N, H]],
+        legal: false,
+    },
+    Case {
+        perm: [0, 2, 1, 3],
+        view: &[&[B], &[H], &[N], &[Const(1)], &[DK]],
+        legal: true,
+    },
 ];
 
 /// The base axes of the tensor `[B, N, H, Dk]` as dims (index 3 of the table is `Dk`).
@@ -125,7 +185,11 @@ fn symbolic_view_legality_matches_the_table() {
         let shape: Vec<Poly> = case
             .view
             .iter()
-            .map(|parts| parts.iter().fold(Poly::int(1), |acc, p| acc.mul(&part_poly(&syms, *p))))
+            .map(|parts| {
+                parts
+                    .iter()
+                    .fold(Poly::int(1), |acc, p| acc.mul(&part_poly(&syms, *p)))
+            })
             .collect();
         let got = view_strides(&t, &x, &shape).is_some();
         assert_eq!(got, case.legal, "case {i}");
@@ -135,13 +199,22 @@ fn symbolic_view_legality_matches_the_table() {
 #[test]
 fn symbolic_view_legality_matches_pytorch_on_concrete_sizes() {
     let (t, syms) = dims();
-    let sizes: [[i64; 5]; 4] = [[2, 3, 5, 7, 64], [4, 9, 2, 3, 64], [3, 2, 7, 2, 64], [6, 5, 4, 2, 64]];
+    let sizes: [[i64; 5]; 4] = [
+        [2, 3, 5, 7, 64],
+        [4, 9, 2, 3, 64],
+        [3, 2, 7, 2, 64],
+        [6, 5, 4, 2, 64],
+    ];
     for (i, case) in CASES.iter().enumerate() {
         let x = permuted(&base(&syms), &case.perm);
         let shape: Vec<Poly> = case
             .view
             .iter()
-            .map(|parts| parts.iter().fold(Poly::int(1), |acc, p| acc.mul(&part_poly(&syms, *p))))
+            .map(|parts| {
+                parts
+                    .iter()
+                    .fold(Poly::int(1), |acc, p| acc.mul(&part_poly(&syms, *p)))
+            })
             .collect();
         let symbolic = view_strides(&t, &x, &shape);
         for vals in &sizes {
