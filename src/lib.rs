@@ -12,3 +12,4 @@ pub mod ast;
 pub mod parser;
 pub mod dims;
 pub mod ir;
+pub mod runtime;
