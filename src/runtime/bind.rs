@@ -287,9 +287,10 @@ fn read_params(
             Some(t) if is_float(entry.dtype) => t,
             _ => {
                 let dtype = entry.dtype;
-                let message = format!("{what} in `{path}` has dtype {dtype:?}, not a float");
+                let message =
+                    format!("{what} in `{path}` has dtype {dtype:?}, which a param cannot have");
                 return Err(RunError::new(Some(Code::E0303), message)
-                    .with_hint("store params as F32, F16, BF16 or F64"));
+                    .with_hint("store it as F32, F16, BF16 or F64"));
             }
         };
         if t.shape != *shape {

@@ -25,10 +25,6 @@ impl Tensor {
     pub fn scalar(value: f32) -> Tensor {
         Tensor::new(Vec::new(), vec![value])
     }
-
-    pub fn numel(&self) -> usize {
-        self.data.len()
-    }
 }
 
 /// The number of elements of a tensor of `shape`.
@@ -37,7 +33,7 @@ pub fn numel(shape: &[usize]) -> usize {
 }
 
 /// The strides of a row-major tensor of `shape`.
-pub fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+fn row_major_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1] * shape[i + 1];
@@ -229,12 +225,7 @@ impl Strided {
 
 /// Calls `f` with the buffer offset of every element of a strided view, in row-major
 /// order. One loop for every copy, so that only one place needs to be right.
-pub fn for_each_offset(
-    shape: &[usize],
-    strides: &[usize],
-    offset: usize,
-    mut f: impl FnMut(usize),
-) {
+fn for_each_offset(shape: &[usize], strides: &[usize], offset: usize, mut f: impl FnMut(usize)) {
     if shape.contains(&0) {
         return;
     }
