@@ -12,6 +12,7 @@ pub mod ast;
 pub mod parser;
 pub mod dims;
 pub mod ir;
+pub mod runtime;
 pub mod check;
 pub mod suggest;
 pub mod driver;

@@ -1,0 +1,221 @@
+//! The reference interpreter: evaluates the checked IR node by node, with the ops of
+//! [`super::ops`] on strided values. It is the ground truth the JIT is tested against.
+//!
+//! Every node's result is compared with the shape its type gives for the bound dims, so a
+//! checker bug surfaces as an internal error at the node where it happens, not as a wrong
+//! number far away.
+
+use super::ops;
+use super::tensor::{numel, Strided, Tensor};
+use super::{Bound, RunError};
+use crate::dims::{Poly, Sym};
+use crate::ir::{BinaryOp, Node, Op, Program, UnaryOp, ValueId};
+
+/// Runs `program` on `bound`; one contiguous tensor per output, in declaration order.
+pub fn interpret(program: &Program, bound: &Bound) -> Result<Vec<(String, Tensor)>, RunError> {
+    let mut run = Interp {
+        program,
+        dims: bound.dims.clone(),
+        values: vec![None; program.nodes.len()],
+        params: bound.params.iter().cloned().map(Strided::from).collect(),
+        inputs: bound.inputs.iter().cloned().map(Strided::from).collect(),
+    };
+    for &id in &program.body {
+        run.eval(id)?;
+    }
+    program
+        .outputs
+        .iter()
+        .map(|out| Ok((out.name.clone(), run.tensor(out.value)?.to_tensor())))
+        .collect()
+}
+
+/// A node's value: a tensor, or the items of a `for`.
+#[derive(Clone)]
+enum Value {
+    Tensor(Strided),
+    Seq(Vec<Strided>),
+}
+
+struct Interp<'p> {
+    program: &'p Program,
+    /// The value of every dim, loop variables included while their loop runs.
+    dims: Vec<Option<i64>>,
+    values: Vec<Option<Value>>,
+    params: Vec<Strided>,
+    inputs: Vec<Strided>,
+}
+
+impl<'p> Interp<'p> {
+    fn eval(&mut self, id: ValueId) -> Result<(), RunError> {
+        let node = self.program.node(id);
+        let value = match &node.op {
+            Op::For {
+                var,
+                start,
+                end,
+                body,
+                result,
+            } => Value::Seq(self.run_loop(*var, (start, end), body, *result)?),
+            _ => {
+                let expected = self.shape(id)?;
+                let value = self
+                    .eval_op(node, &expected)
+                    .ok_or_else(|| internal(id, "its operands do not fit its op"))?;
+                if value.shape != expected {
+                    let what = format!(
+                        "it computed shape {:?} where its type says {expected:?}",
+                        value.shape
+                    );
+                    return Err(internal(id, &what));
+                }
+                Value::Tensor(value)
+            }
+        };
+        self.values[id] = Some(value);
+        Ok(())
+    }
+
+    /// The items of `for var in start..end { body }`: `body` evaluated once per value of
+    /// `var`, each time yielding `result`.
+    fn run_loop(
+        &mut self,
+        var: Sym,
+        (start, end): (&Poly, &Poly),
+        body: &'p [ValueId],
+        result: ValueId,
+    ) -> Result<Vec<Strided>, RunError> {
+        let range = self.int(start).zip(self.int(end));
+        let (start, end) = range.ok_or_else(|| internal(result, "its loop range has no value"))?;
+        let saved = *self
+            .dims
+            .get(var)
+            .ok_or_else(|| internal(result, "its loop variable is not a dim"))?;
+        let mut items = Vec::new();
+        for index in start..end {
+            self.dims[var] = Some(index);
+            for &id in body {
+                self.eval(id)?;
+            }
+            items.push(self.tensor(result)?.clone());
+        }
+        self.dims[var] = saved;
+        Ok(items)
+    }
+
+    /// The value of every op but `For`; `None` when the operands do not fit.
+    fn eval_op(&self, node: &Node, expected: &[usize]) -> Option<Strided> {
+        let arg = |i: usize| {
+            self.value(*node.args.get(i)?).and_then(|v| match v {
+                Value::Tensor(t) => Some(t),
+                Value::Seq(_) => None,
+            })
+        };
+        let items = || match self.value(*node.args.first()?)? {
+            Value::Seq(items) => Some(items),
+            Value::Tensor(_) => None,
+        };
+        match &node.op {
+            Op::Param(i) => self.params.get(*i).cloned(),
+            Op::Input(i) => self.inputs.get(*i).cloned(),
+            Op::Literal(v) => Some(scalar(*v as f32)),
+            Op::DimValue(p) => Some(scalar(self.int(p)? as f32)),
+            Op::Linear => {
+                let bias = match node.args.len() {
+                    2 => None,
+                    _ => Some(arg(2)?),
+                };
+                ops::linear(arg(0)?, arg(1)?, bias)
+            }
+            Op::MatMul => ops::matmul(arg(0)?, arg(1)?),
+            Op::Transpose(a, b) => arg(0)?.transpose(*a, *b),
+            Op::Permute(perm) => arg(0)?.permute(perm),
+            // The checker proved the view legal, so its values are those of a reshape.
+            Op::View(sizes) | Op::Reshape(sizes) => arg(0)?.reshape(self.sizes(sizes)?),
+            Op::Contiguous => Some(arg(0)?.contiguous()),
+            Op::Unsqueeze(axis) => arg(0)?.unsqueeze(*axis),
+            Op::Squeeze(axis) => arg(0)?.squeeze(*axis),
+            Op::Softmax(axis) => ops::softmax(arg(0)?, *axis),
+            Op::MaskedFill => ops::masked_fill(arg(0)?, arg(1)?, arg(2)?),
+            Op::Unary(op) => Some(unary(*op, arg(0)?)),
+            Op::Binary(op) => binary(*op, arg(0)?, arg(1)?),
+            Op::Compare(op) => ops::zip_with(arg(0)?, arg(1)?, |a, b| {
+                f32::from(u8::from(ops::holds(*op, a, b)))
+            }),
+            Op::Slice { axis, start, end } => arg(0)?.slice(*axis, self.size(start)?, self.size(end)?),
+            Op::Select { axis, index } => arg(0)?.select(*axis, self.size(index)?),
+            Op::Concat(_) | Op::Stack(_) if items()?.is_empty() => {
+                Some(Tensor::new(expected.to_vec(), vec![0.0; numel(expected)]).into())
+            }
+            Op::Concat(axis) => ops::concat(items()?, *axis),
+            Op::Stack(axis) => ops::stack(items()?, *axis),
+            Op::For { .. } => None,
+        }
+    }
+
+    fn value(&self, id: ValueId) -> Option<&Value> {
+        self.values.get(id)?.as_ref()
+    }
+
+    fn tensor(&self, id: ValueId) -> Result<&Strided, RunError> {
+        match self.value(id) {
+            Some(Value::Tensor(t)) => Ok(t),
+            _ => Err(internal(id, "it is used before it has a tensor value")),
+        }
+    }
+
+    /// The shape the node's type gives for the current dims.
+    fn shape(&self, id: ValueId) -> Result<Vec<usize>, RunError> {
+        let shape = &self.program.tensor_type(id).shape;
+        self.sizes(shape)
+            .ok_or_else(|| internal(id, "its type's shape has no value for the bound dims"))
+    }
+
+    fn sizes(&self, polys: &[Poly]) -> Option<Vec<usize>> {
+        polys.iter().map(|p| self.size(p)).collect()
+    }
+
+    fn size(&self, p: &Poly) -> Option<usize> {
+        usize::try_from(self.int(p)?).ok()
+    }
+
+    fn int(&self, p: &Poly) -> Option<i64> {
+        self.program
+            .dims
+            .eval(p, &|s| self.dims.get(s).copied().flatten())
+    }
+}
+
+fn scalar(v: f32) -> Strided {
+    Tensor::scalar(v).into()
+}
+
+/// One match per op, outside the element loop, so each loop is monomorphic.
+fn unary(op: UnaryOp, x: &Strided) -> Strided {
+    match op {
+        UnaryOp::Neg => ops::map(x, |v| -v),
+        UnaryOp::Sqrt => ops::map(x, f32::sqrt),
+        UnaryOp::Exp => ops::map(x, f32::exp),
+    }
+}
+
+fn binary(op: BinaryOp, a: &Strided, b: &Strided) -> Option<Strided> {
+    match op {
+        BinaryOp::Add => ops::zip_with(a, b, |x, y| x + y),
+        BinaryOp::Sub => ops::zip_with(a, b, |x, y| x - y),
+        BinaryOp::Mul => ops::zip_with(a, b, |x, y| x * y),
+        BinaryOp::Div => ops::zip_with(a, b, |x, y| x / y),
+    }
+}
+
+/// A program the interpreter cannot run although the checker accepted it: a bug.
+fn internal(id: ValueId, what: &str) -> RunError {
+    RunError::new(
+        None,
+        format!("internal error: node {id} cannot be evaluated: {what}"),
+    )
+    .with_hint("report this: the checker accepted a program the interpreter cannot run")
+}
+
+#[cfg(test)]
+mod tests;
