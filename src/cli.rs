@@ -5,8 +5,10 @@
 use attnc::check::DimOverride;
 use attnc::driver::{check_source, Checked};
 use attnc::render;
+use attnc::runtime::{self, RunOptions};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +43,40 @@ enum Command {
         #[command(flatten)]
         dims: DimArgs,
     },
+    /// Compile and run a program; print each output's shape, checksum and the time taken
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The .attn source file
+    file: PathBuf,
+    /// Weights (safetensors); without it every param is drawn as nn.Linear initializes it
+    #[arg(long, value_name = "W.safetensors")]
+    weights: Option<PathBuf>,
+    /// Inputs (safetensors); without it inputs are drawn from a standard normal, masks all ones
+    #[arg(long, value_name = "I.safetensors")]
+    inputs: Option<PathBuf>,
+    /// Write every output, as float32, under its output name
+    #[arg(short = 'o', long = "output", value_name = "OUT.safetensors")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    dims: DimArgs,
+    /// Seed for drawn weights and inputs
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Worker threads (the interpreter runs on one)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+    /// Which backend runs the program
+    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    backend: Backend,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// The reference interpreter: the ground truth, op by op
+    Interp,
 }
 
 #[derive(clap::Args)]
@@ -95,6 +131,7 @@ pub fn main() -> i32 {
             stage: Stage::Typed,
             dims,
         } => ir_typed(&file, &dims.dims),
+        Command::Run(args) => run(&args),
     }
 }
 
@@ -158,4 +195,66 @@ fn ir_typed(path: &Path, dims: &[DimOverride]) -> i32 {
     }
     print!("{}", checked.program.to_text());
     0
+}
+
+fn run(args: &RunArgs) -> i32 {
+    let (src, checked) = match load(&args.file, &args.dims.dims) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    if checked.has_errors() {
+        eprint!(
+            "{}",
+            render::diagnostics_text(&args.file.display().to_string(), &src, &checked.diagnostics)
+        );
+        return 1;
+    }
+    let program = &checked.program;
+    let opts = RunOptions {
+        weights: args.weights.clone(),
+        inputs: args.inputs.clone(),
+        seed: args.seed,
+    };
+    let start = Instant::now();
+    let result = runtime::bind(program, &opts).and_then(|bound| {
+        let bound_at = Instant::now();
+        let outputs = runtime::interpret(program, &bound)?;
+        Ok((outputs, bound_at))
+    });
+    let (outputs, bound_at) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    let done = Instant::now();
+    if let Some(path) = &args.output {
+        if let Err(e) = runtime::save_outputs(path, &outputs) {
+            eprintln!("{e}");
+            return 1;
+        }
+    }
+    let width = outputs.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let shapes: Vec<String> = outputs.iter().map(|(_, t)| format!("{:?}", t.shape)).collect();
+    let shape_width = shapes.iter().map(String::len).max().unwrap_or(0);
+    for ((name, t), shape) in outputs.iter().zip(&shapes) {
+        println!(
+            "{name:width$}  {shape:shape_width$}  checksum {:.6}",
+            runtime::checksum(t)
+        );
+    }
+    if let Some(path) = &args.output {
+        println!("wrote {}", path.display());
+    }
+    println!(
+        "time: load {:.3} ms, run {:.3} ms (interp)",
+        ms(bound_at - start),
+        ms(done - bound_at)
+    );
+    0
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
