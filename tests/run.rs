@@ -154,7 +154,7 @@ fn pad(kind: &str) -> String {
 
 /// Expect exit code 1 and every fragment in the message.
 fn expect_error(o: &Output, fragments: &[&str]) {
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(o));
     let err = stderr(o);
     for f in fragments {
         assert!(err.contains(f), "`{f}` missing from:\n{err}");
