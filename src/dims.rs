@@ -381,6 +381,8 @@ pub struct DimTable {
     dims: Vec<DimInfo>,
     /// `(a, b)`: `b` divides `a`, from `assert a % b == 0` or a proved division.
     divides: Vec<(Poly, Poly)>,
+    /// `p`: `p >= 0`, from an asserted inequality (`assert N >= 2` gives `N - 2`).
+    nonneg: Vec<Poly>,
 }
 
 impl DimTable {
@@ -431,6 +433,13 @@ impl DimTable {
     /// The known divisibility facts, as `(dividend, divisor)` pairs.
     pub fn facts(&self) -> &[(Poly, Poly)] {
         &self.divides
+    }
+
+    /// Record that `p >= 0` (an asserted inequality).
+    pub fn assume_nonneg(&mut self, p: Poly) {
+        if !self.nonneg.contains(&p) {
+            self.nonneg.push(p);
+        }
     }
 
     /// Record that `b` divides `a` (an `assert a % b == 0`).
@@ -547,12 +556,18 @@ impl DimTable {
         derived.chain(facts)
     }
 
-    /// Whether `p >= 0` for every value of the free dims and every loop variable in its
-    /// range. Sufficient, not complete: `p` must be linear in each loop variable, which is
-    /// replaced by the end of its range that makes `p` smallest (by the sign of its
-    /// coefficient); what is left must have non-negative coefficients over atoms, all of
-    /// which are positive.
+    /// Whether `p >= 0` for every value of the free dims (each at least 1) and every loop
+    /// variable in its range: by structure, or as an asserted inequality plus something
+    /// non-negative by structure.
     pub fn provably_nonneg(&self, p: &Poly) -> bool {
+        self.nonneg_by_structure(p) || self.nonneg.iter().any(|f| self.nonneg_by_structure(&p.sub(f)))
+    }
+
+    /// Sufficient, not complete: `p` must be linear in each loop variable, which is
+    /// replaced by the end of its range that makes `p` smallest (by the sign of its
+    /// coefficient); each free dim `s` becomes `1 + s'`; what is left must have
+    /// non-negative coefficients over atoms, all of which are non-negative.
+    fn nonneg_by_structure(&self, p: &Poly) -> bool {
         let mut cases = vec![self.with_consts(p)];
         for s in p.syms() {
             let DimKind::Loop { start, end } = &self.dims[s].kind else {
@@ -577,7 +592,27 @@ impl DimTable {
             }
             cases = next;
         }
-        cases.iter().all(all_nonneg)
+        cases.iter().all(|q| all_nonneg(&self.shift_free_dims(q)))
+    }
+
+    /// `q` with each free dim `s` replaced by `s + 1` (so that the new `s` ranges over
+    /// `s >= 0`), where `s` appears only to non-negative powers and outside opaque atoms.
+    fn shift_free_dims(&self, q: &Poly) -> Poly {
+        let mut out = q.clone();
+        for s in q.syms() {
+            let free = matches!(self.dims[s].kind, DimKind::Free { .. });
+            let plain = out.terms().all(|(m, _)| {
+                m.atoms().all(|(a, e)| match a {
+                    Atom::Sym(t) => *t != s || e > 0,
+                    Atom::Quot(x, y) | Atom::Rem(x, y) => !x.syms().contains(&s) && !y.syms().contains(&s),
+                })
+            });
+            if free && plain {
+                let shifted = Poly::sym(s).add(&Poly::int(1));
+                out = out.substitute(&|t| (t == s).then(|| shifted.clone()));
+            }
+        }
+        out
     }
 
     /// The value of `p` when every atom has one: constant dims their value, the others from

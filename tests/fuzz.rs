@@ -127,7 +127,7 @@ fn the_binary_answers_mutated_programs_with_json_and_exit_0_or_1() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("case.attn");
     for (i, src) in examples().iter().enumerate() {
-        for case in 0..100 {
+        for case in 0..500 {
             let m = mutate(src, &mut rng);
             std::fs::File::create(&path)
                 .unwrap()

@@ -124,6 +124,7 @@ impl Checker {
             _ => {
                 let (x, y) = (self.dim_expr(l), self.dim_expr(r));
                 let (Some(x), Some(y)) = (x, y) else { return };
+                self.assume_comparison(&x, cmp, &y);
                 (x, y)
             }
         };
@@ -147,6 +148,22 @@ impl Checker {
                 text,
                 span: a.span,
             }),
+        }
+    }
+
+    /// Record what `x cmp y` says about the sizes, for later slice-bound proofs.
+    fn assume_comparison(&mut self, x: &Poly, cmp: CmpOp, y: &Poly) {
+        let one = Poly::int(1);
+        let facts = match cmp {
+            CmpOp::Ge => vec![x.sub(y)],
+            CmpOp::Gt => vec![x.sub(y).sub(&one)],
+            CmpOp::Le => vec![y.sub(x)],
+            CmpOp::Lt => vec![y.sub(x).sub(&one)],
+            CmpOp::Eq => vec![x.sub(y), y.sub(x)],
+            CmpOp::Ne => vec![],
+        };
+        for f in facts {
+            self.dims_mut().assume_nonneg(f);
         }
     }
 
@@ -564,13 +581,11 @@ impl Checker {
                 self.bind(&p.name.name, Entry::Value(value));
             }
             if ok {
-                self.calls.push((f.name.name.clone(), f.name.span));
                 let result = self.block_value(&f.body, "the body of a function");
                 if let Some(ret) = &f.ret {
                     let at = f.body.value.as_ref().map_or(f.body.span, |v| v.span);
                     self.check_declared(&result, ret, at, &format!("the result of `{}`", f.name.name));
                 }
-                self.calls.pop();
             }
             self.scopes.pop();
             self.prog.nodes.truncate(nodes);

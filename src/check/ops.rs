@@ -754,10 +754,14 @@ impl Checker {
         let start = a.unwrap_or_else(|| Poly::int(0));
         let end = b.unwrap_or_else(|| size.clone());
         let dims = &self.prog.dims;
-        let fits = dims.provably_nonneg(&start)
-            && dims.provably_nonneg(&end.sub(&start))
-            && dims.provably_nonneg(&size.sub(&end));
-        if !fits {
+        let unproved = [
+            (&start, Poly::int(0)),
+            (&end, start.clone()),
+            (&size, end.clone()),
+        ]
+        .into_iter()
+        .find(|(hi, lo)| !dims.provably_nonneg(&hi.sub(lo)));
+        if let Some((hi, lo)) = unproved {
             let msg = format!(
                 "slice `{} : {}` may fall outside axis {axis} of {}, of size `{}`",
                 self.dim_text(&start),
@@ -765,7 +769,14 @@ impl Checker {
                 self.shape_text(&t.shape),
                 self.dim_text(&size)
             );
-            self.error(Code::E0208, ixspan, msg);
+            let mut d = Diagnostic::error(Code::E0208, ixspan, msg);
+            if dims.with_consts(&hi.sub(&lo)).as_const().is_none() {
+                let (hi, lo) = (self.dim_text(hi), self.dim_text(&lo));
+                d = d.with_hint(format!(
+                    "add `assert {hi} >= {lo}` above this line if it always holds"
+                ));
+            }
+            self.report(d);
             return None;
         }
         let mut out = t;

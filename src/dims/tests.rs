@@ -192,3 +192,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn free_dims_are_at_least_one() {
+    let (t, [b, n, _, _, _, _]) = mha();
+    assert!(t.provably_nonneg(&b.sub(&Poly::int(1))), "B - 1 >= 0");
+    assert!(t.provably_nonneg(&b.mul(&n).sub(&Poly::int(1))), "B * N - 1 >= 0");
+    assert!(!t.provably_nonneg(&n.sub(&Poly::int(2))), "N - 2 may be negative");
+}
+
+#[test]
+fn asserted_inequalities_prove_bounds() {
+    let (mut t, [_, n, _, _, _, _]) = mha();
+    t.assume_nonneg(n.sub(&Poly::int(2)));
+    assert!(t.provably_nonneg(&n.sub(&Poly::int(2))));
+    assert!(t.provably_nonneg(&n.sub(&Poly::int(1))), "N - 2 >= 0 and 1 >= 0");
+    assert!(!t.provably_nonneg(&n.sub(&Poly::int(3))));
+}
