@@ -170,6 +170,18 @@ fn part_poly(syms: &[Poly], p: Part) -> Poly {
     }
 }
 
+/// The symbolic sizes of a case's view.
+fn view_shape(syms: &[Poly], case: &Case) -> Vec<Poly> {
+    case.view
+        .iter()
+        .map(|parts| {
+            parts
+                .iter()
+                .fold(Poly::int(1), |acc, p| acc.mul(&part_poly(syms, *p)))
+        })
+        .collect()
+}
+
 fn part_value(vals: &[i64; 5], p: Part) -> i64 {
     match p {
         Axis(a) => vals[a],
