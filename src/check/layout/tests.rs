@@ -194,15 +194,7 @@ fn symbolic_view_legality_matches_the_table() {
     let (t, syms) = dims();
     for (i, case) in CASES.iter().enumerate() {
         let x = permuted(&base(&syms), &case.perm);
-        let shape: Vec<Poly> = case
-            .view
-            .iter()
-            .map(|parts| {
-                parts
-                    .iter()
-                    .fold(Poly::int(1), |acc, p| acc.mul(&part_poly(&syms, *p)))
-            })
-            .collect();
+        let shape = view_shape(&syms, case);
         let got = view_strides(&t, &x, &shape).is_some();
         assert_eq!(got, case.legal, "case {i}");
     }
@@ -219,15 +211,7 @@ fn symbolic_view_legality_matches_pytorch_on_concrete_sizes() {
     ];
     for (i, case) in CASES.iter().enumerate() {
         let x = permuted(&base(&syms), &case.perm);
-        let shape: Vec<Poly> = case
-            .view
-            .iter()
-            .map(|parts| {
-                parts
-                    .iter()
-                    .fold(Poly::int(1), |acc, p| acc.mul(&part_poly(&syms, *p)))
-            })
-            .collect();
+        let shape = view_shape(&syms, case);
         let symbolic = view_strides(&t, &x, &shape);
         for vals in &sizes {
             let base_vals = [vals[0], vals[1], vals[2], vals[4]];
