@@ -5,6 +5,7 @@
 use attnc::check::DimOverride;
 use attnc::driver::{check_source, Checked};
 use attnc::render;
+use attnc::repl;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 
@@ -40,6 +41,19 @@ enum Command {
         stage: Stage,
         #[command(flatten)]
         dims: DimArgs,
+    },
+    /// Try shape transforms interactively: items, statements and expressions, each
+    /// expression printed with its shape and layout (`:help` lists the commands). Reads
+    /// piped stdin too; exits 0 on `:quit` or at the end of input
+    Repl {
+        /// A .attn file to load first
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        dims: DimArgs,
+        /// Print each entry after a prompt before its output, so that a piped session
+        /// reads as a transcript
+        #[arg(long)]
+        echo: bool,
     },
 }
 
@@ -95,6 +109,11 @@ pub fn main() -> i32 {
             stage: Stage::Typed,
             dims,
         } => ir_typed(&file, &dims.dims),
+        Command::Repl { file, dims, echo } => repl::run(&repl::Options {
+            file,
+            overrides: dims.dims,
+            echo,
+        }),
     }
 }
 

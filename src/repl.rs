@@ -1,0 +1,780 @@
+//! `attnc repl`: a place to try shape transforms without running anything.
+//!
+//! [`Session`] is all of it but the I/O: it takes one entry (a line, or several while a
+//! bracket is open) and answers with a [`Reply`], the text to print, so it is tested
+//! without a terminal. [`run`] is the thin loop around it: a rustyline editor with history,
+//! completion and multi-line input when stdin is a terminal, plain lines otherwise.
+//!
+//! A session is one growing text. Every entry and every loaded file is appended to it as a
+//! named part (`<repl:3>`, `examples/mha.attn`) and parsed at its offset
+//! ([`parser::parse_at`]), so the spans of all entries point into one text: an error inside
+//! a function that entry 3 defined and entry 7 calls renders against entry 3, with a label
+//! in entry 7 (see [`render::diagnostics_text_parts`]). The checker's state (dims, bindings,
+//! functions) persists from entry to entry; an expression, alone or after `:type`, `:ir` or
+//! `:opt`, is checked in a scratch copy of it, so looking leaves nothing behind.
+
+use crate::ast::{Item, Pattern};
+use crate::check::{self, Checker, DimOverride, Value};
+use crate::diagnostic::Diagnostic;
+use crate::dims::DimKind;
+use crate::ir::{DType, Op, OutputDecl, Program, TensorType, Type, ValueId};
+use crate::lexer::{self, Token};
+use crate::parser;
+use crate::render;
+use std::fmt::Write as _;
+use std::io::{self, BufRead, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The prompt; `--echo` prints it before each entry too.
+pub const PROMPT: &str = "attn> ";
+
+/// A file larger than this is not loaded (sources are small; `/dev/zero` is not one).
+const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// What an entry makes the REPL print.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reply {
+    /// Results: shapes, IR, listings. Goes to stdout.
+    pub out: String,
+    /// Diagnostics and messages about the entry. Goes to stderr.
+    pub err: String,
+    /// The entry was `:quit`.
+    pub quit: bool,
+}
+
+impl Reply {
+    fn out(text: impl Into<String>) -> Reply {
+        Reply {
+            out: text.into(),
+            ..Reply::default()
+        }
+    }
+
+    fn err(text: impl Into<String>) -> Reply {
+        Reply {
+            err: text.into(),
+            ..Reply::default()
+        }
+    }
+}
+
+/// The REPL's commands, in the order `:help` lists them. Each may be shortened to any
+/// prefix of its name (`:t`, `:q`); the first letters differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Command {
+    Type,
+    Ir,
+    Opt,
+    Dims,
+    Load,
+    Reset,
+    Help,
+    Quit,
+}
+
+const COMMANDS: &[(Command, &str, &str)] = &[
+    (Command::Type, "type", ":type EXPR   the shape and layout of EXPR, leaving nothing behind"),
+    (Command::Ir, "ir", ":ir EXPR     the typed IR of the session with EXPR as its output `out` (only what `out` needs)"),
+    (Command::Opt, "opt", ":opt EXPR    the optimized IR of that program"),
+    (Command::Dims, "dims", ":dims        the dims, their values and the facts known about them"),
+    (Command::Load, "load", ":load FILE   check a file into the session"),
+    (Command::Reset, "reset", ":reset       forget everything and start over"),
+    (Command::Help, "help", ":help        this text"),
+    (Command::Quit, "quit", ":quit        leave (so does the end of input)"),
+];
+
+impl Command {
+    /// The command a word (without its `:`) names: a command's name or a prefix of it.
+    fn find(word: &str) -> Option<Command> {
+        if word.is_empty() {
+            return None;
+        }
+        COMMANDS
+            .iter()
+            .find(|(_, name, _)| name.starts_with(word))
+            .map(|c| c.0)
+    }
+
+    fn name(self) -> &'static str {
+        COMMANDS.iter().find(|c| c.0 == self).map_or("", |c| c.1)
+    }
+
+    /// Whether the argument is an expression, which may go on over several lines.
+    fn takes_expr(self) -> bool {
+        matches!(self, Command::Type | Command::Ir | Command::Opt)
+    }
+}
+
+/// One REPL session: the checker's state and the text of every entry so far.
+pub struct Session {
+    overrides: Vec<DimOverride>,
+    checker: Checker,
+    /// Every entry and loaded file so far, one after the other, each on its own lines.
+    text: String,
+    /// `(name, start)` of each part of `text`, in order.
+    parts: Vec<(String, usize)>,
+    /// How many entries have been read, to name them `<repl:N>`.
+    entries: usize,
+}
+
+impl Session {
+    /// A fresh session; `overrides` give dims values as `--dim` does, once declared.
+    pub fn new(overrides: &[DimOverride]) -> Session {
+        Session {
+            overrides: overrides.to_vec(),
+            checker: Checker::new(overrides),
+            text: String::new(),
+            parts: Vec::new(),
+            entries: 0,
+        }
+    }
+
+    /// Answer one entry: items, statements, bare expressions or a `:command`. An entry
+    /// may span several lines (see [`needs_more`]); a blank one does nothing.
+    pub fn entry(&mut self, input: &str) -> Reply {
+        let input = input.trim_end();
+        if input.trim().is_empty() {
+            return Reply::default();
+        }
+        self.entries += 1;
+        let name = format!("<repl:{}>", self.entries);
+        match input.trim_start().strip_prefix(':') {
+            Some(_) => self.command(name, input.trim_start()),
+            None => self.source(name, input),
+        }
+    }
+
+    /// `:load FILE`: check a file into the session; its errors are shown under its name.
+    pub fn load(&mut self, path: &Path) -> Reply {
+        let src = match read_source(path) {
+            Ok(src) => src,
+            Err(e) => return Reply::err(format!("error: cannot read `{}`: {e}\n", path.display())),
+        };
+        let start = self.add_part(path.display().to_string(), &src);
+        let (ast, parse_diags) = parser::parse_at(&self.text, start);
+        if !parse_diags.is_empty() {
+            let mut err = self.render(&parse_diags);
+            let _ = writeln!(err, "`{}` has syntax errors and was not loaded", path.display());
+            return Reply::err(err);
+        }
+        self.checker.check_items(&ast.items);
+        self.checker.check_uncalled_fns(&ast.items);
+        let diags = self.checker.take_diagnostics();
+        Reply {
+            out: format!("loaded {}{}\n", path.display(), summary(&ast.items)),
+            err: self.render(&diags),
+            quit: false,
+        }
+    }
+
+    /// The words tab completion offers: names in scope, ops, keywords and commands.
+    pub fn completions(&self) -> Vec<String> {
+        let keywords = ["dim", "param", "input", "let", "fn", "output", "for", "in", "assert"];
+        let names = self.checker.global_names().into_iter().map(str::to_string);
+        let mut words: Vec<String> = check::op_names()
+            .chain(keywords)
+            .map(str::to_string)
+            .chain(names)
+            .chain(COMMANDS.iter().map(|c| format!(":{}", c.1)))
+            .collect();
+        words.sort();
+        words.dedup();
+        words
+    }
+
+    fn command(&mut self, name: String, input: &str) -> Reply {
+        let body = &input[1..];
+        let word_len = body.find(char::is_whitespace).unwrap_or(body.len());
+        let (word, rest) = body.split_at(word_len);
+        let arg = rest.trim();
+        let Some(command) = Command::find(word) else {
+            let names = COMMANDS.iter().map(|c| c.1);
+            let hint = crate::suggest::closest(word, names)
+                .map_or(String::new(), |c| format!("; did you mean `:{c}`?"));
+            return Reply::err(format!("unknown command `:{word}`{hint} (`:help` lists them)\n"));
+        };
+        let wants_arg = command.takes_expr() || command == Command::Load;
+        if wants_arg && arg.is_empty() {
+            let what = if command == Command::Load { "FILE" } else { "EXPR" };
+            return Reply::err(format!("usage: :{} {what}\n", command.name()));
+        }
+        if !wants_arg && !arg.is_empty() {
+            return Reply::err(format!("`:{}` takes no argument\n", command.name()));
+        }
+        match command {
+            Command::Type | Command::Ir | Command::Opt => {
+                // The whole entry is the part, so carets line up with what was typed.
+                let start = self.add_part(name, input);
+                let offset = input.len() - rest.trim_start().len();
+                self.inspect(command, start + offset)
+            }
+            Command::Dims => Reply::out(dims_text(self.checker.program())),
+            Command::Load => self.load(Path::new(arg)),
+            Command::Reset => {
+                *self = Session::new(&self.overrides);
+                Reply::out("the session is empty again\n")
+            }
+            Command::Help => Reply::out(help_text()),
+            Command::Quit => Reply {
+                quit: true,
+                ..Reply::default()
+            },
+        }
+    }
+
+    /// Items, statements and bare expressions: each item is checked into the session
+    /// and shows what it bound; an expression is checked in a scratch copy and shows its
+    /// shape.
+    fn source(&mut self, name: String, input: &str) -> Reply {
+        let start = self.add_part(name, input);
+        let (ast, parse_diags) = parser::parse_at(&self.text, start);
+        if !parse_diags.is_empty() {
+            return Reply::err(self.render(&parse_diags));
+        }
+        let mut reply = Reply::default();
+        for item in &ast.items {
+            let lines = match item {
+                Item::Expr(e) => {
+                    let mut scratch = self.checker.clone();
+                    let value = scratch.check_expr(e);
+                    let diags = scratch.take_diagnostics();
+                    reply.err += &self.render(&diags);
+                    value_lines(scratch.program(), &value)
+                }
+                _ => {
+                    let one = std::slice::from_ref(item);
+                    self.checker.check_items(one);
+                    self.checker.check_uncalled_fns(one);
+                    let diags = self.checker.take_diagnostics();
+                    reply.err += &self.render(&diags);
+                    self.bound_lines(item)
+                }
+            };
+            for line in lines {
+                reply.out += &line;
+                reply.out.push('\n');
+            }
+        }
+        reply
+    }
+
+    /// `:type`, `:ir` and `:opt` of the expression at `start` in the session's text.
+    fn inspect(&mut self, command: Command, start: usize) -> Reply {
+        let (ast, parse_diags) = parser::parse_at(&self.text, start);
+        if !parse_diags.is_empty() {
+            return Reply::err(self.render(&parse_diags));
+        }
+        let [Item::Expr(e)] = &ast.items[..] else {
+            return Reply::err(format!("`:{}` takes one expression\n", command.name()));
+        };
+        let mut scratch = self.checker.clone();
+        let value = scratch.check_expr(e);
+        let diags = scratch.take_diagnostics();
+        if !diags.is_empty() {
+            return Reply::err(self.render(&diags));
+        }
+        if command == Command::Type {
+            return Reply::out(value_lines(scratch.program(), &value).join("\n") + "\n");
+        }
+        let outputs = match output_values(&value) {
+            Ok(outputs) => outputs,
+            Err(kind) => {
+                let name = command.name();
+                return Reply::err(format!("`:{name}` needs a tensor or a tuple of them, found {kind}\n"));
+            }
+        };
+        let mut prog = scratch.snapshot();
+        prog.outputs = outputs
+            .iter()
+            .enumerate()
+            .map(|(i, &value)| OutputDecl {
+                name: match outputs.len() {
+                    1 => "out".to_string(),
+                    _ => format!("out{i}"),
+                },
+                value,
+                span: e.span,
+            })
+            .collect();
+        keep_needed(&mut prog);
+        match command {
+            Command::Opt => match optimized_text(&prog) {
+                Ok(text) => Reply::out(text),
+                Err(why) => Reply::err(why + "\n"),
+            },
+            _ => Reply::out(prog.to_text()),
+        }
+    }
+
+    /// What an item bound, one line per name: `q: [B, H, N, Dk]  strides ..`.
+    fn bound_lines(&self, item: &Item) -> Vec<String> {
+        let prog = self.checker.program();
+        let names: Vec<&str> = match item {
+            Item::Let(l) => match &l.pattern {
+                Pattern::Name(n) => vec![&n.name],
+                Pattern::Tuple(names, _) => names.iter().map(|n| n.name.as_str()).collect(),
+            },
+            Item::Param(p) => vec![&p.name.name],
+            Item::Input(i) => vec![&i.name.name],
+            Item::Output(o) => {
+                return prog
+                    .outputs
+                    .iter()
+                    .filter(|out| out.span == o.span)
+                    .map(|out| format!("{}: {}", out.name, tensor_line(prog, prog.tensor_type(out.value))))
+                    .collect();
+            }
+            _ => vec![],
+        };
+        let mut lines = Vec::new();
+        for name in names {
+            let Some(value) = self.checker.global_value(name) else {
+                continue;
+            };
+            match &value_lines(prog, value)[..] {
+                [] => {}
+                [one] => lines.push(format!("{name}: {one}")),
+                many => {
+                    lines.push(format!("{name}:"));
+                    lines.extend(many.iter().map(|l| format!("  {l}")));
+                }
+            }
+        }
+        lines
+    }
+
+    /// Append a part to the session's text; returns where it starts.
+    fn add_part(&mut self, name: String, text: &str) -> usize {
+        if !self.text.is_empty() && !self.text.ends_with('\n') {
+            self.text.push('\n');
+        }
+        let start = self.text.len();
+        self.parts.push((name, start));
+        self.text.push_str(text);
+        start
+    }
+
+    fn render(&self, diags: &[Diagnostic]) -> String {
+        render::diagnostics_text_parts(&self.text, &self.parts, diags)
+    }
+}
+
+/// Whether `text` is an unfinished entry, so the REPL should read another line into it:
+/// a bracket is open, or a `fn` or `for` has not reached its `{` yet (so a signature may
+/// wrap before `->`, as in files) and the last line is not blank. A command is one line,
+/// except that the expression of `:type`, `:ir` or `:opt` goes on while a bracket is open.
+pub fn needs_more(text: &str) -> bool {
+    let trimmed = text.trim_start();
+    if let Some(body) = trimmed.strip_prefix(':') {
+        let word = body.split(char::is_whitespace).next().unwrap_or("");
+        return Command::find(word).is_some_and(Command::takes_expr) && lexer::open_brackets(text);
+    }
+    if lexer::open_brackets(text) {
+        return true;
+    }
+    let last_line_blank = text.rsplit('\n').next().is_none_or(|l| l.trim().is_empty());
+    if last_line_blank {
+        return false;
+    }
+    let (tokens, _) = lexer::lex(text);
+    let count = |kinds: &[Token]| tokens.iter().filter(|(t, _)| kinds.contains(t)).count();
+    count(&[Token::Fn, Token::For]) > count(&[Token::LeftBrace])
+}
+
+/// The optimized IR of `prog`, or why there is none. This is where `:opt` meets the
+/// optimizer: once `crate::opt` exists, call it here and print its program's text.
+fn optimized_text(prog: &Program) -> Result<String, String> {
+    let _ = prog;
+    Err(":opt needs the optimizer, which this build does not have".to_string())
+}
+
+/// The tensors that become the outputs of `:ir`/`:opt`: a tensor, or each of a tuple's.
+/// `Err` names the kind of value that cannot be an output.
+fn output_values(value: &Value) -> Result<Vec<ValueId>, String> {
+    match value {
+        Value::Tensor(id) => Ok(vec![*id]),
+        Value::Tuple(parts) if !parts.is_empty() => {
+            let parts: Result<Vec<Vec<ValueId>>, String> = parts.iter().map(output_values).collect();
+            Ok(parts?.concat())
+        }
+        Value::Tuple(_) => Err("an empty tuple".to_string()),
+        Value::Seq(_) => Err("a sequence (try `concat` or `stack`)".to_string()),
+        Value::Range(..) => Err("a range".to_string()),
+        Value::Error => Err("an error".to_string()),
+    }
+}
+
+/// Drop the top-level nodes no output needs (a `for` keeps its whole body).
+fn keep_needed(prog: &mut Program) {
+    let mut needed = vec![false; prog.nodes.len()];
+    let mut stack: Vec<ValueId> = prog.outputs.iter().map(|o| o.value).collect();
+    while let Some(id) = stack.pop() {
+        if std::mem::replace(&mut needed[id], true) {
+            continue;
+        }
+        let node = &prog.nodes[id];
+        stack.extend(&node.args);
+        if let Op::For { body, result, .. } = &node.op {
+            stack.extend(body);
+            stack.push(*result);
+        }
+    }
+    prog.body.retain(|&id| needed[id]);
+}
+
+/// A value as the REPL shows it, one line per tensor: `[B, N, D]  contiguous`; the parts
+/// of a tuple as `(0) ..`, `(1) ..`; nothing for an error (its diagnostic said it all).
+pub fn value_lines(prog: &Program, value: &Value) -> Vec<String> {
+    let mut lines = Vec::new();
+    push_value_lines(prog, value, "", &mut lines);
+    lines
+}
+
+fn push_value_lines(prog: &Program, value: &Value, path: &str, lines: &mut Vec<String>) {
+    let line = match value {
+        Value::Tensor(id) => tensor_line(prog, prog.tensor_type(*id)),
+        Value::Seq(id) => match &prog.node(*id).ty {
+            Type::Seq { item, len } => format!("seq[{}] of {}", prog.dims.display(len), tensor_line(prog, item)),
+            Type::Tensor(t) => tensor_line(prog, t),
+        },
+        Value::Range(a, b) => format!("range {} : {}", prog.dims.display(a), prog.dims.display(b)),
+        Value::Tuple(parts) if !parts.is_empty() => {
+            for (i, part) in parts.iter().enumerate() {
+                let path = match path {
+                    "" => i.to_string(),
+                    outer => format!("{outer}.{i}"),
+                };
+                push_value_lines(prog, part, &path, lines);
+            }
+            return;
+        }
+        Value::Tuple(_) => "()".to_string(),
+        Value::Error => return,
+    };
+    match path {
+        "" => lines.push(line),
+        path => lines.push(format!("({path}) {line}")),
+    }
+}
+
+/// `[B, H, N, Dk]  strides [N * D, Dk, D, 1]  non-contiguous`, or `[B, N, D]  contiguous`,
+/// or `[]  scalar`; then `  bool` for a mask and `  = [2, 7, 512]` when every dim has a
+/// value.
+pub fn tensor_line(prog: &Program, t: &TensorType) -> String {
+    let mut line = prog.shape_text(&t.shape);
+    if t.rank() == 0 {
+        line.push_str("  scalar");
+    } else if t.is_contiguous(&prog.dims) {
+        line.push_str("  contiguous");
+    } else {
+        let _ = write!(line, "  strides {}  non-contiguous", prog.shape_text(&t.strides));
+    }
+    if t.dtype == DType::Bool {
+        line.push_str("  bool");
+    }
+    if let Some(sizes) = render::sizes(prog, &t.shape).filter(|s| !s.is_empty()) {
+        let _ = write!(line, "  = {sizes:?}");
+    }
+    line
+}
+
+/// `:dims`: every dim as declared, with its kind and value, then the facts and the
+/// asserts left for run time.
+pub fn dims_text(prog: &Program) -> String {
+    let dims = &prog.dims;
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for (s, info) in dims.iter() {
+        let value = dims.value(&dims.use_of(s));
+        let (decl, note) = match &info.kind {
+            DimKind::Free { value: None } => (format!("dim {}", info.name), "free".to_string()),
+            DimKind::Free { value: Some(v) } => (format!("dim {}", info.name), format!("free, {v} from --dim")),
+            DimKind::Const(v) => (format!("dim {} = {v}", info.name), "constant".to_string()),
+            DimKind::Derived(_) => {
+                let decl = format!("dim {} = {}", info.name, dims.display_definition(s));
+                let note = value.map_or("derived".to_string(), |v| format!("derived, = {v}"));
+                (decl, note)
+            }
+            DimKind::Loop { .. } => continue,
+        };
+        rows.push((decl, note));
+    }
+    for (a, b) in dims.facts() {
+        let fact = format!("{} % {} == 0", dims.display(a), dims.display(b));
+        rows.push((format!("fact {fact}"), "used by proofs".to_string()));
+    }
+    for a in &prog.asserts {
+        rows.push((format!("assert {}", a.text), "checked at run time".to_string()));
+    }
+    if rows.is_empty() {
+        return "no dims yet\n".to_string();
+    }
+    let width = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
+    rows.iter()
+        .map(|(decl, note)| format!("{decl:width$}  # {note}\n"))
+        .collect()
+}
+
+fn help_text() -> String {
+    let mut out = String::from(
+        "Enter items (dim, param, input, fn, let, output, assert) and expressions. An expression\n\
+         prints its shape and layout, and its sizes when every dim has a value; a binding prints\n\
+         the same for its name. Commands:\n",
+    );
+    for (_, _, line) in COMMANDS {
+        let _ = writeln!(out, "  {line}");
+    }
+    out.push_str(
+        "An entry goes on over several lines while a bracket is open, or until a `fn` or `for`\n\
+         has its `{` (an empty line ends it). Commands may be shortened: `:t`, `:q`.\n",
+    );
+    out
+}
+
+/// ` (3 dims, 8 params, ..)`: what a loaded file declared.
+fn summary(items: &[Item]) -> String {
+    let mut counts = [0usize; 6];
+    for item in items {
+        match item {
+            Item::Dim(ds) => counts[0] += ds.len(),
+            Item::Param(_) => counts[1] += 1,
+            Item::Input(_) => counts[2] += 1,
+            Item::Fn(_) => counts[3] += 1,
+            Item::Let(_) => counts[4] += 1,
+            Item::Output(_) => counts[5] += 1,
+            Item::Assert(_) | Item::Expr(_) => {}
+        }
+    }
+    let nouns = ["dim", "param", "input", "fn", "let", "output"];
+    let parts: Vec<String> = counts
+        .iter()
+        .zip(nouns)
+        .filter(|(n, _)| **n > 0)
+        .map(|(n, noun)| format!("{n} {noun}{}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", parts.join(", ")),
+    }
+}
+
+/// A source file's text, refusing huge files and text that is not UTF-8.
+fn read_source(path: &Path) -> Result<String, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("it is larger than {} MiB", MAX_FILE_BYTES >> 20));
+    }
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
+}
+
+// ---- the loop ----
+
+/// How [`run`] talks to the outside.
+pub struct Options {
+    /// Load this file first.
+    pub file: Option<PathBuf>,
+    pub overrides: Vec<DimOverride>,
+    /// Print each entry after the prompt before its reply, so that a piped session's
+    /// output reads as a transcript.
+    pub echo: bool,
+}
+
+/// Run a session on stdin and stdout until `:quit` or the end of input. Always exit code 0:
+/// errors are part of a session, not its failure.
+pub fn run(options: &Options) -> i32 {
+    let mut session = Session::new(&options.overrides);
+    if let Some(path) = &options.file {
+        if emit(&session.load(path)).is_err() {
+            return 0;
+        }
+    }
+    if io::stdin().is_terminal() {
+        interactive(&mut session);
+    } else {
+        piped(&mut session, options.echo);
+    }
+    0
+}
+
+/// Print a reply: diagnostics to stderr, results to stdout, both flushed so that the two
+/// interleave in order when they share a pipe.
+fn emit(reply: &Reply) -> io::Result<()> {
+    let mut err = io::stderr().lock();
+    err.write_all(reply.err.as_bytes())?;
+    err.flush()?;
+    let mut out = io::stdout().lock();
+    out.write_all(reply.out.as_bytes())?;
+    out.flush()
+}
+
+/// Read plain lines (lossily decoded), gathering them while an entry needs more.
+fn piped(session: &mut Session, echo: bool) {
+    let mut stdin = io::stdin().lock();
+    let mut pending = String::new();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let at_end = matches!(stdin.read_until(b'\n', &mut buf), Ok(0) | Err(_));
+        if !at_end {
+            let line = String::from_utf8_lossy(&buf);
+            if !pending.is_empty() {
+                pending.push('\n');
+            }
+            pending.push_str(line.trim_end_matches(['\n', '\r']));
+            if needs_more(&pending) {
+                continue;
+            }
+        }
+        if !pending.trim().is_empty() {
+            if echo && emit(&Reply::out(format!("{PROMPT}{pending}\n"))).is_err() {
+                return;
+            }
+            let reply = session.entry(&pending);
+            if emit(&reply).is_err() || reply.quit {
+                return;
+            }
+        }
+        pending.clear();
+        if at_end {
+            return;
+        }
+    }
+}
+
+/// The line editor: history, completion, multi-line entries.
+fn interactive(session: &mut Session) {
+    use rustyline::error::ReadlineError;
+    let config = rustyline::Config::builder()
+        .max_history_size(1000)
+        .map(|b| b.auto_add_history(false).build())
+        .unwrap_or_default();
+    let Ok(mut editor) = rustyline::Editor::<Helper, rustyline::history::DefaultHistory>::with_config(config)
+    else {
+        return piped(session, false);
+    };
+    editor.set_helper(Some(Helper::new(session.completions())));
+    let history = history_path();
+    if let Some(path) = &history {
+        let _ = editor.load_history(path);
+    }
+    println!("attnc repl: enter items and expressions; :help lists the commands, :quit leaves");
+    loop {
+        match editor.readline(PROMPT) {
+            Ok(line) => {
+                if !line.trim().is_empty() {
+                    let _ = editor.add_history_entry(line.as_str());
+                }
+                let reply = session.entry(&line);
+                if emit(&reply).is_err() || reply.quit {
+                    break;
+                }
+                if let Some(helper) = editor.helper_mut() {
+                    helper.words = session.completions();
+                }
+            }
+            Err(ReadlineError::Interrupted) => continue,
+            Err(_) => break,
+        }
+    }
+    if let Some(path) = &history {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = editor.save_history(path);
+    }
+}
+
+/// `$XDG_STATE_HOME/attnc/history`, else `~/.attnc_history`.
+fn history_path() -> Option<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    match var("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
+        Some(state) => Some(state.join("attnc").join("history")),
+        None => var("HOME").map(|home| home.join(".attnc_history")),
+    }
+}
+
+/// Tab completion and multi-line input for the line editor.
+struct Helper {
+    /// Names in scope, ops, keywords and commands, sorted.
+    words: Vec<String>,
+    files: rustyline::completion::FilenameCompleter,
+}
+
+impl Helper {
+    fn new(words: Vec<String>) -> Helper {
+        Helper {
+            words,
+            files: rustyline::completion::FilenameCompleter::new(),
+        }
+    }
+}
+
+impl rustyline::completion::Completer for Helper {
+    type Candidate = rustyline::completion::Pair;
+
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        ctx: &rustyline::Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Self::Candidate>)> {
+        let before = &line[..pos];
+        if let Some(arg) = before.trim_start().strip_prefix(':') {
+            let word = arg.split(char::is_whitespace).next().unwrap_or("");
+            if word.len() < arg.len() && Command::find(word) == Some(Command::Load) {
+                return self.files.complete(line, pos, ctx);
+            }
+        }
+        let start = before
+            .char_indices()
+            .rev()
+            .take_while(|(_, c)| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .last()
+            .map_or(pos, |(i, _)| i);
+        let prefix = &before[start..];
+        let candidates = complete_word(&self.words, prefix)
+            .into_iter()
+            .map(|w| rustyline::completion::Pair {
+                display: w.to_string(),
+                replacement: w.to_string(),
+            })
+            .collect();
+        Ok((start, candidates))
+    }
+}
+
+/// The words that complete `prefix`: commands after a `:`, other words otherwise.
+fn complete_word<'w>(words: &'w [String], prefix: &str) -> Vec<&'w str> {
+    if prefix.is_empty() {
+        return Vec::new();
+    }
+    words
+        .iter()
+        .filter(|w| w.starts_with(prefix) && w.starts_with(':') == prefix.starts_with(':'))
+        .map(String::as_str)
+        .collect()
+}
+
+impl rustyline::validate::Validator for Helper {
+    fn validate(
+        &self,
+        ctx: &mut rustyline::validate::ValidationContext,
+    ) -> rustyline::Result<rustyline::validate::ValidationResult> {
+        use rustyline::validate::ValidationResult::{Incomplete, Valid};
+        Ok(if needs_more(ctx.input()) { Incomplete } else { Valid(None) })
+    }
+}
+
+impl rustyline::hint::Hinter for Helper {
+    type Hint = String;
+}
+
+impl rustyline::highlight::Highlighter for Helper {}
+
+impl rustyline::Helper for Helper {}
+
+#[cfg(test)]
+mod tests;
