@@ -58,7 +58,11 @@ pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
 /// `parse_at(src, 0)` is `parse(src)`; a `start` past the end or off a character boundary
 /// parses nothing.
 pub fn parse_at(src: &str, start: usize) -> (Program, Vec<Diagnostic>) {
-    let start = if src.is_char_boundary(start) { start } else { src.len() };
+    let start = if src.is_char_boundary(start) {
+        start
+    } else {
+        src.len()
+    };
     let shift = |span: Span| Span::new(span.start + start, span.end + start);
     let (mut tokens, mut diagnostics) = lexer::lex(&src[start..]);
     for (_, span) in &mut tokens {

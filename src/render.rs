@@ -4,8 +4,8 @@
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::ir::{BindingKind, Program};
 use crate::source::line_col;
-use codespan_reporting::diagnostic as cs;
 use crate::source::Span;
+use codespan_reporting::diagnostic as cs;
 use codespan_reporting::files::{Files, SimpleFile, SimpleFiles};
 use codespan_reporting::term;
 use serde_json::{json, Value};
@@ -37,7 +37,9 @@ pub fn diagnostics_text_parts(src: &str, parts: &[(String, usize)], diags: &[Dia
         return diagnostics_text("", src, diags);
     }
     let locate = |s: Span| {
-        let part = starts.partition_point(|&start| start <= s.start).saturating_sub(1);
+        let part = starts
+            .partition_point(|&start| start <= s.start)
+            .saturating_sub(1);
         let len = files.get(part).map_or(0, |f| f.source().len());
         let local = |pos: usize| pos.saturating_sub(starts[part]).min(len);
         (part, local(s.start)..local(s.end.max(s.start)))
@@ -46,7 +48,11 @@ pub fn diagnostics_text_parts(src: &str, parts: &[(String, usize)], diags: &[Dia
 }
 
 /// One diagnostic rendered as rustc does; `locate` finds the file and range of a span.
-fn emit<'f, F: Files<'f>>(files: &'f F, d: &Diagnostic, locate: impl Fn(Span) -> (F::FileId, Range<usize>)) -> String {
+fn emit<'f, F: Files<'f>>(
+    files: &'f F,
+    d: &Diagnostic,
+    locate: impl Fn(Span) -> (F::FileId, Range<usize>),
+) -> String {
     let config = term::Config::default();
     match term::emit_into_string(&config, files, &to_codespan(d, locate)) {
         Ok(text) => text,

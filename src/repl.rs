@@ -73,14 +73,42 @@ enum Command {
 }
 
 const COMMANDS: &[(Command, &str, &str)] = &[
-    (Command::Type, "type", ":type EXPR   the shape and layout of EXPR, leaving nothing behind"),
-    (Command::Ir, "ir", ":ir EXPR     the typed IR of the session with EXPR as its output `out` (only what `out` needs)"),
-    (Command::Opt, "opt", ":opt EXPR    the optimized IR of that program"),
-    (Command::Dims, "dims", ":dims        the dims, their values and the facts known about them"),
-    (Command::Load, "load", ":load FILE   check a file into the session"),
-    (Command::Reset, "reset", ":reset       forget everything and start over"),
+    (
+        Command::Type,
+        "type",
+        ":type EXPR   the shape and layout of EXPR, leaving nothing behind",
+    ),
+    (
+        Command::Ir,
+        "ir",
+        ":ir EXPR     the typed IR of the session with EXPR as its output `out` (only what `out` needs)",
+    ),
+    (
+        Command::Opt,
+        "opt",
+        ":opt EXPR    the optimized IR of that program",
+    ),
+    (
+        Command::Dims,
+        "dims",
+        ":dims        the dims, their values and the facts known about them",
+    ),
+    (
+        Command::Load,
+        "load",
+        ":load FILE   check a file into the session (`:reset` first to load it again)",
+    ),
+    (
+        Command::Reset,
+        "reset",
+        ":reset       forget everything and start over",
+    ),
     (Command::Help, "help", ":help        this text"),
-    (Command::Quit, "quit", ":quit        leave (so does the end of input)"),
+    (
+        Command::Quit,
+        "quit",
+        ":quit        leave (so does the end of input)",
+    ),
 ];
 
 impl Command {
@@ -169,7 +197,9 @@ impl Session {
 
     /// The words tab completion offers: names in scope, ops, keywords and commands.
     pub fn completions(&self) -> Vec<String> {
-        let keywords = ["dim", "param", "input", "let", "fn", "output", "for", "in", "assert"];
+        let keywords = [
+            "dim", "param", "input", "let", "fn", "output", "for", "in", "assert",
+        ];
         let names = self.checker.global_names().into_iter().map(str::to_string);
         let mut words: Vec<String> = check::op_names()
             .chain(keywords)
@@ -280,7 +310,9 @@ impl Session {
             Ok(outputs) => outputs,
             Err(kind) => {
                 let name = command.name();
-                return Reply::err(format!("`:{name}` needs a tensor or a tuple of them, found {kind}\n"));
+                return Reply::err(format!(
+                    "`:{name}` needs a tensor or a tuple of them, found {kind}\n"
+                ));
             }
         };
         let mut prog = scratch.snapshot();
@@ -363,13 +395,17 @@ impl Session {
 /// a bracket is open, or a `fn` or `for` has not reached its `{` yet (so a signature may
 /// wrap before `->`, as in files) and the last line is not blank. A command is one line,
 /// except that the expression of `:type`, `:ir` or `:opt` goes on while a bracket is open.
+///
+/// Brackets count as the parser's layout counts them: a line that starts with a keyword
+/// only a statement starts with (`let`, `fn`, ..) closes the `(` and `[` left open above
+/// it, so a missing `)` spoils one entry and not the rest of the session.
 pub fn needs_more(text: &str) -> bool {
     let trimmed = text.trim_start();
     if let Some(body) = trimmed.strip_prefix(':') {
         let word = body.split(char::is_whitespace).next().unwrap_or("");
-        return Command::find(word).is_some_and(Command::takes_expr) && lexer::open_brackets(text);
+        return Command::find(word).is_some_and(Command::takes_expr) && !open_brackets(text).is_empty();
     }
-    if lexer::open_brackets(text) {
+    if !open_brackets(text).is_empty() {
         return true;
     }
     let last_line_blank = text.rsplit('\n').next().is_none_or(|l| l.trim().is_empty());
@@ -379,6 +415,60 @@ pub fn needs_more(text: &str) -> bool {
     let (tokens, _) = lexer::lex(text);
     let count = |kinds: &[Token]| tokens.iter().filter(|(t, _)| kinds.contains(t)).count();
     count(&[Token::Fn, Token::For]) > count(&[Token::LeftBrace])
+}
+
+/// Whether `line` starts an entry of its own even while `pending` waits for more: it is a
+/// command, or starts with a statement keyword outside any `{ }` block of `pending`. Piped
+/// input then answers `pending` as it stands (with its error) and goes on with `line`.
+pub fn starts_entry(pending: &str, line: &str) -> bool {
+    let trimmed = line.trim_start();
+    if let Some(body) = trimmed.strip_prefix(':') {
+        let word = body
+            .split(|c: char| !c.is_ascii_alphabetic())
+            .next()
+            .unwrap_or("");
+        return Command::find(word).is_some();
+    }
+    let first = lexer::lex(line).0.first().map(|(t, _)| *t);
+    first.is_some_and(starts_statement) && !open_brackets(pending).contains(&Token::LeftBrace)
+}
+
+/// Keywords that only ever start a statement (as in the parser's layout).
+fn starts_statement(token: Token) -> bool {
+    use Token::*;
+    matches!(token, Dim | Param | Input | Fn | Let | Output | Assert)
+}
+
+/// The brackets open at the end of `text`, innermost last, counted as the parser's layout
+/// counts them (see [`needs_more`]). Brackets in strings and comments do not count.
+fn open_brackets(text: &str) -> Vec<Token> {
+    use Token::*;
+    let mut open: Vec<Token> = Vec::new();
+    let mut line_start = true;
+    for (token, _) in lexer::lex(text).0 {
+        if line_start && starts_statement(token) {
+            while matches!(open.last(), Some(LeftParen | LeftSquare)) {
+                open.pop();
+            }
+        }
+        line_start = token == Newline;
+        match token {
+            LeftParen | LeftSquare | LeftBrace => open.push(token),
+            RightParen | RightSquare | RightBrace => {
+                let opener = match token {
+                    RightParen => LeftParen,
+                    RightSquare => LeftSquare,
+                    _ => LeftBrace,
+                };
+                // Close up to the matching opener; a closer that matches none is dropped.
+                if let Some(at) = open.iter().rposition(|t| *t == opener) {
+                    open.truncate(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    open
 }
 
 /// The optimized IR of `prog`, or why there is none. This is where `:opt` meets the
@@ -434,7 +524,9 @@ fn push_value_lines(prog: &Program, value: &Value, path: &str, lines: &mut Vec<S
     let line = match value {
         Value::Tensor(id) => tensor_line(prog, prog.tensor_type(*id)),
         Value::Seq(id) => match &prog.node(*id).ty {
-            Type::Seq { item, len } => format!("seq[{}] of {}", prog.dims.display(len), tensor_line(prog, item)),
+            Type::Seq { item, len } => {
+                format!("seq[{}] of {}", prog.dims.display(len), tensor_line(prog, item))
+            }
             Type::Tensor(t) => tensor_line(prog, t),
         },
         Value::Range(a, b) => format!("range {} : {}", prog.dims.display(a), prog.dims.display(b)),
@@ -487,7 +579,9 @@ pub fn dims_text(prog: &Program) -> String {
         let value = dims.value(&dims.use_of(s));
         let (decl, note) = match &info.kind {
             DimKind::Free { value: None } => (format!("dim {}", info.name), "free".to_string()),
-            DimKind::Free { value: Some(v) } => (format!("dim {}", info.name), format!("free, {v} from --dim")),
+            DimKind::Free { value: Some(v) } => {
+                (format!("dim {}", info.name), format!("free, {v} from --dim"))
+            }
             DimKind::Const(v) => (format!("dim {} = {v}", info.name), "constant".to_string()),
             DimKind::Derived(_) => {
                 let decl = format!("dim {} = {}", info.name, dims.display_definition(s));
@@ -619,23 +713,24 @@ fn piped(session: &mut Session, echo: bool) {
         buf.clear();
         let at_end = matches!(stdin.read_until(b'\n', &mut buf), Ok(0) | Err(_));
         if !at_end {
-            let line = String::from_utf8_lossy(&buf);
+            let decoded = String::from_utf8_lossy(&buf);
+            let line = decoded.trim_end_matches(['\n', '\r']);
+            if !pending.is_empty() && starts_entry(&pending, line) {
+                if !answer(session, &pending, echo) {
+                    return;
+                }
+                pending.clear();
+            }
             if !pending.is_empty() {
                 pending.push('\n');
             }
-            pending.push_str(line.trim_end_matches(['\n', '\r']));
+            pending.push_str(line);
             if needs_more(&pending) {
                 continue;
             }
         }
-        if !pending.trim().is_empty() {
-            if echo && emit(&Reply::out(format!("{PROMPT}{pending}\n"))).is_err() {
-                return;
-            }
-            let reply = session.entry(&pending);
-            if emit(&reply).is_err() || reply.quit {
-                return;
-            }
+        if !answer(session, &pending, echo) {
+            return;
         }
         pending.clear();
         if at_end {
@@ -644,12 +739,28 @@ fn piped(session: &mut Session, echo: bool) {
     }
 }
 
+/// Answer one piped entry, echoed first when asked; false when the session is over.
+fn answer(session: &mut Session, entry: &str, echo: bool) -> bool {
+    if entry.trim().is_empty() {
+        return true;
+    }
+    if echo && emit(&Reply::out(format!("{PROMPT}{entry}\n"))).is_err() {
+        return false;
+    }
+    let reply = session.entry(entry);
+    emit(&reply).is_ok() && !reply.quit
+}
+
 /// The line editor: history, completion, multi-line entries.
 fn interactive(session: &mut Session) {
     use rustyline::error::ReadlineError;
     let config = rustyline::Config::builder()
         .max_history_size(1000)
-        .map(|b| b.auto_add_history(false).build())
+        .map(|b| {
+            b.auto_add_history(false)
+                .completion_type(rustyline::CompletionType::List)
+                .build()
+        })
         .unwrap_or_default();
     let Ok(mut editor) = rustyline::Editor::<Helper, rustyline::history::DefaultHistory>::with_config(config)
     else {
@@ -689,7 +800,11 @@ fn interactive(session: &mut Session) {
 
 /// `$XDG_STATE_HOME/attnc/history`, else `~/.attnc_history`.
 fn history_path() -> Option<PathBuf> {
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     match var("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
         Some(state) => Some(state.join("attnc").join("history")),
         None => var("HOME").map(|home| home.join(".attnc_history")),
@@ -764,7 +879,11 @@ impl rustyline::validate::Validator for Helper {
         ctx: &mut rustyline::validate::ValidationContext,
     ) -> rustyline::Result<rustyline::validate::ValidationResult> {
         use rustyline::validate::ValidationResult::{Incomplete, Valid};
-        Ok(if needs_more(ctx.input()) { Incomplete } else { Valid(None) })
+        Ok(if needs_more(ctx.input()) {
+            Incomplete
+        } else {
+            Valid(None)
+        })
     }
 }
 

@@ -541,7 +541,9 @@ fn parse_at_shifts_every_span_into_the_whole_text() {
     let found: Vec<(usize, usize)> = at_diags.iter().map(|d| (d.span.start, d.span.end)).collect();
     assert_eq!(found, shifted);
     assert_eq!(codes(entry), at_diags.iter().map(|d| d.code).collect::<Vec<_>>());
-    let Item::Let(l) = &at.items[0] else { panic!("a let") };
+    let Item::Let(l) = &at.items[0] else {
+        panic!("a let")
+    };
     assert_eq!(&whole[l.span.range()], "let y = f(x, $)");
 }
 
