@@ -16,14 +16,19 @@
 use crate::ast::{Item, Pattern};
 use crate::check::{self, Checker, DimOverride, Value};
 use crate::diagnostic::Diagnostic;
-use crate::dims::DimKind;
-use crate::ir::{DType, Op, OutputDecl, Program, TensorType, Type, ValueId};
+use crate::ir::{Op, OutputDecl, Program, ValueId};
 use crate::lexer::{self, Token};
 use crate::parser;
 use crate::render;
+use show::{dims_text, tensor_line, value_lines};
 use std::fmt::Write as _;
-use std::io::{self, BufRead, IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
+
+mod show;
+mod terminal;
+
+pub use terminal::{run, Options};
 
 /// The prompt; `--echo` prints it before each entry too.
 pub const PROMPT: &str = "attn> ";
@@ -72,43 +77,16 @@ enum Command {
     Quit,
 }
 
+#[rustfmt::skip]
 const COMMANDS: &[(Command, &str, &str)] = &[
-    (
-        Command::Type,
-        "type",
-        ":type EXPR   the shape and layout of EXPR, leaving nothing behind",
-    ),
-    (
-        Command::Ir,
-        "ir",
-        ":ir EXPR     the typed IR of the session with EXPR as its output `out` (only what `out` needs)",
-    ),
-    (
-        Command::Opt,
-        "opt",
-        ":opt EXPR    the optimized IR of that program",
-    ),
-    (
-        Command::Dims,
-        "dims",
-        ":dims        the dims, their values and the facts known about them",
-    ),
-    (
-        Command::Load,
-        "load",
-        ":load FILE   check a file into the session (`:reset` first to load it again)",
-    ),
-    (
-        Command::Reset,
-        "reset",
-        ":reset       forget everything and start over",
-    ),
-    (Command::Help, "help", ":help        this text"),
-    (
-        Command::Quit,
-        "quit",
-        ":quit        leave (so does the end of input)",
-    ),
+    (Command::Type,  "type",  ":type EXPR   the shape and layout of EXPR, leaving nothing behind"),
+    (Command::Ir,    "ir",    ":ir EXPR     the typed IR of the session with EXPR as its output `out` (only what `out` needs)"),
+    (Command::Opt,   "opt",   ":opt EXPR    the optimized IR of that program"),
+    (Command::Dims,  "dims",  ":dims        the dims, their values and the facts known about them"),
+    (Command::Load,  "load",  ":load FILE   check a file into the session (`:reset` first to load it again)"),
+    (Command::Reset, "reset", ":reset       forget everything and start over"),
+    (Command::Help,  "help",  ":help        this text"),
+    (Command::Quit,  "quit",  ":quit        leave (so does the end of input)"),
 ];
 
 impl Command {
@@ -512,102 +490,6 @@ fn keep_needed(prog: &mut Program) {
     prog.body.retain(|&id| needed[id]);
 }
 
-/// A value as the REPL shows it, one line per tensor: `[B, N, D]  contiguous`; the parts
-/// of a tuple as `(0) ..`, `(1) ..`; nothing for an error (its diagnostic said it all).
-pub fn value_lines(prog: &Program, value: &Value) -> Vec<String> {
-    let mut lines = Vec::new();
-    push_value_lines(prog, value, "", &mut lines);
-    lines
-}
-
-fn push_value_lines(prog: &Program, value: &Value, path: &str, lines: &mut Vec<String>) {
-    let line = match value {
-        Value::Tensor(id) => tensor_line(prog, prog.tensor_type(*id)),
-        Value::Seq(id) => match &prog.node(*id).ty {
-            Type::Seq { item, len } => {
-                format!("seq[{}] of {}", prog.dims.display(len), tensor_line(prog, item))
-            }
-            Type::Tensor(t) => tensor_line(prog, t),
-        },
-        Value::Range(a, b) => format!("range {} : {}", prog.dims.display(a), prog.dims.display(b)),
-        Value::Tuple(parts) if !parts.is_empty() => {
-            for (i, part) in parts.iter().enumerate() {
-                let path = match path {
-                    "" => i.to_string(),
-                    outer => format!("{outer}.{i}"),
-                };
-                push_value_lines(prog, part, &path, lines);
-            }
-            return;
-        }
-        Value::Tuple(_) => "()".to_string(),
-        Value::Error => return,
-    };
-    match path {
-        "" => lines.push(line),
-        path => lines.push(format!("({path}) {line}")),
-    }
-}
-
-/// `[B, H, N, Dk]  strides [N * D, Dk, D, 1]  non-contiguous`, or `[B, N, D]  contiguous`,
-/// or `[]  scalar`; then `  bool` for a mask and `  = [2, 7, 512]` when every dim has a
-/// value.
-pub fn tensor_line(prog: &Program, t: &TensorType) -> String {
-    let mut line = prog.shape_text(&t.shape);
-    if t.rank() == 0 {
-        line.push_str("  scalar");
-    } else if t.is_contiguous(&prog.dims) {
-        line.push_str("  contiguous");
-    } else {
-        let _ = write!(line, "  strides {}  non-contiguous", prog.shape_text(&t.strides));
-    }
-    if t.dtype == DType::Bool {
-        line.push_str("  bool");
-    }
-    if let Some(sizes) = render::sizes(prog, &t.shape).filter(|s| !s.is_empty()) {
-        let _ = write!(line, "  = {sizes:?}");
-    }
-    line
-}
-
-/// `:dims`: every dim as declared, with its kind and value, then the facts and the
-/// asserts left for run time.
-pub fn dims_text(prog: &Program) -> String {
-    let dims = &prog.dims;
-    let mut rows: Vec<(String, String)> = Vec::new();
-    for (s, info) in dims.iter() {
-        let value = dims.value(&dims.use_of(s));
-        let (decl, note) = match &info.kind {
-            DimKind::Free { value: None } => (format!("dim {}", info.name), "free".to_string()),
-            DimKind::Free { value: Some(v) } => {
-                (format!("dim {}", info.name), format!("free, {v} from --dim"))
-            }
-            DimKind::Const(v) => (format!("dim {} = {v}", info.name), "constant".to_string()),
-            DimKind::Derived(_) => {
-                let decl = format!("dim {} = {}", info.name, dims.display_definition(s));
-                let note = value.map_or("derived".to_string(), |v| format!("derived, = {v}"));
-                (decl, note)
-            }
-            DimKind::Loop { .. } => continue,
-        };
-        rows.push((decl, note));
-    }
-    for (a, b) in dims.facts() {
-        let fact = format!("{} % {} == 0", dims.display(a), dims.display(b));
-        rows.push((format!("fact {fact}"), "used by proofs".to_string()));
-    }
-    for a in &prog.asserts {
-        rows.push((format!("assert {}", a.text), "checked at run time".to_string()));
-    }
-    if rows.is_empty() {
-        return "no dims yet\n".to_string();
-    }
-    let width = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
-    rows.iter()
-        .map(|(decl, note)| format!("{decl:width$}  # {note}\n"))
-        .collect()
-}
-
 fn help_text() -> String {
     let mut out = String::from(
         "Enter items (dim, param, input, fn, let, output, assert) and expressions. An expression\n\
@@ -663,237 +545,6 @@ fn read_source(path: &Path) -> Result<String, String> {
     }
     String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
 }
-
-// ---- the loop ----
-
-/// How [`run`] talks to the outside.
-pub struct Options {
-    /// Load this file first.
-    pub file: Option<PathBuf>,
-    pub overrides: Vec<DimOverride>,
-    /// Print each entry after the prompt before its reply, so that a piped session's
-    /// output reads as a transcript.
-    pub echo: bool,
-}
-
-/// Run a session on stdin and stdout until `:quit` or the end of input. Always exit code 0:
-/// errors are part of a session, not its failure.
-pub fn run(options: &Options) -> i32 {
-    let mut session = Session::new(&options.overrides);
-    if let Some(path) = &options.file {
-        if emit(&session.load(path)).is_err() {
-            return 0;
-        }
-    }
-    if io::stdin().is_terminal() {
-        interactive(&mut session);
-    } else {
-        piped(&mut session, options.echo);
-    }
-    0
-}
-
-/// Print a reply: diagnostics to stderr, results to stdout, both flushed so that the two
-/// interleave in order when they share a pipe.
-fn emit(reply: &Reply) -> io::Result<()> {
-    let mut err = io::stderr().lock();
-    err.write_all(reply.err.as_bytes())?;
-    err.flush()?;
-    let mut out = io::stdout().lock();
-    out.write_all(reply.out.as_bytes())?;
-    out.flush()
-}
-
-/// Read plain lines (lossily decoded), gathering them while an entry needs more.
-fn piped(session: &mut Session, echo: bool) {
-    let mut stdin = io::stdin().lock();
-    let mut pending = String::new();
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let at_end = matches!(stdin.read_until(b'\n', &mut buf), Ok(0) | Err(_));
-        if !at_end {
-            let decoded = String::from_utf8_lossy(&buf);
-            let line = decoded.trim_end_matches(['\n', '\r']);
-            if !pending.is_empty() && starts_entry(&pending, line) {
-                if !answer(session, &pending, echo) {
-                    return;
-                }
-                pending.clear();
-            }
-            if !pending.is_empty() {
-                pending.push('\n');
-            }
-            pending.push_str(line);
-            if needs_more(&pending) {
-                continue;
-            }
-        }
-        if !answer(session, &pending, echo) {
-            return;
-        }
-        pending.clear();
-        if at_end {
-            return;
-        }
-    }
-}
-
-/// Answer one piped entry, echoed first when asked; false when the session is over.
-fn answer(session: &mut Session, entry: &str, echo: bool) -> bool {
-    if entry.trim().is_empty() {
-        return true;
-    }
-    if echo && emit(&Reply::out(format!("{PROMPT}{entry}\n"))).is_err() {
-        return false;
-    }
-    let reply = session.entry(entry);
-    emit(&reply).is_ok() && !reply.quit
-}
-
-/// The line editor: history, completion, multi-line entries.
-fn interactive(session: &mut Session) {
-    use rustyline::error::ReadlineError;
-    let config = rustyline::Config::builder()
-        .max_history_size(1000)
-        .map(|b| {
-            b.auto_add_history(false)
-                .completion_type(rustyline::CompletionType::List)
-                .build()
-        })
-        .unwrap_or_default();
-    let Ok(mut editor) = rustyline::Editor::<Helper, rustyline::history::DefaultHistory>::with_config(config)
-    else {
-        return piped(session, false);
-    };
-    editor.set_helper(Some(Helper::new(session.completions())));
-    let history = history_path();
-    if let Some(path) = &history {
-        let _ = editor.load_history(path);
-    }
-    println!("attnc repl: enter items and expressions; :help lists the commands, :quit leaves");
-    loop {
-        match editor.readline(PROMPT) {
-            Ok(line) => {
-                if !line.trim().is_empty() {
-                    let _ = editor.add_history_entry(line.as_str());
-                }
-                let reply = session.entry(&line);
-                if emit(&reply).is_err() || reply.quit {
-                    break;
-                }
-                if let Some(helper) = editor.helper_mut() {
-                    helper.words = session.completions();
-                }
-            }
-            Err(ReadlineError::Interrupted) => continue,
-            Err(_) => break,
-        }
-    }
-    if let Some(path) = &history {
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        let _ = editor.save_history(path);
-    }
-}
-
-/// `$XDG_STATE_HOME/attnc/history`, else `~/.attnc_history`.
-fn history_path() -> Option<PathBuf> {
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    match var("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
-        Some(state) => Some(state.join("attnc").join("history")),
-        None => var("HOME").map(|home| home.join(".attnc_history")),
-    }
-}
-
-/// Tab completion and multi-line input for the line editor.
-struct Helper {
-    /// Names in scope, ops, keywords and commands, sorted.
-    words: Vec<String>,
-    files: rustyline::completion::FilenameCompleter,
-}
-
-impl Helper {
-    fn new(words: Vec<String>) -> Helper {
-        Helper {
-            words,
-            files: rustyline::completion::FilenameCompleter::new(),
-        }
-    }
-}
-
-impl rustyline::completion::Completer for Helper {
-    type Candidate = rustyline::completion::Pair;
-
-    fn complete(
-        &self,
-        line: &str,
-        pos: usize,
-        ctx: &rustyline::Context<'_>,
-    ) -> rustyline::Result<(usize, Vec<Self::Candidate>)> {
-        let before = &line[..pos];
-        if let Some(arg) = before.trim_start().strip_prefix(':') {
-            let word = arg.split(char::is_whitespace).next().unwrap_or("");
-            if word.len() < arg.len() && Command::find(word) == Some(Command::Load) {
-                return self.files.complete(line, pos, ctx);
-            }
-        }
-        let start = before
-            .char_indices()
-            .rev()
-            .take_while(|(_, c)| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
-            .last()
-            .map_or(pos, |(i, _)| i);
-        let prefix = &before[start..];
-        let candidates = complete_word(&self.words, prefix)
-            .into_iter()
-            .map(|w| rustyline::completion::Pair {
-                display: w.to_string(),
-                replacement: w.to_string(),
-            })
-            .collect();
-        Ok((start, candidates))
-    }
-}
-
-/// The words that complete `prefix`: commands after a `:`, other words otherwise.
-fn complete_word<'w>(words: &'w [String], prefix: &str) -> Vec<&'w str> {
-    if prefix.is_empty() {
-        return Vec::new();
-    }
-    words
-        .iter()
-        .filter(|w| w.starts_with(prefix) && w.starts_with(':') == prefix.starts_with(':'))
-        .map(String::as_str)
-        .collect()
-}
-
-impl rustyline::validate::Validator for Helper {
-    fn validate(
-        &self,
-        ctx: &mut rustyline::validate::ValidationContext,
-    ) -> rustyline::Result<rustyline::validate::ValidationResult> {
-        use rustyline::validate::ValidationResult::{Incomplete, Valid};
-        Ok(if needs_more(ctx.input()) {
-            Incomplete
-        } else {
-            Valid(None)
-        })
-    }
-}
-
-impl rustyline::hint::Hinter for Helper {
-    type Hint = String;
-}
-
-impl rustyline::highlight::Highlighter for Helper {}
-
-impl rustyline::Helper for Helper {}
 
 #[cfg(test)]
 mod tests;

@@ -201,9 +201,12 @@ fn completions_offer_names_ops_keywords_and_commands() {
     for w in ["Dk", "f", "view", "contiguous", "let", ":type", ":load"] {
         assert!(words.iter().any(|x| x == w), "{w} missing from {words:?}");
     }
-    assert_eq!(super::complete_word(&words, "con"), ["concat", "contiguous"]);
-    assert_eq!(super::complete_word(&words, ":l"), [":load"]);
-    assert!(super::complete_word(&words, "").is_empty());
+    assert_eq!(
+        super::terminal::complete_word(&words, "con"),
+        ["concat", "contiguous"]
+    );
+    assert_eq!(super::terminal::complete_word(&words, ":l"), [":load"]);
+    assert!(super::terminal::complete_word(&words, "").is_empty());
 }
 
 #[test]
