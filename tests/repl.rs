@@ -201,3 +201,21 @@ fn hundreds_of_mutated_lines_never_panic_it() {
         assert!(answered > 50, "round {round}: only {answered} entries:\n{out}");
     }
 }
+
+/// The walk-through in `docs/repl.md` is a transcript of this binary, so it cannot rot.
+#[test]
+fn the_documented_session_is_what_the_binary_prints() {
+    let doc = include_str!("../docs/repl.md");
+    let block = doc.split("```\n").nth(1).expect("a fenced session");
+    let (command, transcript) = block.split_once('\n').expect("a command line");
+    let args = command.strip_prefix("$ attnc repl ").expect("`$ attnc repl ..`");
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let input: String = transcript
+        .lines()
+        .filter_map(|l| l.strip_prefix(PROMPT))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, out) = repl(&args, input.as_bytes());
+    assert_eq!(code, Some(0));
+    assert_eq!(out, transcript);
+}
