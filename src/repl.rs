@@ -216,7 +216,7 @@ impl Session {
                 let offset = input.len() - rest.trim_start().len();
                 self.inspect(command, start + offset)
             }
-            Command::Dims => Reply::out(dims_text(self.checker.program())),
+            Command::Dims => Reply::out(dims_text(self.checker.program(), &self.overrides)),
             Command::Load => self.load(Path::new(arg)),
             Command::Reset => {
                 *self = Session::new(&self.overrides);

@@ -1,6 +1,6 @@
 //! How the REPL shows values and dims: one line per tensor, with its layout and sizes.
 
-use crate::check::Value;
+use crate::check::{DimOverride, Value};
 use crate::dims::DimKind;
 use crate::ir::{DType, Program, TensorType, Type};
 use crate::render;
@@ -64,9 +64,9 @@ pub(super) fn tensor_line(prog: &Program, t: &TensorType) -> String {
     line
 }
 
-/// `:dims`: every dim as declared, with its kind and value, then the facts and the
-/// asserts left for run time.
-pub(super) fn dims_text(prog: &Program) -> String {
+/// `:dims`: every dim as declared, with its kind and value, then the facts, the asserts
+/// left for run time and the `--dim`s that apply to no dim.
+pub(super) fn dims_text(prog: &Program, overrides: &[DimOverride]) -> String {
     let dims = &prog.dims;
     let mut rows: Vec<(String, String)> = Vec::new();
     for (s, info) in dims.iter() {
@@ -92,6 +92,14 @@ pub(super) fn dims_text(prog: &Program) -> String {
     }
     for a in &prog.asserts {
         rows.push((format!("assert {}", a.text), "checked at run time".to_string()));
+    }
+    for o in overrides {
+        let why = match dims.lookup(&o.name).map(|s| &dims.info(s).kind) {
+            None | Some(DimKind::Loop { .. }) => "no dim has this name yet",
+            Some(DimKind::Derived(_)) => "a derived dim takes no value",
+            Some(_) => continue,
+        };
+        rows.push((format!("--dim {}={}", o.name, o.value), format!("unused: {why}")));
     }
     if rows.is_empty() {
         return "no dims yet\n".to_string();

@@ -57,6 +57,29 @@ fn an_expression_prints_its_shape_layout_and_sizes() {
 }
 
 #[test]
+fn dims_names_the_overrides_that_apply_to_no_dim() {
+    let overrides: Vec<crate::check::DimOverride> = [("B", 2), ("Dk", 4), ("X", 3)]
+        .into_iter()
+        .map(|(name, value)| crate::check::DimOverride {
+            name: name.to_string(),
+            value,
+        })
+        .collect();
+    let mut s = Session::new(&overrides);
+    s.entry("dim B, D = 8, H = 2");
+    s.entry("dim Dk = D / H");
+    assert_eq!(
+        s.entry(":dims").out,
+        "dim B           # free, 2 from --dim\n\
+         dim D = 8       # constant\n\
+         dim H = 2       # constant\n\
+         dim Dk = D / H  # derived, = 4\n\
+         --dim Dk=4      # unused: a derived dim takes no value\n\
+         --dim X=3       # unused: no dim has this name yet\n"
+    );
+}
+
+#[test]
 fn sizes_come_from_dim_overrides_too() {
     let overrides = [crate::check::DimOverride {
         name: "B".to_string(),
