@@ -3,8 +3,7 @@
 
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::ir::{BindingKind, Program};
-use crate::source::line_col;
-use crate::source::Span;
+use crate::source::{line_col, Span};
 use codespan_reporting::diagnostic as cs;
 use codespan_reporting::files::{Files, SimpleFile, SimpleFiles};
 use codespan_reporting::term;
