@@ -5,6 +5,7 @@
 use attnc::check::DimOverride;
 use attnc::driver::{check_source, Checked};
 use attnc::render;
+use attnc::repl;
 use attnc::runtime::{self, RunOptions};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -45,6 +46,19 @@ enum Command {
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
+    /// Try shape transforms interactively: items, statements and expressions, each
+    /// expression printed with its shape and layout (`:help` lists the commands). Reads
+    /// piped stdin too; exits 0 on `:quit` or at the end of input
+    Repl {
+        /// A .attn file to load first
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        dims: DimArgs,
+        /// Print each entry after a prompt before its output, so that a piped session
+        /// reads as a transcript
+        #[arg(long)]
+        echo: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -132,6 +146,11 @@ pub fn main() -> i32 {
             dims,
         } => ir_typed(&file, &dims.dims),
         Command::Run(args) => run(&args),
+        Command::Repl { file, dims, echo } => repl::run(&repl::Options {
+            file,
+            overrides: dims.dims,
+            echo,
+        }),
     }
 }
 

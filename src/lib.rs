@@ -3,7 +3,7 @@
 //! The pipeline is the architecture, one module per stage, data flowing one way:
 //! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], shapes from [`dims`]) →
 //! [`runtime`]. Stages never print; they return values and [`diagnostic::Diagnostic`]s,
-//! which [`render`] turns into text or JSON for the CLI and the REPL.
+//! which [`render`] turns into text or JSON for the CLI and the [`repl`].
 
 pub mod source;
 pub mod diagnostic;
@@ -17,3 +17,4 @@ pub mod check;
 pub mod suggest;
 pub mod driver;
 pub mod render;
+pub mod repl;

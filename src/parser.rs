@@ -48,12 +48,37 @@ const MAX_NESTING: usize = 64;
 /// is reported and left out (or stood in for by [`ExprKind::Error`]). The diagnostics,
 /// lexical (E0001) and syntactic (E0002), come in source order.
 pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
-    let (tokens, mut diagnostics) = lexer::lex(src);
+    parse_at(src, 0)
+}
+
+/// Parses the tail of `src` from byte `start` on, with every span (of the AST and the
+/// diagnostics) an offset into the whole of `src`. The REPL keeps its session as one
+/// growing text and parses each entry at its offset, so that the spans of all entries, and
+/// of the functions one entry defines and a later one calls, point into one text.
+/// `parse_at(src, 0)` is `parse(src)`; a `start` past the end or off a character boundary
+/// parses nothing.
+pub fn parse_at(src: &str, start: usize) -> (Program, Vec<Diagnostic>) {
+    let start = if src.is_char_boundary(start) {
+        start
+    } else {
+        src.len()
+    };
+    let shift = |span: Span| Span::new(span.start + start, span.end + start);
+    let (mut tokens, mut diagnostics) = lexer::lex(&src[start..]);
+    for (_, span) in &mut tokens {
+        *span = shift(*span);
+    }
+    for d in &mut diagnostics {
+        d.span = shift(d.span);
+        for label in &mut d.labels {
+            label.span = shift(label.span);
+        }
+    }
     let mut parser = Parser {
         src,
         tokens: layout(tokens, src.len()),
         pos: 0,
-        last: Span::new(0, 0),
+        last: Span::new(start, start),
         depth: 0,
         nesting: 0,
         recovering: false,

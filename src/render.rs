@@ -3,36 +3,70 @@
 
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::ir::{BindingKind, Program};
-use crate::source::line_col;
+use crate::source::{line_col, Span};
 use codespan_reporting::diagnostic as cs;
-use codespan_reporting::files::SimpleFile;
+use codespan_reporting::files::{Files, SimpleFile, SimpleFiles};
 use codespan_reporting::term;
 use serde_json::{json, Value};
+use std::ops::Range;
 
 /// Diagnostics as text: `error[E0203]: message`, the source line with a caret, hints.
 pub fn diagnostics_text(file_name: &str, src: &str, diags: &[Diagnostic]) -> String {
     let file = SimpleFile::new(file_name, src);
-    let config = term::Config::default();
-    let mut out = String::new();
-    for d in diags {
-        let rendered = term::emit_into_string(&config, &file, &to_codespan(d, src.len()));
-        match rendered {
-            Ok(text) => out.push_str(&text),
-            // Only a span outside the file gets here; show the message without a snippet.
-            Err(_) => out.push_str(&format!("{}[{}]: {}\n", d.severity.as_str(), d.code, d.message)),
-        }
-    }
-    out
+    let clamp = |s: Span| ((), s.start.min(src.len())..s.end.min(src.len()));
+    diags.iter().map(|d| emit(&file, d, clamp)).collect()
 }
 
-fn to_codespan(d: &Diagnostic, len: usize) -> cs::Diagnostic<()> {
-    let clamp = |r: std::ops::Range<usize>| r.start.min(len)..r.end.min(len);
-    let mut labels = vec![cs::Label::primary((), clamp(d.span.range()))];
-    labels.extend(
-        d.labels
-            .iter()
-            .map(|l| cs::Label::secondary((), clamp(l.span.range())).with_message(&l.message)),
-    );
+/// Diagnostics as text over one text made of named parts, the way the REPL keeps a
+/// session: every entry and loaded file is a part of one growing text, so that spans of
+/// different entries never collide. `parts` are `(name, start)` in increasing order of
+/// start, each running to the next one's start (the last to the end of `src`). Each span
+/// is shown in the part it starts in, named after it, with lines and columns counted from
+/// that part's start; otherwise exactly as [`diagnostics_text`] shows it.
+pub fn diagnostics_text_parts(src: &str, parts: &[(String, usize)], diags: &[Diagnostic]) -> String {
+    let mut files = SimpleFiles::new();
+    let mut starts = Vec::new();
+    for (i, (name, start)) in parts.iter().enumerate() {
+        let end = parts.get(i + 1).map_or(src.len(), |p| p.1);
+        let text = src.get(*start..end).unwrap_or("");
+        starts.push(*start);
+        files.add(name.as_str(), text);
+    }
+    if starts.is_empty() {
+        return diagnostics_text("", src, diags);
+    }
+    let locate = |s: Span| {
+        let part = starts
+            .partition_point(|&start| start <= s.start)
+            .saturating_sub(1);
+        let len = files.get(part).map_or(0, |f| f.source().len());
+        let local = |pos: usize| pos.saturating_sub(starts[part]).min(len);
+        (part, local(s.start)..local(s.end.max(s.start)))
+    };
+    diags.iter().map(|d| emit(&files, d, locate)).collect()
+}
+
+/// One diagnostic rendered as rustc does; `locate` finds the file and range of a span.
+fn emit<'f, F: Files<'f>>(
+    files: &'f F,
+    d: &Diagnostic,
+    locate: impl Fn(Span) -> (F::FileId, Range<usize>),
+) -> String {
+    let config = term::Config::default();
+    match term::emit_into_string(&config, files, &to_codespan(d, locate)) {
+        Ok(text) => text,
+        // Only a span outside the file gets here; show the message without a snippet.
+        Err(_) => format!("{}[{}]: {}\n", d.severity.as_str(), d.code, d.message),
+    }
+}
+
+fn to_codespan<Id>(d: &Diagnostic, locate: impl Fn(Span) -> (Id, Range<usize>)) -> cs::Diagnostic<Id> {
+    let (file, range) = locate(d.span);
+    let mut labels = vec![cs::Label::primary(file, range)];
+    labels.extend(d.labels.iter().map(|l| {
+        let (file, range) = locate(l.span);
+        cs::Label::secondary(file, range).with_message(&l.message)
+    }));
     let severity = match d.severity {
         Severity::Error => cs::Severity::Error,
         Severity::Warning => cs::Severity::Warning,

@@ -129,7 +129,12 @@ fn typed_ir_is_deterministic_and_names_no_paths() {
 
 #[test]
 fn every_command_has_help() {
-    for cmd in [&["--help"][..], &["check", "--help"], &["ir", "--help"]] {
+    for cmd in [
+        &["--help"][..],
+        &["check", "--help"],
+        &["ir", "--help"],
+        &["repl", "--help"],
+    ] {
         let o = attnc(cmd);
         assert_eq!(o.status.code(), Some(0));
         assert!(stdout(&o).contains("Usage"));

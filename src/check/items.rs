@@ -562,8 +562,11 @@ impl Checker {
     }
 
     /// Check each function that no call inlined once, with its shape variables as free
-    /// dims; what that builds is dropped again, only its diagnostics are kept.
-    pub(super) fn check_uncalled_fns(&mut self, items: &[Item]) {
+    /// dims; what that builds is dropped again, only its diagnostics are kept. [`check`]
+    /// does this after the last item; the REPL right after an entry that defines a function.
+    ///
+    /// [`check`]: super::check
+    pub fn check_uncalled_fns(&mut self, items: &[Item]) {
         for item in items {
             let Item::Fn(f) = item else { continue };
             if self.called.contains(&f.name.name) || self.declared.get(&f.name.name) != Some(&f.name.span) {

@@ -22,6 +22,11 @@ use std::rc::Rc;
 
 pub use items::dim_override_error;
 
+/// The names of the built-in ops (`linear`, `view`, ..), for completion and help.
+pub fn op_names() -> impl Iterator<Item = &'static str> {
+    ops::OPS.iter().map(|op| op.0)
+}
+
 /// A value as the checker sees it: IR tensors plus the compile-time-only kinds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -64,6 +69,9 @@ pub struct DimOverride {
 }
 
 /// The checker's state; it lives across REPL entries, so items can be added one at a time.
+/// A clone is a scratch copy: the REPL checks an expression in one to show its type without
+/// leaving its nodes behind.
+#[derive(Clone)]
 pub struct Checker {
     prog: Program,
     diags: Vec<Diagnostic>,
@@ -148,6 +156,23 @@ impl Checker {
     /// The program's dims, for printing shapes.
     pub fn program(&self) -> &Program {
         &self.prog
+    }
+
+    /// The names defined at top level (dims, params, inputs, functions, `let`s), sorted:
+    /// what the REPL completes.
+    pub fn global_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.scopes[0].keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The value a top-level name is bound to (a param, an input or a `let`); `None` for a
+    /// dim, a function or an unknown name.
+    pub fn global_value(&self, name: &str) -> Option<&Value> {
+        match self.scopes[0].get(name) {
+            Some(Entry::Value(v)) => Some(v),
+            _ => None,
+        }
     }
 
     fn error(&mut self, code: Code, span: Span, message: impl Into<String>) {

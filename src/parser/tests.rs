@@ -2,7 +2,7 @@
 //! as S-expressions: `(+ a (* b c))`, `(.f x a)` for a method, `([] x i)` for indexing,
 //! `(: a _)` for a range with its end left out, `?` for [`ExprKind::Error`].
 
-use super::parse;
+use super::{parse, parse_at};
 use crate::ast::{Block, Expr, ExprKind, Item, Pattern, Program, Stmt, TypeAnn};
 use crate::diagnostic::{Code, Diagnostic};
 
@@ -522,4 +522,34 @@ fn random_token_soups_never_panic() {
         let soup: Vec<&str> = (0..n).map(|_| pieces[rng.below(pieces.len())]).collect();
         check_any(&soup.join(" "));
     }
+}
+
+// ---- parsing at an offset (REPL entries) ----
+
+#[test]
+fn parse_at_shifts_every_span_into_the_whole_text() {
+    let earlier = "dim B\nlet x = 1\n";
+    let entry = "let y = f(x, $)\nlet = 2";
+    let whole = format!("{earlier}{entry}");
+    let (alone, alone_diags) = parse(entry);
+    let (at, at_diags) = parse_at(&whole, earlier.len());
+    assert_eq!(show_program(&at), show_program(&alone));
+    let shifted: Vec<(usize, usize)> = alone_diags
+        .iter()
+        .map(|d| (d.span.start + earlier.len(), d.span.end + earlier.len()))
+        .collect();
+    let found: Vec<(usize, usize)> = at_diags.iter().map(|d| (d.span.start, d.span.end)).collect();
+    assert_eq!(found, shifted);
+    assert_eq!(codes(entry), at_diags.iter().map(|d| d.code).collect::<Vec<_>>());
+    let Item::Let(l) = &at.items[0] else {
+        panic!("a let")
+    };
+    assert_eq!(&whole[l.span.range()], "let y = f(x, $)");
+}
+
+#[test]
+fn parse_at_an_odd_offset_parses_nothing() {
+    assert!(parse_at("let x = 1", 99).0.items.is_empty());
+    assert!(parse_at("é", 1).0.items.is_empty());
+    assert_eq!(parse_at("x", 0), parse("x"));
 }
