@@ -402,6 +402,10 @@ impl Checker {
             return Value::Error;
         }
         let values: Vec<Value> = args.iter().map(|a| self.expr(a)).collect();
+        if values.contains(&Value::Error) {
+            // Its shape variables could not be bound: the body would only echo the error.
+            return Value::Error;
+        }
         let caller_scopes = self.scopes.split_off(1);
         self.scopes.push(HashMap::new());
         for ((p, v), a) in f.params.iter().zip(&values).zip(args) {
