@@ -138,6 +138,32 @@ fn expr() -> impl Strategy<Value = E> {
     })
 }
 
+/// A different expression with the value of `x` (`y` and `v` are material to build it from).
+fn rewrite(x: &E, y: &E, v: usize, kind: usize) -> E {
+    let (bx, by) = (Box::new(x.clone()), Box::new(y.clone()));
+    match kind {
+        0 => E::DivVar(Box::new(E::Mul(bx, Box::new(E::Var(v)))), v),
+        1 => E::Sub(Box::new(E::Add(bx, by.clone())), by),
+        2 => match x {
+            E::Mul(a, b) => E::Mul(b.clone(), a.clone()),
+            E::Add(a, b) => E::Add(b.clone(), a.clone()),
+            other => E::Mul(Box::new(other.clone()), Box::new(E::Lit(1))),
+        },
+        3 => match x {
+            // (a + b) * c = a * c + b * c
+            E::Mul(ab, c) => match &**ab {
+                E::Add(a, b) => E::Add(
+                    Box::new(E::Mul(a.clone(), c.clone())),
+                    Box::new(E::Mul(b.clone(), c.clone())),
+                ),
+                _ => E::Add(bx, Box::new(E::Lit(0))),
+            },
+            _ => E::Add(bx, Box::new(E::Lit(0))),
+        },
+        _ => E::Mul(Box::new(E::DivVar(bx, v)), Box::new(E::Var(v))),
+    }
+}
+
 fn normalize(e: &E) -> Poly {
     match e {
         E::Lit(n) => Poly::int(*n),
@@ -176,6 +202,14 @@ proptest! {
         if normalize(&x) == normalize(&y) {
             prop_assert_eq!(eval(&x, &vals), eval(&y, &vals));
         }
+    }
+
+    /// Rewrites that keep the value (commuting, distributing, multiplying and dividing by
+    /// a dim) must keep the normal form: this is what makes `H * Dk` equal `D`.
+    #[test]
+    fn value_preserving_rewrites_keep_the_normal_form(x in expr(), y in expr(), v in 0usize..3, k in 0usize..5) {
+        let same = rewrite(&x, &y, v, k);
+        prop_assert_eq!(normalize(&same), normalize(&x));
     }
 
     #[test]
