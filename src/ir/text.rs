@@ -136,6 +136,32 @@ impl Printer<'_> {
             }
             Op::Concat(a) => ("concat", vec![a.to_string()]),
             Op::Stack(a) => ("stack", vec![a.to_string()]),
+            Op::Gemm {
+                trans_a,
+                trans_b,
+                alpha,
+            } => {
+                let mut attrs = Vec::new();
+                if *trans_a {
+                    attrs.push("trans_a".to_string());
+                }
+                if *trans_b {
+                    attrs.push("trans_b".to_string());
+                }
+                if *alpha != 1.0 {
+                    attrs.push(format!("alpha={alpha:?}"));
+                }
+                ("gemm", attrs)
+            }
+            Op::MaskedSoftmax { scale, fill } => (
+                "masked_softmax",
+                vec![format!("scale={scale:?}"), format!("fill={fill:?}")],
+            ),
+            Op::Attention { scale, fill } => (
+                "attention",
+                vec![format!("scale={scale:?}"), format!("fill={fill:?}")],
+            ),
+            Op::Cat(a) => ("cat", vec![a.to_string()]),
         };
         let all: Vec<String> = args.into_iter().chain(attrs).collect();
         let ty = self.prog.type_text(self.prog.tensor_type(id));

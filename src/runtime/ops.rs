@@ -162,6 +162,62 @@ fn gemm(a: &[f32], b: &[f32], (k, m): (usize, usize), init: Option<&[f32]>, out:
     }
 }
 
+/// The optimizer's GEMM: `alpha * (op(a) @ op(b) + bias)`, `op` transposing the last two
+/// axes where its flag is set (see `ir::Op::Gemm`).
+pub fn batched_gemm(
+    a: &Strided,
+    b: &Strided,
+    (trans_a, trans_b): (bool, bool),
+    bias: Option<&Strided>,
+    alpha: f64,
+) -> Option<Strided> {
+    let last_two = |t: &Strided, flag: bool| match flag {
+        true => t.transpose(t.rank().checked_sub(2)?, t.rank() - 1),
+        false => (t.rank() >= 2).then(|| t.clone()),
+    };
+    let mut r = matmul(&last_two(a, trans_a)?, &last_two(b, trans_b)?)?;
+    if let Some(bias) = bias {
+        if bias.shape.as_slice() != [*r.shape.last()?] {
+            return None;
+        }
+        r = zip_with(&r, bias, |x, y| x + y)?;
+    }
+    if alpha != 1.0 {
+        r = map(&r, |x| (f64::from(x) * alpha) as f32);
+    }
+    Some(r)
+}
+
+/// `softmax(masked_fill(x * scale, mask, fill), -1)`, the mask broadcast to `x`.
+pub fn masked_softmax(x: &Strided, mask: Option<&Strided>, scale: f64, fill: f64) -> Option<Strided> {
+    let mut s = map(x, |v| (f64::from(v) * scale) as f32);
+    if let Some(mask) = mask {
+        if broadcast_shapes(&x.shape, &mask.shape)? != x.shape {
+            return None;
+        }
+        s = masked_fill(&s, mask, &Tensor::scalar(fill as f32).into())?;
+    }
+    softmax(&s, x.rank().checked_sub(1)?)
+}
+
+/// `masked_softmax(q @ k^T, mask, scale, fill) @ v`; the reference materializes the
+/// scores that a fused kernel would not.
+pub fn attention(
+    [q, k, v]: [&Strided; 3],
+    mask: Option<&Strided>,
+    scale: f64,
+    fill: f64,
+) -> Option<Strided> {
+    let scores = batched_gemm(q, k, (false, true), None, 1.0)?;
+    if let Some(m) = mask {
+        if broadcast_shapes(&scores.shape, &m.shape)? != scores.shape {
+            return None;
+        }
+    }
+    let p = masked_softmax(&scores, mask, scale, fill)?;
+    batched_gemm(&p, v, (false, false), None, 1.0)
+}
+
 /// `torch.cat(items, axis)`; `None` for an empty list (the caller knows the shape).
 pub fn concat(items: &[Strided], axis: usize) -> Option<Strided> {
     let first = items.first()?;
