@@ -22,7 +22,7 @@ pub enum DType {
 }
 
 /// Shape, strides (in elements) and dtype of a tensor value, all symbolic.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
     pub shape: Vec<Poly>,
     pub strides: Vec<Poly>,

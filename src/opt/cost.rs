@@ -122,7 +122,8 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
         | Tensor::Gt(_)
         | Tensor::Ge(_) => Cost::kernel(out, io(&[0, 1])),
         Tensor::MaskedFill(_) => Cost::kernel(out, io(&[0, 1])),
-        Tensor::Softmax(_) => Cost::kernel(SOFTMAX * out, io(&[0])),
+        // One FLOP more than `masked_softmax` without a mask, so a tie prints as the fused op.
+        Tensor::Softmax(_) => Cost::kernel(SOFTMAX * out + 1, io(&[0])),
         Tensor::Linear(_) => {
             let inner = kid(0).shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
             let bias = !kid(2).is_none();
@@ -138,7 +139,9 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
             let a = kid(0).shape().unwrap_or(&[]);
             let inner = a.iter().rev().nth(usize::from(trans_a)).map_or(1, |p| size(eg, p));
             let reads: &[usize] = if bias { &[0, 1, 2] } else { &[0, 1] };
-            Cost::kernel(2 * out * inner + unless(!bias, out) + unless(!alpha, out), io(reads))
+            // A matmul is a GEMM without flags: one FLOP more, so a tie prints as `gemm`.
+            let plain = u128::from(matches!(node, Tensor::MatMul(_)));
+            Cost::kernel(2 * out * inner + unless(!bias, out) + unless(!alpha, out) + plain, io(reads))
         }
         Tensor::MaskedSoftmax(c) => {
             let mask = !kid(1).is_none();
@@ -159,6 +162,53 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
             Cost::kernel(flops, io(reads))
         }
         _ => Cost::default(),
+    }
+}
+
+/// Layouts and costs already worked out, by class, node and operand types (interned):
+/// extraction evaluates the same nodes many times over.
+#[derive(Default)]
+struct Memo {
+    types: std::cell::RefCell<Vec<TensorType>>,
+    index: std::cell::RefCell<HashMap<TensorType, u32>>,
+    seen: std::cell::RefCell<HashMap<(Id, Tensor, Vec<Option<u32>>), Laid>>,
+}
+
+/// A node's type (interned, with strides), whether it copies, and its cost per run.
+type Laid = (Option<u32>, bool, Cost);
+
+impl Memo {
+    fn intern(&self, t: TensorType) -> u32 {
+        if let Some(&i) = self.index.borrow().get(&t) {
+            return i;
+        }
+        let mut types = self.types.borrow_mut();
+        types.push(t.clone());
+        let i = (types.len() - 1) as u32;
+        self.index.borrow_mut().insert(t, i);
+        i
+    }
+
+    fn ty(&self, i: u32) -> TensorType {
+        self.types.borrow()[i as usize].clone()
+    }
+
+    fn lay_out(&self, eg: &EG, id: Id, node: &Tensor, kids: &[Option<u32>]) -> Laid {
+        let key = (id, node.clone(), kids.to_vec());
+        if let Some(l) = self.seen.borrow().get(&key) {
+            return *l;
+        }
+        let data = &eg[id].data;
+        let attrs: Vec<&Data> = node.children().iter().map(|c| &eg[*c].data).collect();
+        let owned: Vec<Option<TensorType>> = kids.iter().map(|k| k.map(|i| self.ty(i))).collect();
+        let types: Vec<Option<&TensorType>> = owned.iter().map(Option::as_ref).collect();
+        let (ty, copies) = match lay_out(&eg.analysis, node, data, &attrs, &types) {
+            Some((t, c)) => (Some(self.intern(t)), c),
+            None => (None, false),
+        };
+        let laid = (ty, copies, node_cost(eg, data, node, copies));
+        self.seen.borrow_mut().insert(key, laid);
+        laid
     }
 }
 
@@ -190,10 +240,11 @@ impl Extraction {
 /// then whole-program evaluation improves it (see [`refine`]).
 pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
     let root = eg.find(root);
-    let mut nodes = greedy(eg);
+    let memo = Memo::default();
+    let mut nodes = greedy(eg, &memo);
     let trips = trips(eg);
-    refine(eg, &mut nodes, root, &trips);
-    let eval = evaluate(eg, &nodes, root, &trips)?;
+    refine(eg, &memo, &mut nodes, root, &trips);
+    let eval = evaluate(eg, &memo, &Choices { base: &nodes, switch: &[] }, root, &trips)?;
     let nodes = eval.types.keys().map(|&c| (c, nodes[&c].clone())).collect();
     Some(Extraction {
         nodes,
@@ -234,12 +285,13 @@ impl Eval {
 
 /// Evaluates the program that `nodes` choose under `root`; `None` when the choice is
 /// cyclic or leaves a class without a node.
-fn evaluate(eg: &EG, nodes: &HashMap<Id, Tensor>, root: Id, trips: &HashMap<usize, u128>) -> Option<Eval> {
+fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usize, u128>) -> Option<Eval> {
     struct Walk<'a> {
         eg: &'a EG,
-        nodes: &'a HashMap<Id, Tensor>,
+        memo: &'a Memo,
+        nodes: &'a Choices<'a>,
         trips: &'a HashMap<usize, u128>,
-        done: HashMap<Id, ((Option<TensorType>, bool), u64)>,
+        done: HashMap<Id, ((Option<u32>, bool), u64)>,
         open: std::collections::HashSet<Id>,
         total: Cost,
     }
@@ -252,24 +304,20 @@ fn evaluate(eg: &EG, nodes: &HashMap<Id, Tensor>, root: Id, trips: &HashMap<usiz
             if !self.open.insert(id) {
                 return None;
             }
-            let node = self.nodes.get(&id)?;
+            let node = self.nodes.get(id)?;
             let mut key = fnv(node.to_string().as_bytes(), 0xcbf2_9ce4_8422_2325);
             for &c in node.children() {
                 key = fnv(&self.go(c)?.to_le_bytes(), key);
             }
             let data = &self.eg[id].data;
-            let attrs: Vec<&Data> = node.children().iter().map(|c| &self.eg[*c].data).collect();
-            let types: Vec<Option<&TensorType>> = node
+            let types: Vec<Option<u32>> = node
                 .children()
                 .iter()
-                .map(|c| self.done.get(&self.eg.find(*c)).and_then(|((t, _), _)| t.as_ref()))
+                .map(|c| self.done.get(&self.eg.find(*c)).and_then(|((t, _), _)| *t))
                 .collect();
-            let (ty, copies) = match lay_out(&self.eg.analysis, node, data, &attrs, &types) {
-                Some((t, c)) => (Some(t), c),
-                None => (None, false),
-            };
+            let (ty, copies, cost) = self.memo.lay_out(self.eg, id, node, &types);
             let times: u128 = data.deps.iter().map(|v| self.trips.get(v).copied().unwrap_or(1)).product();
-            self.total = self.total + node_cost(self.eg, data, node, copies) * times;
+            self.total = self.total + cost * times;
             self.open.remove(&id);
             self.done.insert(id, ((ty, copies), key));
             Some(key)
@@ -277,6 +325,7 @@ fn evaluate(eg: &EG, nodes: &HashMap<Id, Tensor>, root: Id, trips: &HashMap<usiz
     }
     let mut walk = Walk {
         eg,
+        memo,
         nodes,
         trips,
         done: HashMap::new(),
@@ -285,7 +334,7 @@ fn evaluate(eg: &EG, nodes: &HashMap<Id, Tensor>, root: Id, trips: &HashMap<usiz
     };
     let key = walk.go(root)?;
     let size = walk.done.len();
-    let types = walk.done.into_iter().map(|(id, (t, _))| (id, t)).collect();
+    let types = walk.done.into_iter().map(|(id, ((t, c), _))| (id, (t.map(|t| memo.ty(t)), c))).collect();
     Some(Eval {
         total: walk.total,
         size,
@@ -298,10 +347,11 @@ fn evaluate(eg: &EG, nodes: &HashMap<Id, Tensor>, root: Id, trips: &HashMap<usiz
 /// for every class the program uses, each other node of it, alone and together with the
 /// nodes of other used classes that share an operand with it (the three slices of a
 /// merged projection only pay off together), and takes the best.
-fn refine(eg: &EG, nodes: &mut HashMap<Id, Tensor>, root: Id, trips: &HashMap<usize, u128>) {
-    let Some(mut current) = evaluate(eg, nodes, root, trips) else { return };
+fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, Tensor>, root: Id, trips: &HashMap<usize, u128>) {
+    let Some(mut current) = evaluate(eg, memo, &Choices { base: nodes, switch: &[] }, root, trips) else { return };
     for _ in 0..32 {
-        let used: Vec<Id> = current.types.keys().copied().collect();
+        let mut used: Vec<Id> = current.types.keys().copied().collect();
+        used.retain(|&c| eg[c].len() > 1);
         let mut best: Option<(Eval, Vec<(Id, Tensor)>)> = None;
         for &class in &used {
             for node in eg[class].iter() {
@@ -322,10 +372,10 @@ fn refine(eg: &EG, nodes: &mut HashMap<Id, Tensor>, root: Id, trips: &HashMap<us
                         group.push((other, n.clone()));
                     }
                 }
-                for switch in [alone, group] {
-                    let mut trial = nodes.clone();
-                    trial.extend(switch.iter().cloned());
-                    let Some(eval) = evaluate(eg, &trial, root, trips) else { continue };
+                let tries = if group.len() > 1 { vec![alone, group] } else { vec![alone] };
+                for switch in tries {
+                    let trial = Choices { base: nodes, switch: &switch };
+                    let Some(eval) = evaluate(eg, memo, &trial, root, trips) else { continue };
                     let wins = eval.rank() < best.as_ref().map_or(current.rank(), |(b, _)| b.rank());
                     if wins {
                         best = Some((eval, switch));
@@ -343,6 +393,21 @@ fn refine(eg: &EG, nodes: &mut HashMap<Id, Tensor>, root: Id, trips: &HashMap<us
     }
 }
 
+/// A choice of node per class: `base`, with the classes of `switch` chosen otherwise.
+struct Choices<'a> {
+    base: &'a HashMap<Id, Tensor>,
+    switch: &'a [(Id, Tensor)],
+}
+
+impl Choices<'_> {
+    fn get(&self, id: Id) -> Option<&Tensor> {
+        match self.switch.iter().find(|(c, _)| *c == id) {
+            Some((_, n)) => Some(n),
+            None => self.base.get(&id),
+        }
+    }
+}
+
 /// The value classes a node reads (attributes left out).
 fn operands(eg: &EG, node: &Tensor) -> Vec<Id> {
     node.children()
@@ -355,7 +420,7 @@ fn operands(eg: &EG, node: &Tensor) -> Vec<Id> {
 /// The greedy pass: each class keeps its cheapest node given its children's current
 /// choices (a class's cost summed over the set of classes it needs), recomputed whenever
 /// a child's choice changes, until nothing changes.
-fn greedy(eg: &EG) -> HashMap<Id, Tensor> {
+fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, Tensor> {
     let mut choices: HashMap<Id, Choice> = HashMap::new();
     let mut queue: VecDeque<Id> = eg.classes().filter(|c| c.iter().any(|n| n.is_leaf())).map(|c| c.id).collect();
     let mut queued: std::collections::HashSet<Id> = queue.iter().copied().collect();
@@ -367,7 +432,7 @@ fn greedy(eg: &EG) -> HashMap<Id, Tensor> {
             break;
         }
         budget -= 1;
-        let best = eg[id].iter().filter_map(|n| candidate(eg, &choices, id, n)).min_by(better);
+        let best = eg[id].iter().filter_map(|n| candidate(eg, memo, &choices, id, n)).min_by(better);
         let Some(best) = best else { continue };
         let changed = match choices.get(&id) {
             Some(old) => old.node != best.node || old.total != best.total || old.size != best.size,
@@ -389,7 +454,7 @@ fn greedy(eg: &EG) -> HashMap<Id, Tensor> {
 /// A class's greedy choice.
 struct Choice {
     node: Tensor,
-    ty: Option<TensorType>,
+    ty: Option<u32>,
     total: Cost,
     size: usize,
     key: u64,
@@ -403,8 +468,7 @@ fn better(a: &Choice, b: &Choice) -> std::cmp::Ordering {
 
 /// The choice of `node` for class `id`, if its children all have one and none of them
 /// needs `id` itself.
-fn candidate(eg: &EG, choices: &HashMap<Id, Choice>, id: Id, node: &Tensor) -> Option<Choice> {
-    let data = &eg[id].data;
+fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, node: &Tensor) -> Option<Choice> {
     let kids: Vec<&Choice> = node.children().iter().map(|c| choices.get(&eg.find(*c))).collect::<Option<_>>()?;
     let mut needs: HashMap<Id, Cost> = HashMap::new();
     for (c, k) in node.children().iter().zip(&kids) {
@@ -429,13 +493,9 @@ fn candidate(eg: &EG, choices: &HashMap<Id, Choice>, id: Id, node: &Tensor) -> O
             }
         }
     }
-    let attrs: Vec<&Data> = node.children().iter().map(|c| &eg[*c].data).collect();
-    let types: Vec<Option<&TensorType>> = kids.iter().map(|k| k.ty.as_ref()).collect();
-    let (ty, copies) = match lay_out(&eg.analysis, node, data, &attrs, &types) {
-        Some((t, c)) => (Some(t), c),
-        None => (None, false),
-    };
-    needs.insert(id, node_cost(eg, data, node, copies));
+    let types: Vec<Option<u32>> = kids.iter().map(|k| k.ty).collect();
+    let (ty, _, cost) = memo.lay_out(eg, id, node, &types);
+    needs.insert(id, cost);
     let total = needs.values().fold(Cost::default(), |acc, &c| acc + c);
     let key = kids.iter().fold(fnv(node.to_string().as_bytes(), 0xcbf2_9ce4_8422_2325), |h, k| {
         fnv(&k.key.to_le_bytes(), h)
