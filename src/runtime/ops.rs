@@ -357,6 +357,45 @@ mod tests {
     }
 
     #[test]
+    fn gemm_is_alpha_times_the_flagged_product_plus_bias() {
+        let (a, b) = (iota(&[2, 3, 2]), map(&iota(&[2, 4]), |v| v - 3.0));
+        let bias = t(&[4], &[1.0, -1.0, 0.5, 2.0]);
+        let got = batched_gemm(&a.transpose(1, 2).unwrap(), &b, (true, false), Some(&bias), 0.5).unwrap();
+        let plain = matmul(&a, &b).unwrap();
+        let want = map(&zip_with(&plain, &bias, |x, y| x + y).unwrap(), |v| v * 0.5);
+        assert_eq!(got.shape, [2, 3, 4]);
+        assert_eq!(got.to_vec(), want.to_vec());
+        let bt = b.transpose(0, 1).unwrap().contiguous();
+        assert_eq!(batched_gemm(&a, &bt, (false, true), None, 1.0).unwrap().to_vec(), plain.to_vec());
+    }
+
+    #[test]
+    fn masked_softmax_is_scale_then_fill_then_softmax() {
+        let x = map(&iota(&[2, 3]), |v| (v * 0.9).cos() * 3.0);
+        let mask = t(&[1, 3], &[0.0, 1.0, 0.0]);
+        let fill = t(&[], &[-1e9]);
+        let scaled = map(&x, |v| v * 0.25);
+        let want = softmax(&masked_fill(&scaled, &mask, &fill).unwrap(), 1).unwrap();
+        let got = masked_softmax(&x, Some(&mask), 0.25, -1e9).unwrap();
+        assert_eq!(got.to_vec(), want.to_vec());
+        assert!(masked_softmax(&x, Some(&t(&[3, 1], &[0.0; 3])), 1.0, 0.0).is_none());
+    }
+
+    #[test]
+    fn attention_is_softmax_of_the_scaled_masked_scores_times_v() {
+        let q = map(&iota(&[2, 3, 4]), |v| (v * 0.3).sin());
+        let k = map(&iota(&[2, 5, 4]), |v| (v * 0.7).cos());
+        let v = map(&iota(&[2, 5, 2]), |x| x * 0.1);
+        let mask = t(&[2, 1, 5], &[0., 0., 1., 0., 0., 1., 0., 0., 0., 0.]);
+        let scores = matmul(&q, &k.transpose(1, 2).unwrap()).unwrap();
+        let p = masked_softmax(&scores, Some(&mask), 0.5, -1e9).unwrap();
+        let want = matmul(&p, &v).unwrap();
+        let got = attention([&q, &k, &v], Some(&mask), 0.5, -1e9).unwrap();
+        assert_eq!(got.shape, [2, 3, 2]);
+        assert_eq!(got.to_vec(), want.to_vec());
+    }
+
+    #[test]
     fn concat_and_stack_join_items() {
         let (a, b) = (iota(&[2, 2]), map(&iota(&[2, 1]), |v| v + 10.0));
         assert_eq!(
