@@ -167,13 +167,19 @@ pub enum Op {
     /// Fused `softmax(masked_fill(x * scale, mask, fill), -1)`: args `[x]` (no mask) or
     /// `[x, mask]`, `mask` a bool tensor that broadcasts to `x`'s shape (PyTorch rules;
     /// true means "fill"). Result: `x`'s shape.
-    MaskedSoftmax { scale: f64, fill: f64 },
+    MaskedSoftmax {
+        scale: f64,
+        fill: f64,
+    },
     /// Fused attention `softmax(masked_fill((q @ k^T) * scale, mask, fill), -1) @ v`
     /// that never materializes the scores: args `[q, k, v]` or `[q, k, v, mask]`. `q` is
     /// `[.., n, d]`, `k` `[.., m, d]`, `v` `[.., m, e]`, all of rank 2 or more; batch axes
     /// broadcast as `matmul`'s (those of `q` and `k` first, then with `v`'s). `mask` is
     /// bool and broadcasts to the scores `[batch.., n, m]`. Result `[batch.., n, e]`.
-    Attention { scale: f64, fill: f64 },
+    Attention {
+        scale: f64,
+        fill: f64,
+    },
     /// `torch.cat(args, axis)` of one or more tensors of one rank that agree on every
     /// other axis. The optimizer uses it on params only (the merged Q/K/V weights), so
     /// a backend evaluates it once, when the weights are loaded.

@@ -95,14 +95,20 @@ fn mha_heads_optimizes_to_the_text_of_mha() {
         assert!(!checked.has_errors());
         attnc::opt::optimize(&checked.program).program.to_text()
     };
-    let mha = read(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mha.attn")));
+    let mha = read(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/mha.attn"
+    )));
     let without_attn: String = mha
         .lines()
         .filter(|l| !l.starts_with("output attn"))
         .map(|l| format!("{l}\n"))
         .collect();
     assert_ne!(mha, without_attn, "mha.attn has an `attn` output");
-    let heads = optimized(&read(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mha_heads.attn"))));
+    let heads = optimized(&read(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/mha_heads.attn"
+    ))));
     assert_eq!(heads, optimized(&without_attn));
     assert!(!heads.contains(" for "), "a loop is left:\n{heads}");
     assert_eq!(heads.matches("linear(").count(), 4, "{heads}");

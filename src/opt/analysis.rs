@@ -221,8 +221,16 @@ impl Ctx {
             return None;
         }
         let one = Poly::int(1);
-        let pa = if a.len() == 1 { vec![one.clone(), a[0].clone()] } else { a.to_vec() };
-        let pb = if b.len() == 1 { vec![b[0].clone(), one] } else { b.to_vec() };
+        let pa = if a.len() == 1 {
+            vec![one.clone(), a[0].clone()]
+        } else {
+            a.to_vec()
+        };
+        let pb = if b.len() == 1 {
+            vec![b[0].clone(), one]
+        } else {
+            b.to_vec()
+        };
         let (ra, rb) = (pa.len(), pb.len());
         if !self.equal(&pa[ra - 1], &pb[rb - 2]) {
             return None;
@@ -327,7 +335,7 @@ impl Ctx {
                     let b = shape(2)?;
                     (b.len() == 1 && self.equal(&b[0], o)).then_some(())?;
                 }
-                value([lead, &[o.clone()]].concat())
+                value([lead, std::slice::from_ref(o)].concat())
             }
             T::MatMul(_) => value(self.matmul_shape(shape(0)?, shape(1)?)?),
             T::Transpose(_) => {
@@ -335,18 +343,27 @@ impl Ctx {
                 let (a, b) = (k[1].axis()?, k[2].axis()?);
                 (a < s.len() && b < s.len()).then_some(())?;
                 s.swap(a, b);
-                Some(Kind::Value(Ty { shape: s, dtype: ty(0)?.dtype }))
+                Some(Kind::Value(Ty {
+                    shape: s,
+                    dtype: ty(0)?.dtype,
+                }))
             }
             T::Permute(_) => {
                 let s = shape(0)?;
                 let axes = perm_of(k[1].shape_attr()?, s.len())?;
                 let shape = axes.iter().map(|&a| s[a].clone()).collect();
-                Some(Kind::Value(Ty { shape, dtype: ty(0)?.dtype }))
+                Some(Kind::Value(Ty {
+                    shape,
+                    dtype: ty(0)?.dtype,
+                }))
             }
             T::Reshape(_) => {
                 let (s, new) = (shape(0)?, k[1].shape_attr()?);
                 self.equal(&Ctx::numel(s), &Ctx::numel(new)).then_some(())?;
-                Some(Kind::Value(Ty { shape: new.to_vec(), dtype: ty(0)?.dtype }))
+                Some(Kind::Value(Ty {
+                    shape: new.to_vec(),
+                    dtype: ty(0)?.dtype,
+                }))
             }
             T::Contiguous(_) => Some(Kind::Value(ty(0)?.clone())),
             T::Unsqueeze(_) => {
@@ -371,7 +388,10 @@ impl Ctx {
             T::MaskedFill(_) => {
                 (ty(1)?.dtype == DType::Bool && shape(2)?.is_empty()).then_some(())?;
                 let s = self.broadcast(shape(0)?, shape(1)?)?;
-                Some(Kind::Value(Ty { shape: s, dtype: ty(0)?.dtype }))
+                Some(Kind::Value(Ty {
+                    shape: s,
+                    dtype: ty(0)?.dtype,
+                }))
             }
             T::Neg(_) | T::Sqrt(_) | T::Exp(_) => same(0),
             T::Add(_) | T::Sub(_) | T::Mul(_) | T::Div(_) => value(self.broadcast(shape(0)?, shape(1)?)?),
@@ -398,10 +418,15 @@ impl Ctx {
             T::For(_) => {
                 k[0].int()?;
                 let len = k[2].dim()?.sub(k[1].dim()?);
-                Some(Kind::Seq { item: ty(3)?.clone(), len })
+                Some(Kind::Seq {
+                    item: ty(3)?.clone(),
+                    len,
+                })
             }
             T::Concat(_) | T::Stack(_) => {
-                let Kind::Seq { item, len } = &k[0].kind else { return None };
+                let Kind::Seq { item, len } = &k[0].kind else {
+                    return None;
+                };
                 let a = k[1].axis()?;
                 let mut t = item.clone();
                 match node {

@@ -15,9 +15,7 @@ use super::analysis::EG;
 use super::cost::Extraction;
 use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::{Poly, Sym};
-use crate::ir::{
-    BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, TensorType, Type, UnaryOp, ValueId,
-};
+use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, TensorType, Type, UnaryOp, ValueId};
 use crate::source::Span;
 use egg::{Id, Language, RecExpr};
 use std::collections::HashMap;
@@ -82,7 +80,12 @@ impl Into<'_> {
         let a: Vec<Id> = node
             .args
             .iter()
-            .map(|v| self.ids.get(v).copied().ok_or_else(|| format!("node {id} uses a later value")))
+            .map(|v| {
+                self.ids
+                    .get(v)
+                    .copied()
+                    .ok_or_else(|| format!("node {id} uses a later value"))
+            })
             .collect::<Result<_, _>>()?;
         let opt = |this: &mut Self, i: usize| a.get(i).copied().unwrap_or_else(|| this.leaf(Tensor::None));
         let t = match &node.op {
@@ -132,7 +135,9 @@ impl Into<'_> {
                     CmpOp::Ge => Tensor::Ge(ab),
                 }
             }
-            Op::Slice { axis, start, end } => Tensor::Slice([a[0], self.int(*axis), self.dim(start), self.dim(end)]),
+            Op::Slice { axis, start, end } => {
+                Tensor::Slice([a[0], self.int(*axis), self.dim(start), self.dim(end)])
+            }
             Op::Select { axis, index } => Tensor::Select([a[0], self.int(*axis), self.dim(index)]),
             Op::For {
                 var,
@@ -179,7 +184,10 @@ pub fn chosen_expr(eg: &EG, ex: &Extraction, root: Id) -> RecExpr<Tensor> {
         if let Some(&e) = memo.get(&id) {
             return e;
         }
-        let node = ex.node(eg, id).clone().map_children(|c| go(eg, ex, c, expr, memo));
+        let node = ex
+            .node(eg, id)
+            .clone()
+            .map_children(|c| go(eg, ex, c, expr, memo));
         let e = expr.add(node);
         memo.insert(id, e);
         e
@@ -272,7 +280,10 @@ impl Out<'_> {
             Tensor::Input(_) => self.prog.params.len() + kid(0).axis().ok_or("input index")?,
             Tensor::For(c) => {
                 let var = kid(0).axis().ok_or("loop variable")?;
-                let (start, end) = (kid(1).dim().ok_or("loop start")?.clone(), kid(2).dim().ok_or("loop end")?.clone());
+                let (start, end) = (
+                    kid(1).dim().ok_or("loop start")?.clone(),
+                    kid(2).dim().ok_or("loop end")?.clone(),
+                );
                 self.loops.push((var, Vec::new()));
                 let result = self.value(c[3])?;
                 let (_, body) = self.loops.pop().ok_or("loop stack")?;
@@ -303,7 +314,10 @@ impl Out<'_> {
             }
             _ => {
                 let (op, operands) = self.op(node)?;
-                let args = operands.iter().map(|&c| self.value(c)).collect::<Result<_, _>>()?;
+                let args = operands
+                    .iter()
+                    .map(|&c| self.value(c))
+                    .collect::<Result<_, _>>()?;
                 self.push(op, args, Type::Tensor(ty), &deps)
             }
         };
@@ -330,7 +344,12 @@ impl Out<'_> {
         let float = |i: Id| d(i).float().ok_or_else(|| "a float".to_string());
         let dim = |i: Id| d(i).dim().cloned().ok_or_else(|| "a dim".to_string());
         let flag = |i: Id| Ok::<bool, String>(axis(i)? == 1);
-        let present = |ids: &[Id]| ids.iter().copied().filter(|&i| !d(i).is_none()).collect::<Vec<_>>();
+        let present = |ids: &[Id]| {
+            ids.iter()
+                .copied()
+                .filter(|&i| !d(i).is_none())
+                .collect::<Vec<_>>()
+        };
         Ok(match node {
             Tensor::Literal(c) => (Op::Literal(float(*c)?), vec![]),
             Tensor::DimValue(c) => (Op::DimValue(dim(*c)?), vec![]),
@@ -339,7 +358,8 @@ impl Out<'_> {
             Tensor::Transpose(c) => (Op::Transpose(axis(c[1])?, axis(c[2])?), vec![c[0]]),
             Tensor::Permute(c) => {
                 let rank = d(c[0]).rank().ok_or("permute operand")?;
-                let axes = super::analysis::perm_of(d(c[1]).shape_attr().ok_or("axes")?, rank).ok_or("axes")?;
+                let axes =
+                    super::analysis::perm_of(d(c[1]).shape_attr().ok_or("axes")?, rank).ok_or("axes")?;
                 (Op::Permute(axes), vec![c[0]])
             }
             Tensor::Contiguous(c) => (Op::Contiguous, vec![*c]),

@@ -132,32 +132,53 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
         }
         Tensor::MatMul(_) | Tensor::Gemm(_) => {
             let (bias, alpha, trans_a) = match node {
-                Tensor::Gemm(c) => (!eg[c[2]].data.is_none(), eg[c[5]].data.float() != Some(1.0), eg[c[3]].data.int() == Some(1)),
+                Tensor::Gemm(c) => (
+                    !eg[c[2]].data.is_none(),
+                    eg[c[5]].data.float() != Some(1.0),
+                    eg[c[3]].data.int() == Some(1),
+                ),
                 _ => (false, false, false),
             };
             // The inner size: the last axis of `a`, or the one before it when transposed.
             let a = kid(0).shape().unwrap_or(&[]);
-            let inner = a.iter().rev().nth(usize::from(trans_a)).map_or(1, |p| size(eg, p));
+            let inner = a
+                .iter()
+                .rev()
+                .nth(usize::from(trans_a))
+                .map_or(1, |p| size(eg, p));
             let reads: &[usize] = if bias { &[0, 1, 2] } else { &[0, 1] };
             // A matmul is a GEMM without flags: one FLOP more, so a tie prints as `gemm`.
             let plain = u128::from(matches!(node, Tensor::MatMul(_)));
-            Cost::kernel(2 * out * inner + unless(!bias, out) + unless(!alpha, out) + plain, io(reads))
+            Cost::kernel(
+                2 * out * inner + unless(!bias, out) + unless(!alpha, out) + plain,
+                io(reads),
+            )
         }
         Tensor::MaskedSoftmax(c) => {
             let mask = !kid(1).is_none();
             let scaled = eg[c[2]].data.float() != Some(1.0);
             let reads: &[usize] = if mask { &[0, 1] } else { &[0] };
-            Cost::kernel(SOFTMAX * out + unless(!mask, out) + unless(!scaled, out), io(reads))
+            Cost::kernel(
+                SOFTMAX * out + unless(!mask, out) + unless(!scaled, out),
+                io(reads),
+            )
         }
         Tensor::Attention(c) => {
             let (q, k, v) = (kid(0), kid(1), kid(2));
             let last = |d: &Data| d.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
-            let rows = |d: &Data| d.shape().and_then(|s| s.iter().rev().nth(1)).map_or(1, |p| size(eg, p));
+            let rows = |d: &Data| {
+                d.shape()
+                    .and_then(|s| s.iter().rev().nth(1))
+                    .map_or(1, |p| size(eg, p))
+            };
             // The scores: batch * n * m, never stored.
             let scores = out / last(v).max(1) * rows(k);
             let mask = !kid(3).is_none();
             let scaled = eg[c[4]].data.float() != Some(1.0);
-            let flops = 2 * scores * (last(q) + last(v)) + SOFTMAX * scores + unless(!mask, scores) + unless(!scaled, scores);
+            let flops = 2 * scores * (last(q) + last(v))
+                + SOFTMAX * scores
+                + unless(!mask, scores)
+                + unless(!scaled, scores);
             let reads: &[usize] = if mask { &[0, 1, 2, 3] } else { &[0, 1, 2] };
             Cost::kernel(flops, io(reads))
         }
@@ -171,11 +192,14 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
 struct Memo {
     types: std::cell::RefCell<Vec<TensorType>>,
     index: std::cell::RefCell<HashMap<TensorType, u32>>,
-    seen: std::cell::RefCell<HashMap<(Id, Tensor, Vec<Option<u32>>), Laid>>,
+    seen: std::cell::RefCell<HashMap<LaidKey, Laid>>,
 }
 
 /// A node's type (interned, with strides), whether it copies, and its cost per run.
 type Laid = (Option<u32>, bool, Cost);
+
+/// A class, one of its nodes, and its operands' interned types.
+type LaidKey = (Id, Tensor, Vec<Option<u32>>);
 
 impl Memo {
     fn intern(&self, t: TensorType) -> u32 {
@@ -244,7 +268,16 @@ pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
     let mut nodes = greedy(eg, &memo);
     let trips = trips(eg);
     refine(eg, &memo, &mut nodes, root, &trips);
-    let eval = evaluate(eg, &memo, &Choices { base: &nodes, switch: &[] }, root, &trips)?;
+    let eval = evaluate(
+        eg,
+        &memo,
+        &Choices {
+            base: &nodes,
+            switch: &[],
+        },
+        root,
+        &trips,
+    )?;
     let nodes = eval.types.keys().map(|&c| (c, nodes[&c].clone())).collect();
     Some(Extraction {
         nodes,
@@ -259,7 +292,9 @@ fn trips(eg: &EG) -> HashMap<usize, u128> {
     for class in eg.classes() {
         for node in class.iter() {
             if let Tensor::For(c) = node {
-                if let (Some(v), Some(s), Some(e)) = (eg[c[0]].data.int(), eg[c[1]].data.dim(), eg[c[2]].data.dim()) {
+                if let (Some(v), Some(s), Some(e)) =
+                    (eg[c[0]].data.int(), eg[c[1]].data.dim(), eg[c[2]].data.dim())
+                {
                     trips.insert(v as usize, size(eg, &e.sub(s)));
                 }
             }
@@ -316,7 +351,11 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
                 .map(|c| self.done.get(&self.eg.find(*c)).and_then(|((t, _), _)| *t))
                 .collect();
             let (ty, copies, cost) = self.memo.lay_out(self.eg, id, node, &types);
-            let times: u128 = data.deps.iter().map(|v| self.trips.get(v).copied().unwrap_or(1)).product();
+            let times: u128 = data
+                .deps
+                .iter()
+                .map(|v| self.trips.get(v).copied().unwrap_or(1))
+                .product();
             self.total = self.total + cost * times;
             self.open.remove(&id);
             self.done.insert(id, ((ty, copies), key));
@@ -334,7 +373,11 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
     };
     let key = walk.go(root)?;
     let size = walk.done.len();
-    let types = walk.done.into_iter().map(|(id, ((t, c), _))| (id, (t.map(|t| memo.ty(t)), c))).collect();
+    let types = walk
+        .done
+        .into_iter()
+        .map(|(id, ((t, c), _))| (id, (t.map(|t| memo.ty(t)), c)))
+        .collect();
     Some(Eval {
         total: walk.total,
         size,
@@ -348,14 +391,27 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
 /// nodes of other used classes that share an operand with it (the three slices of a
 /// merged projection only pay off together), and takes the best.
 fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, Tensor>, root: Id, trips: &HashMap<usize, u128>) {
-    let Some(mut current) = evaluate(eg, memo, &Choices { base: nodes, switch: &[] }, root, trips) else { return };
+    let Some(mut current) = evaluate(
+        eg,
+        memo,
+        &Choices {
+            base: nodes,
+            switch: &[],
+        },
+        root,
+        trips,
+    ) else {
+        return;
+    };
     for _ in 0..32 {
         let mut used: Vec<Id> = current.types.keys().copied().collect();
         used.retain(|&c| eg[c].len() > 1);
         let mut best: Option<(Eval, Vec<(Id, Tensor)>)> = None;
         for &class in &used {
             for node in eg[class].iter() {
-                if nodes.get(&class) == Some(node) || node.children().iter().any(|c| !nodes.contains_key(&eg.find(*c))) {
+                if nodes.get(&class) == Some(node)
+                    || node.children().iter().any(|c| !nodes.contains_key(&eg.find(*c)))
+                {
                     continue;
                 }
                 let alone = vec![(class, node.clone())];
@@ -372,10 +428,19 @@ fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, Tensor>, root: Id, trips
                         group.push((other, n.clone()));
                     }
                 }
-                let tries = if group.len() > 1 { vec![alone, group] } else { vec![alone] };
+                let tries = if group.len() > 1 {
+                    vec![alone, group]
+                } else {
+                    vec![alone]
+                };
                 for switch in tries {
-                    let trial = Choices { base: nodes, switch: &switch };
-                    let Some(eval) = evaluate(eg, memo, &trial, root, trips) else { continue };
+                    let trial = Choices {
+                        base: nodes,
+                        switch: &switch,
+                    };
+                    let Some(eval) = evaluate(eg, memo, &trial, root, trips) else {
+                        continue;
+                    };
                     let wins = eval.rank() < best.as_ref().map_or(current.rank(), |(b, _)| b.rank());
                     if wins {
                         best = Some((eval, switch));
@@ -422,7 +487,11 @@ fn operands(eg: &EG, node: &Tensor) -> Vec<Id> {
 /// a child's choice changes, until nothing changes.
 fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, Tensor> {
     let mut choices: HashMap<Id, Choice> = HashMap::new();
-    let mut queue: VecDeque<Id> = eg.classes().filter(|c| c.iter().any(|n| n.is_leaf())).map(|c| c.id).collect();
+    let mut queue: VecDeque<Id> = eg
+        .classes()
+        .filter(|c| c.iter().any(|n| n.is_leaf()))
+        .map(|c| c.id)
+        .collect();
     let mut queued: std::collections::HashSet<Id> = queue.iter().copied().collect();
     // A bound against oscillation; the refinement that follows starts from any choice.
     let mut budget = 64 * eg.number_of_classes() + 1000;
@@ -432,7 +501,10 @@ fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, Tensor> {
             break;
         }
         budget -= 1;
-        let best = eg[id].iter().filter_map(|n| candidate(eg, memo, &choices, id, n)).min_by(better);
+        let best = eg[id]
+            .iter()
+            .filter_map(|n| candidate(eg, memo, &choices, id, n))
+            .min_by(better);
         let Some(best) = best else { continue };
         let changed = match choices.get(&id) {
             Some(old) => old.node != best.node || old.total != best.total || old.size != best.size,
@@ -469,7 +541,11 @@ fn better(a: &Choice, b: &Choice) -> std::cmp::Ordering {
 /// The choice of `node` for class `id`, if its children all have one and none of them
 /// needs `id` itself.
 fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, node: &Tensor) -> Option<Choice> {
-    let kids: Vec<&Choice> = node.children().iter().map(|c| choices.get(&eg.find(*c))).collect::<Option<_>>()?;
+    let kids: Vec<&Choice> = node
+        .children()
+        .iter()
+        .map(|c| choices.get(&eg.find(*c)))
+        .collect::<Option<_>>()?;
     let mut needs: HashMap<Id, Cost> = HashMap::new();
     for (c, k) in node.children().iter().zip(&kids) {
         let c = eg.find(*c);
@@ -497,9 +573,11 @@ fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, node: 
     let (ty, _, cost) = memo.lay_out(eg, id, node, &types);
     needs.insert(id, cost);
     let total = needs.values().fold(Cost::default(), |acc, &c| acc + c);
-    let key = kids.iter().fold(fnv(node.to_string().as_bytes(), 0xcbf2_9ce4_8422_2325), |h, k| {
-        fnv(&k.key.to_le_bytes(), h)
-    });
+    let key = kids
+        .iter()
+        .fold(fnv(node.to_string().as_bytes(), 0xcbf2_9ce4_8422_2325), |h, k| {
+            fnv(&k.key.to_le_bytes(), h)
+        });
     Some(Choice {
         node: node.clone(),
         ty,

@@ -51,7 +51,11 @@ pub fn explain(prog: &ir::Program) -> Result<String, String> {
         n += 1;
         let (name, forward) = &steps[i];
         let dir = if *forward { "" } else { " (backward)" };
-        let times = if run_len > 1 { format!(" ×{run_len}") } else { String::new() };
+        let times = if run_len > 1 {
+            format!(" ×{run_len}")
+        } else {
+            String::new()
+        };
         let _ = writeln!(out, "  {n:>3}. {name}{dir}{times}");
         i += run_len;
     }

@@ -141,7 +141,10 @@ impl FromStr for ShapeLeaf {
         if body.is_empty() {
             return Ok(ShapeLeaf(Vec::new()));
         }
-        body.split(',').map(parse_raw).collect::<Result<_, _>>().map(ShapeLeaf)
+        body.split(',')
+            .map(parse_raw)
+            .collect::<Result<_, _>>()
+            .map(ShapeLeaf)
     }
 }
 

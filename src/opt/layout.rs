@@ -79,7 +79,9 @@ pub fn lay_out(
             s.remove(attrs.get(1)?.axis()?);
             s
         }
-        Tensor::Softmax(_) | Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::MaskedFill(_) => like(kid(0)),
+        Tensor::Softmax(_) | Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::MaskedFill(_) => {
+            like(kid(0))
+        }
         // Lowered as `mul(x, literal)`: like the operand of full rank, as the checker does.
         Tensor::Scale(_) => like(kid(0)),
         Tensor::Add(_)
@@ -92,11 +94,21 @@ pub fn lay_out(
         | Tensor::Le(_)
         | Tensor::Gt(_)
         | Tensor::Ge(_) => {
-            let full = [kid(0), kid(1)].into_iter().flatten().find(|t| t.rank() == shape.len());
+            let full = [kid(0), kid(1)]
+                .into_iter()
+                .flatten()
+                .find(|t| t.rank() == shape.len());
             like(full)
         }
         // Fresh results: parameters, inputs, constants, GEMMs, fused ops, copies, joins.
         _ => rm(),
     };
-    Some((TensorType { shape, strides, dtype }, copies))
+    Some((
+        TensorType {
+            shape,
+            strides,
+            dtype,
+        },
+        copies,
+    ))
 }

@@ -128,7 +128,9 @@ fn run(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
     let mut runner = runner(prog, explanations).with_expr(&source);
     let root = *runner.roots.last().ok_or("no root")?;
     runner.egraph.rebuild();
-    let before = cost::extract(&runner.egraph, root).ok_or("the source has no cost")?.total;
+    let before = cost::extract(&runner.egraph, root)
+        .ok_or("the source has no cost")?
+        .total;
     let mut runner = runner.run(&rules());
     runner.egraph.rebuild();
     let extraction = cost::extract(&runner.egraph, root).ok_or("no term was extracted")?;

@@ -28,6 +28,8 @@ pub fn rules() -> Vec<Rw> {
         rw!("reshape-reshape";     "(reshape (reshape ?x ?s) ?t)"                 => { same("(reshape ?x ?t)") }),
         rw!("reshape-noop";        "(reshape ?x ?s)"                              => { Computed(reshape_noop) }),
         rw!("slice-slice";         "(slice (slice ?x ?a ?s ?e) ?a ?t ?u)"         => { Computed(slice_slice) }),
+        // `x[:, a:b]` slices every axis before the one it names: a whole axis is nothing.
+        rw!("slice-noop";          "(slice ?x ?a ?s ?e)"                          => { Computed(slice_noop) }),
 
         // GEMMs: a matmul of matrices is a GEMM; a transposed operand (its last two axes)
         // becomes the GEMM's flag, read through the strides with no copy.
@@ -71,6 +73,9 @@ pub fn rules() -> Vec<Rw> {
         // `linear(x, W, b).view(.., H, K)` (H = rows of W / K).
         rw!("lift-linear";         "(linear ?x (slice ?w 0 ?s ?e) (slice ?b 0 ?s ?e))" => { Computed(lift_linear) }),
         rw!("lift-linear-nobias";  "(linear ?x (slice ?w 0 ?s ?e) none)"          => { Computed(lift_linear) }),
+        // Any loop-invariant `x[.., h*K : (h+1)*K, ..]` is head h of `x` with that axis split
+        // into [H, K].
+        rw!("lift-slice";          "(slice ?x ?a ?s ?e)"                          => { Computed(lift_slice) }),
         // A per-head GEMM of two heads is a head of one GEMM batched over (batch.., head),
         // the head axis of each operand moved just before its two matrix axes.
         rw!("lift-gemm";           "(gemm (select ?a ?i ?h) (select ?b ?j ?h) ?c ?ta ?tb ?al)" => { Computed(lift_gemm) }),
@@ -119,7 +124,14 @@ pub struct Checked {
 }
 
 impl Applier<Tensor, Ctx> for Checked {
-    fn apply_one(&self, eg: &mut EG, eclass: Id, subst: &Subst, ast: Option<&PatternAst<Tensor>>, rule: Symbol) -> Vec<Id> {
+    fn apply_one(
+        &self,
+        eg: &mut EG,
+        eclass: Id,
+        subst: &Subst,
+        ast: Option<&PatternAst<Tensor>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
         if let Some(v) = self.scalar {
             if eg[subst[v]].data.rank() != Some(0) {
                 return vec![];
@@ -137,7 +149,14 @@ impl Applier<Tensor, Ctx> for Checked {
 pub struct Computed(pub fn(&Match, &mut Rhs) -> Option<()>);
 
 impl Applier<Tensor, Ctx> for Computed {
-    fn apply_one(&self, eg: &mut EG, eclass: Id, subst: &Subst, ast: Option<&PatternAst<Tensor>>, rule: Symbol) -> Vec<Id> {
+    fn apply_one(
+        &self,
+        eg: &mut EG,
+        eclass: Id,
+        subst: &Subst,
+        ast: Option<&PatternAst<Tensor>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
         let mut rhs = Rhs::default();
         let built = (self.0)(&Match { eg, subst }, &mut rhs);
         match built {
@@ -280,7 +299,9 @@ impl Rhs {
 }
 
 fn reshape_noop(m: &Match, r: &mut Rhs) -> Option<()> {
-    let same = m.ctx().same_shape(m.data("?x").shape()?, m.data("?s").shape_attr()?);
+    let same = m
+        .ctx()
+        .same_shape(m.data("?x").shape()?, m.data("?s").shape_attr()?);
     same.then(|| {
         r.var("?x");
     })
@@ -293,6 +314,15 @@ fn slice_slice(m: &Match, r: &mut Rhs) -> Option<()> {
     let (start, end) = (r.dim(s.add(t)), r.dim(s.add(u)));
     r.node(Tensor::Slice([x, a, start, end]));
     Some(())
+}
+
+fn slice_noop(m: &Match, r: &mut Rhs) -> Option<()> {
+    let ctx = m.ctx();
+    let size = m.data("?x").shape()?.get(m.data("?a").axis()?)?;
+    let whole = ctx.equal(m.data("?s").dim()?, &Poly::int(0)) && ctx.equal(m.data("?e").dim()?, size);
+    whole.then(|| {
+        r.var("?x");
+    })
 }
 
 fn matmul_gemm(m: &Match, r: &mut Rhs) -> Option<()> {
@@ -457,10 +487,7 @@ fn head_var(m: &Match, h: &str, invariant: &[&str]) -> Option<usize> {
 fn lift_linear(m: &Match, r: &mut Rhs) -> Option<()> {
     let ctx = m.ctx();
     let (x, w) = (m.data("?x").shape()?, m.data("?w").shape()?);
-    let (start, end) = (m.data("?s").dim()?, m.data("?e").dim()?);
-    let k = end.sub(start);
-    let head = ctx.div(start, &k)?;
-    let var = ctx.loop_var(&head)?;
+    let (var, head, k) = head_slice(m)?;
     let invariant = ["?x", "?w"].iter().all(|v| !m.data(v).depends_on(var));
     let heads = ctx.div(w.first()?, &k)?;
     (invariant && !x.is_empty()).then_some(())?;
@@ -476,6 +503,32 @@ fn lift_linear(m: &Match, r: &mut Rhs) -> Option<()> {
     let view = r.node(Tensor::Reshape([lin, shape]));
     let (axis, index) = (r.int(x.len() - 1), r.dim(head));
     r.node(Tensor::Select([view, axis, index]));
+    Some(())
+}
+
+/// For a slice `start..end` by a loop variable: the variable, the head index and size
+/// `K = end - start`, when `start = h * K`.
+fn head_slice(m: &Match) -> Option<(usize, Poly, Poly)> {
+    let ctx = m.ctx();
+    let (start, end) = (m.data("?s").dim()?, m.data("?e").dim()?);
+    let k = end.sub(start);
+    let head = ctx.div(start, &k)?;
+    Some((ctx.loop_var(&head)?, head, k))
+}
+
+fn lift_slice(m: &Match, r: &mut Rhs) -> Option<()> {
+    let (var, head, k) = head_slice(m)?;
+    let x = m.data("?x");
+    (!x.depends_on(var)).then_some(())?;
+    let a = m.data("?a").axis()?;
+    let mut sizes = x.shape()?.to_vec();
+    let heads = m.ctx().div(sizes.get(a)?, &k)?;
+    sizes.splice(a..=a, [heads, k]);
+    let xi = r.var("?x");
+    let shape = r.shape(sizes);
+    let split = r.node(Tensor::Reshape([xi, shape]));
+    let (axis, index) = (r.var("?a"), r.dim(head));
+    r.node(Tensor::Select([split, axis, index]));
     Some(())
 }
 
@@ -555,7 +608,8 @@ fn whole_loop(m: &Match) -> Option<(usize, usize)> {
     let var = usize::try_from(m.data("?v").int()?).ok()?;
     let x = m.data("?x");
     let a = m.data("?a").axis()?;
-    let over_all = ctx.equal(m.data("?s").dim()?, &Poly::int(0)) && ctx.equal(m.data("?e").dim()?, x.shape()?.get(a)?);
+    let over_all =
+        ctx.equal(m.data("?s").dim()?, &Poly::int(0)) && ctx.equal(m.data("?e").dim()?, x.shape()?.get(a)?);
     let by_var = *m.data("?h").dim()? == Poly::sym(var);
     (over_all && by_var && !x.depends_on(var)).then_some((a, x.rank()?))
 }
@@ -584,14 +638,23 @@ fn lift_stack(m: &Match, r: &mut Rhs) -> Option<()> {
 /// `?p = linear(x, w1, b1)` and `?q = linear(x, w2, b2)`: both are slices of
 /// `linear(x, cat(w1, w2), cat(b1, b2))`.
 fn merge_linear() -> Rw {
-    let searcher: MultiPattern<Tensor> = "?p = (linear ?x ?w1 ?b1), ?q = (linear ?x ?w2 ?b2)".parse().unwrap();
+    let searcher: MultiPattern<Tensor> = "?p = (linear ?x ?w1 ?b1), ?q = (linear ?x ?w2 ?b2)"
+        .parse()
+        .unwrap();
     Rewrite::new("merge-linear", searcher, MergeLinear).unwrap()
 }
 
 struct MergeLinear;
 
 impl Applier<Tensor, Ctx> for MergeLinear {
-    fn apply_one(&self, eg: &mut EG, _: Id, subst: &Subst, _: Option<&PatternAst<Tensor>>, rule: Symbol) -> Vec<Id> {
+    fn apply_one(
+        &self,
+        eg: &mut EG,
+        _: Id,
+        subst: &Subst,
+        _: Option<&PatternAst<Tensor>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
         let id = |v: &str| subst[Match::var(v)];
         let (p, q) = (id("?p"), id("?q"));
         let Some((o1, o2, axis)) = merge_fits(eg, subst) else {
@@ -606,7 +669,8 @@ impl Applier<Tensor, Ctx> for MergeLinear {
         };
         let merged = add(eg, Tensor::Linear([id("?x"), w, b]));
         let axis = add(eg, Tensor::Int(axis as i64));
-        let [start, mid, end] = [Poly::int(0), o1.clone(), o1.add(&o2)].map(|d| add(eg, Tensor::Dim(DimLeaf(d))));
+        let [start, mid, end] =
+            [Poly::int(0), o1.clone(), o1.add(&o2)].map(|d| add(eg, Tensor::Dim(DimLeaf(d))));
         let first = add(eg, Tensor::Slice([merged, axis, start, mid]));
         let second = add(eg, Tensor::Slice([merged, axis, mid, end]));
         let mut changed = vec![];
@@ -620,7 +684,9 @@ impl Applier<Tensor, Ctx> for MergeLinear {
     }
 
     fn vars(&self) -> Vec<Var> {
-        ["?p", "?q", "?x", "?w1", "?b1", "?w2", "?b2"].map(Match::var).to_vec()
+        ["?p", "?q", "?x", "?w1", "?b1", "?w2", "?b2"]
+            .map(Match::var)
+            .to_vec()
     }
 }
 
@@ -640,5 +706,9 @@ fn merge_fits(eg: &EG, subst: &Subst) -> Option<(Poly, Poly, usize)> {
     }
     let rank = x.rank()?;
     (rank >= 1).then_some(())?;
-    Some((w1.shape()?.first()?.clone(), w2.shape()?.first()?.clone(), rank - 1))
+    Some((
+        w1.shape()?.first()?.clone(),
+        w2.shape()?.first()?.clone(),
+        rank - 1,
+    ))
 }

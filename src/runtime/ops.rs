@@ -202,12 +202,7 @@ pub fn masked_softmax(x: &Strided, mask: Option<&Strided>, scale: f64, fill: f64
 
 /// `masked_softmax(q @ k^T, mask, scale, fill) @ v`; the reference materializes the
 /// scores that a fused kernel would not.
-pub fn attention(
-    [q, k, v]: [&Strided; 3],
-    mask: Option<&Strided>,
-    scale: f64,
-    fill: f64,
-) -> Option<Strided> {
+pub fn attention([q, k, v]: [&Strided; 3], mask: Option<&Strided>, scale: f64, fill: f64) -> Option<Strided> {
     let scores = batched_gemm(q, k, (false, true), None, 1.0)?;
     if let Some(m) = mask {
         if broadcast_shapes(&scores.shape, &m.shape)? != scores.shape {
@@ -366,7 +361,10 @@ mod tests {
         assert_eq!(got.shape, [2, 3, 4]);
         assert_eq!(got.to_vec(), want.to_vec());
         let bt = b.transpose(0, 1).unwrap().contiguous();
-        assert_eq!(batched_gemm(&a, &bt, (false, true), None, 1.0).unwrap().to_vec(), plain.to_vec());
+        assert_eq!(
+            batched_gemm(&a, &bt, (false, true), None, 1.0).unwrap().to_vec(),
+            plain.to_vec()
+        );
     }
 
     #[test]
