@@ -176,3 +176,31 @@ fn a_right_side_of_another_shape_is_refused() {
     assert_ne!(root, eg.find(input));
     assert_eq!(eg.analysis.conflicts, 0);
 }
+
+/// The optimizer's time and e-graph size per example, for BENCHMARKS.md:
+/// `cargo test --release --test rules -- --ignored --nocapture optimizer_time`.
+#[test]
+#[ignore = "a measurement, run by hand in release"]
+fn optimizer_time() {
+    println!("| example | median ms | min ms | iterations | e-nodes | e-classes | stop |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for name in ["causal", "mha", "mha_heads", "self_attention"] {
+        let path = format!("{}/examples/{name}.attn", env!("CARGO_MANIFEST_DIR"));
+        let src = std::fs::read_to_string(path).unwrap();
+        let program = attnc::driver::check_source(&src, &[]).unwrap().program;
+        let mut times: Vec<f64> = Vec::new();
+        let mut last = None;
+        for _ in 0..51 {
+            let start = std::time::Instant::now();
+            let o = attnc::opt::optimize(&program);
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+            last = Some(o.stats);
+        }
+        times.sort_by(f64::total_cmp);
+        let s = last.unwrap();
+        println!(
+            "| {name} | {:.2} | {:.2} | {} | {} | {} | {} |",
+            times[25], times[0], s.iterations, s.nodes, s.classes, s.stop_reason
+        );
+    }
+}

@@ -17,7 +17,8 @@ use super::layout::lay_out;
 use crate::dims::Poly;
 use crate::ir::TensorType;
 use egg::{Id, Language};
-use std::collections::{HashMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::{Add, Mul};
 use std::rc::Rc;
 
@@ -190,16 +191,17 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
 /// extraction evaluates the same nodes many times over.
 #[derive(Default)]
 struct Memo {
-    types: std::cell::RefCell<Vec<TensorType>>,
-    index: std::cell::RefCell<HashMap<TensorType, u32>>,
-    seen: std::cell::RefCell<HashMap<LaidKey, Laid>>,
+    types: RefCell<Vec<TensorType>>,
+    index: RefCell<HashMap<TensorType, u32>>,
+    seen: RefCell<HashMap<(Id, usize), Vec<Seen>>>,
 }
 
-/// A node's type (interned, with strides), whether it copies, and its cost per run.
-type Laid = (Option<u32>, bool, Cost);
+/// A node's type (interned, with strides), whether it copies, its cost per run and the
+/// hash of its own text (for structural keys).
+type Laid = (Option<u32>, bool, Cost, u64);
 
-/// A class, one of its nodes, and its operands' interned types.
-type LaidKey = (Id, Tensor, Vec<Option<u32>>);
+/// The operand types a node was laid out for, and the result.
+type Seen = (Vec<Option<u32>>, Laid);
 
 impl Memo {
     fn intern(&self, t: TensorType) -> u32 {
@@ -217,11 +219,14 @@ impl Memo {
         self.types.borrow()[i as usize].clone()
     }
 
-    fn lay_out(&self, eg: &EG, id: Id, node: &Tensor, kids: &[Option<u32>]) -> Laid {
-        let key = (id, node.clone(), kids.to_vec());
-        if let Some(l) = self.seen.borrow().get(&key) {
-            return *l;
+    /// Node `index` of class `id`, its operands of types `kids`.
+    fn lay_out(&self, eg: &EG, id: Id, index: usize, kids: &[Option<u32>]) -> Laid {
+        if let Some(seen) = self.seen.borrow().get(&(id, index)) {
+            if let Some((_, l)) = seen.iter().find(|(k, _)| k == kids) {
+                return *l;
+            }
         }
+        let node = &eg[id].nodes[index];
         let data = &eg[id].data;
         let attrs: Vec<&Data> = node.children().iter().map(|c| &eg[*c].data).collect();
         let owned: Vec<Option<TensorType>> = kids.iter().map(|k| k.map(|i| self.ty(i))).collect();
@@ -230,8 +235,13 @@ impl Memo {
             Some((t, c)) => (Some(self.intern(t)), c),
             None => (None, false),
         };
-        let laid = (ty, copies, node_cost(eg, data, node, copies));
-        self.seen.borrow_mut().insert(key, laid);
+        let text = fnv(node.to_string().as_bytes(), FNV_BASIS);
+        let laid = (ty, copies, node_cost(eg, data, node, copies), text);
+        self.seen
+            .borrow_mut()
+            .entry((id, index))
+            .or_default()
+            .push((kids.to_vec(), laid));
         laid
     }
 }
@@ -260,6 +270,22 @@ impl Extraction {
     }
 }
 
+/// A choice of node (its index in its class) for each class: `base`, with the classes of
+/// `switch` chosen otherwise.
+struct Choices<'a> {
+    base: &'a HashMap<Id, usize>,
+    switch: &'a [(Id, usize)],
+}
+
+impl Choices<'_> {
+    fn get(&self, id: Id) -> Option<usize> {
+        match self.switch.iter().find(|(c, _)| *c == id) {
+            Some((_, n)) => Some(*n),
+            None => self.base.get(&id).copied(),
+        }
+    }
+}
+
 /// Extracts the cheapest program under `root`: a greedy pass gives every class a node,
 /// then whole-program evaluation improves it (see [`refine`]).
 pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
@@ -268,20 +294,24 @@ pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
     let mut nodes = greedy(eg, &memo);
     let trips = trips(eg);
     refine(eg, &memo, &mut nodes, root, &trips);
-    let eval = evaluate(
-        eg,
-        &memo,
-        &Choices {
-            base: &nodes,
-            switch: &[],
-        },
-        root,
-        &trips,
-    )?;
-    let nodes = eval.types.keys().map(|&c| (c, nodes[&c].clone())).collect();
+    let choices = Choices {
+        base: &nodes,
+        switch: &[],
+    };
+    let eval = evaluate(eg, &memo, &choices, root, &trips)?;
+    let nodes = eval
+        .types
+        .keys()
+        .map(|&c| (c, eg[c].nodes[nodes[&c]].clone()))
+        .collect();
+    let types = eval
+        .types
+        .into_iter()
+        .map(|(id, (t, c))| (id, (t.map(|t| memo.ty(t)), c)))
+        .collect();
     Some(Extraction {
         nodes,
-        types: eval.types,
+        types,
         total: eval.total,
     })
 }
@@ -289,14 +319,11 @@ pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
 /// The trip count of each loop variable (nominal where it is not constant).
 fn trips(eg: &EG) -> HashMap<usize, u128> {
     let mut trips = HashMap::new();
-    for class in eg.classes() {
-        for node in class.iter() {
-            if let Tensor::For(c) = node {
-                if let (Some(v), Some(s), Some(e)) =
-                    (eg[c[0]].data.int(), eg[c[1]].data.dim(), eg[c[2]].data.dim())
-                {
-                    trips.insert(v as usize, size(eg, &e.sub(s)));
-                }
+    for node in eg.classes().flat_map(|c| c.iter()) {
+        if let Tensor::For(c) = node {
+            let (var, start, end) = (eg[c[0]].data.int(), eg[c[1]].data.dim(), eg[c[2]].data.dim());
+            if let (Some(v), Some(s), Some(e)) = (var, start, end) {
+                trips.insert(v as usize, size(eg, &e.sub(s)));
             }
         }
     }
@@ -309,7 +336,8 @@ struct Eval {
     total: Cost,
     size: usize,
     key: u64,
-    types: HashMap<Id, (Option<TensorType>, bool)>,
+    /// Each class's type (interned) and whether it copies.
+    types: HashMap<Id, (Option<u32>, bool)>,
 }
 
 impl Eval {
@@ -326,31 +354,30 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
         memo: &'a Memo,
         nodes: &'a Choices<'a>,
         trips: &'a HashMap<usize, u128>,
-        done: HashMap<Id, ((Option<u32>, bool), u64)>,
-        open: std::collections::HashSet<Id>,
+        done: HashMap<Id, (Option<u32>, bool, u64)>,
+        open: HashSet<Id>,
         total: Cost,
     }
     impl Walk<'_> {
         fn go(&mut self, id: Id) -> Option<u64> {
             let id = self.eg.find(id);
-            if let Some((_, key)) = self.done.get(&id) {
+            if let Some((_, _, key)) = self.done.get(&id) {
                 return Some(*key);
             }
             if !self.open.insert(id) {
                 return None;
             }
-            let node = self.nodes.get(id)?;
-            let mut key = fnv(node.to_string().as_bytes(), 0xcbf2_9ce4_8422_2325);
+            let index = self.nodes.get(id)?;
+            let node = &self.eg[id].nodes[index];
+            let mut keys = Vec::with_capacity(node.len());
+            let mut types = Vec::with_capacity(node.len());
             for &c in node.children() {
-                key = fnv(&self.go(c)?.to_le_bytes(), key);
+                keys.push(self.go(c)?);
+                types.push(self.done.get(&self.eg.find(c)).and_then(|(t, _, _)| *t));
             }
+            let (ty, copies, cost, text) = self.memo.lay_out(self.eg, id, index, &types);
+            let key = keys.iter().fold(text, |h, k| fnv(&k.to_le_bytes(), h));
             let data = &self.eg[id].data;
-            let types: Vec<Option<u32>> = node
-                .children()
-                .iter()
-                .map(|c| self.done.get(&self.eg.find(*c)).and_then(|((t, _), _)| *t))
-                .collect();
-            let (ty, copies, cost) = self.memo.lay_out(self.eg, id, node, &types);
             let times: u128 = data
                 .deps
                 .iter()
@@ -358,7 +385,7 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
                 .product();
             self.total = self.total + cost * times;
             self.open.remove(&id);
-            self.done.insert(id, ((ty, copies), key));
+            self.done.insert(id, (ty, copies, key));
             Some(key)
         }
     }
@@ -368,7 +395,7 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
         nodes,
         trips,
         done: HashMap::new(),
-        open: Default::default(),
+        open: HashSet::new(),
         total: Cost::default(),
     };
     let key = walk.go(root)?;
@@ -376,7 +403,7 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
     let types = walk
         .done
         .into_iter()
-        .map(|(id, ((t, c), _))| (id, (t.map(|t| memo.ty(t)), c)))
+        .map(|(id, (t, c, _))| (id, (t, c)))
         .collect();
     Some(Eval {
         total: walk.total,
@@ -390,42 +417,38 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
 /// for every class the program uses, each other node of it, alone and together with the
 /// nodes of other used classes that share an operand with it (the three slices of a
 /// merged projection only pay off together), and takes the best.
-fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, Tensor>, root: Id, trips: &HashMap<usize, u128>) {
-    let Some(mut current) = evaluate(
-        eg,
-        memo,
-        &Choices {
-            base: nodes,
-            switch: &[],
-        },
-        root,
-        trips,
-    ) else {
+fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, usize>, root: Id, trips: &HashMap<usize, u128>) {
+    let no_switch = Choices {
+        base: nodes,
+        switch: &[],
+    };
+    let Some(mut current) = evaluate(eg, memo, &no_switch, root, trips) else {
         return;
     };
     for _ in 0..32 {
-        let mut used: Vec<Id> = current.types.keys().copied().collect();
-        used.retain(|&c| eg[c].len() > 1);
-        let mut best: Option<(Eval, Vec<(Id, Tensor)>)> = None;
+        let mut used: Vec<Id> = current
+            .types
+            .keys()
+            .copied()
+            .filter(|&c| eg[c].len() > 1)
+            .collect();
+        used.sort();
+        let mut best: Option<(Eval, Vec<(Id, usize)>)> = None;
         for &class in &used {
-            for node in eg[class].iter() {
-                if nodes.get(&class) == Some(node)
-                    || node.children().iter().any(|c| !nodes.contains_key(&eg.find(*c)))
-                {
+            for (index, node) in eg[class].iter().enumerate() {
+                let chosen = nodes.get(&class) == Some(&index);
+                if chosen || node.children().iter().any(|c| !nodes.contains_key(&eg.find(*c))) {
                     continue;
                 }
-                let alone = vec![(class, node.clone())];
+                let alone = vec![(class, index)];
                 let mut group = alone.clone();
-                let shared: Vec<Id> = operands(eg, node);
-                for &other in &used {
-                    if other == class {
-                        continue;
-                    }
-                    let partner = eg[other].iter().find(|n| {
-                        nodes.get(&other) != Some(*n) && operands(eg, n).iter().any(|c| shared.contains(c))
+                let shared = operands(eg, node);
+                for &other in used.iter().filter(|&&o| o != class) {
+                    let partner = eg[other].iter().enumerate().find(|(i, n)| {
+                        nodes.get(&other) != Some(i) && operands(eg, n).iter().any(|c| shared.contains(c))
                     });
-                    if let Some(n) = partner {
-                        group.push((other, n.clone()));
+                    if let Some((i, _)) = partner {
+                        group.push((other, i));
                     }
                 }
                 let tries = if group.len() > 1 {
@@ -441,8 +464,7 @@ fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, Tensor>, root: Id, trips
                     let Some(eval) = evaluate(eg, memo, &trial, root, trips) else {
                         continue;
                     };
-                    let wins = eval.rank() < best.as_ref().map_or(current.rank(), |(b, _)| b.rank());
-                    if wins {
+                    if eval.rank() < best.as_ref().map_or(current.rank(), |(b, _)| b.rank()) {
                         best = Some((eval, switch));
                     }
                 }
@@ -454,21 +476,6 @@ fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, Tensor>, root: Id, trips
                 current = eval;
             }
             None => return,
-        }
-    }
-}
-
-/// A choice of node per class: `base`, with the classes of `switch` chosen otherwise.
-struct Choices<'a> {
-    base: &'a HashMap<Id, Tensor>,
-    switch: &'a [(Id, Tensor)],
-}
-
-impl Choices<'_> {
-    fn get(&self, id: Id) -> Option<&Tensor> {
-        match self.switch.iter().find(|(c, _)| *c == id) {
-            Some((_, n)) => Some(n),
-            None => self.base.get(&id),
         }
     }
 }
@@ -485,14 +492,14 @@ fn operands(eg: &EG, node: &Tensor) -> Vec<Id> {
 /// The greedy pass: each class keeps its cheapest node given its children's current
 /// choices (a class's cost summed over the set of classes it needs), recomputed whenever
 /// a child's choice changes, until nothing changes.
-fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, Tensor> {
+fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, usize> {
     let mut choices: HashMap<Id, Choice> = HashMap::new();
     let mut queue: VecDeque<Id> = eg
         .classes()
         .filter(|c| c.iter().any(|n| n.is_leaf()))
         .map(|c| c.id)
         .collect();
-    let mut queued: std::collections::HashSet<Id> = queue.iter().copied().collect();
+    let mut queued: HashSet<Id> = queue.iter().copied().collect();
     // A bound against oscillation; the refinement that follows starts from any choice.
     let mut budget = 64 * eg.number_of_classes() + 1000;
     while let Some(id) = queue.pop_front() {
@@ -501,13 +508,12 @@ fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, Tensor> {
             break;
         }
         budget -= 1;
-        let best = eg[id]
-            .iter()
-            .filter_map(|n| candidate(eg, memo, &choices, id, n))
+        let best = (0..eg[id].len())
+            .filter_map(|i| candidate(eg, memo, &choices, id, i))
             .min_by(better);
         let Some(best) = best else { continue };
         let changed = match choices.get(&id) {
-            Some(old) => old.node != best.node || old.total != best.total || old.size != best.size,
+            Some(old) => old.index != best.index || old.total != best.total || old.size != best.size,
             None => true,
         };
         if changed {
@@ -520,12 +526,12 @@ fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, Tensor> {
             }
         }
     }
-    choices.into_iter().map(|(id, c)| (id, c.node)).collect()
+    choices.into_iter().map(|(id, c)| (id, c.index)).collect()
 }
 
 /// A class's greedy choice.
 struct Choice {
-    node: Tensor,
+    index: usize,
     ty: Option<u32>,
     total: Cost,
     size: usize,
@@ -538,9 +544,10 @@ fn better(a: &Choice, b: &Choice) -> std::cmp::Ordering {
     (a.total.score(), a.size, a.key).cmp(&(b.total.score(), b.size, b.key))
 }
 
-/// The choice of `node` for class `id`, if its children all have one and none of them
-/// needs `id` itself.
-fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, node: &Tensor) -> Option<Choice> {
+/// The choice of node `index` for class `id`, if its children all have one and none of
+/// them needs `id` itself.
+fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, index: usize) -> Option<Choice> {
+    let node = &eg[id].nodes[index];
     let kids: Vec<&Choice> = node
         .children()
         .iter()
@@ -570,16 +577,12 @@ fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, node: 
         }
     }
     let types: Vec<Option<u32>> = kids.iter().map(|k| k.ty).collect();
-    let (ty, _, cost) = memo.lay_out(eg, id, node, &types);
+    let (ty, _, cost, text) = memo.lay_out(eg, id, index, &types);
     needs.insert(id, cost);
     let total = needs.values().fold(Cost::default(), |acc, &c| acc + c);
-    let key = kids
-        .iter()
-        .fold(fnv(node.to_string().as_bytes(), 0xcbf2_9ce4_8422_2325), |h, k| {
-            fnv(&k.key.to_le_bytes(), h)
-        });
+    let key = kids.iter().fold(text, |h, k| fnv(&k.key.to_le_bytes(), h));
     Some(Choice {
-        node: node.clone(),
+        index,
         ty,
         total,
         size: needs.len(),
@@ -587,6 +590,8 @@ fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, node: 
         needs: Rc::new(needs),
     })
 }
+
+const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 
 fn fnv(bytes: &[u8], mut h: u64) -> u64 {
     for &b in bytes {
