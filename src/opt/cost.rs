@@ -559,8 +559,13 @@ fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, index:
         if c == id || k.needs.contains_key(&id) {
             return None;
         }
+        // Two children may price a shared class differently (one saw an older choice):
+        // keep the dearer, whatever order the maps iterate in.
         for (&n, &cost) in k.needs.iter() {
-            needs.entry(n).or_insert(cost);
+            let e = needs.entry(n).or_insert(cost);
+            if cost.score() > e.score() {
+                *e = cost;
+            }
         }
     }
     if let Tensor::For(c) = node {
