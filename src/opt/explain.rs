@@ -16,7 +16,12 @@ const FULL_LIMIT: usize = 8_000;
 
 /// The explanation as text; `Err` when the optimizer could not run.
 pub fn explain(prog: &ir::Program) -> Result<String, String> {
-    let mut run = super::run(prog, true)?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| explained(prog)))
+        .unwrap_or_else(|_| Err("internal error in the optimizer's explanation".into()))
+}
+
+fn explained(prog: &ir::Program) -> Result<String, String> {
+    let mut run = super::guarded(prog, true)?;
     let eg = &run.runner.egraph;
     if eg.analysis.conflicts > 0 {
         return Err("the optimizer kept the source program, so there is nothing to explain".into());

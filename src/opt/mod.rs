@@ -143,12 +143,18 @@ fn run(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
     })
 }
 
+/// `run`, with a panic (a bug, never expected) turned into an error.
+fn guarded(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(prog, explanations)))
+        .unwrap_or_else(|_| Err("internal error in the optimizer".into()))
+}
+
 /// Optimizes `prog`. It never fails: where something goes wrong (a rule bug shows as a
 /// merge of different shapes), the source program is returned and the stats say why.
 pub fn optimize(prog: &ir::Program) -> Optimized {
     let start = Instant::now();
     let mut stats = Stats::default();
-    let result = run(prog, false).and_then(|run| {
+    let result = guarded(prog, false).and_then(|run| {
         let eg = &run.runner.egraph;
         stats.stop_reason = stop_text(&run.runner.stop_reason);
         stats.iterations = run.runner.iterations.len();
