@@ -25,8 +25,11 @@ fn examples_check_cleanly_and_print_their_shapes() {
         let diags = render::diagnostics_text(&name(path), &src, &checked.diagnostics);
         assert!(!checked.has_errors(), "{} does not check:\n{diags}", name(path));
         let optimized = attnc::opt::optimize(&checked.program);
+        // The stats but their last line, the time.
+        let stats = optimized.stats.to_string();
+        let stats = stats.trim_end().rsplit_once('\n').map_or("", |(s, _)| s);
         let snapshot = format!(
-            "==== CHECK ====\n{}\n==== TYPED IR ====\n{}\n==== OPTIMIZED IR ====\n{}",
+            "==== CHECK ====\n{}\n==== TYPED IR ====\n{}\n==== OPTIMIZED IR ====\n{}\n==== STATS ====\n{stats}\n",
             render::bindings_text(&checked.program),
             checked.program.to_text(),
             optimized.program.to_text()
