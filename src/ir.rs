@@ -152,7 +152,11 @@ pub enum Op {
     Stack(usize),
 
     // The ops below are made by the optimizer only (`attnc ir --stage optimized`); the
-    // checker never produces them. Each result is a fresh row-major tensor.
+    // checker never produces them. Each result is a fresh row-major tensor. In optimized
+    // programs, a node whose operands are (transitively) only params, literals and dims is
+    // a load-time constant (the merged weights `cat(..)`, the scaled `mul(Wq, 0.125)`): a
+    // backend may compute it once, when the weights are loaded, and the optimizer's cost
+    // model counts it as free.
     /// Batched GEMM with an epilogue: `alpha * (op(a) @ op(b) + bias)`, args `[a, b]` or
     /// `[a, b, bias]`. `op(t)` is `t`, or with its flag `t.transpose(-2, -1)` (read through
     /// the strides, never copied). `a` and `b` have rank 2 or more; after `op`, `a` is
