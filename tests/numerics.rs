@@ -122,6 +122,9 @@ const PROGRAMS: &[&str] = &[
     "dim B, N\ndim D = 6\nparam W: [D, D]\nparam b: [D]\ninput x: [B, N, D]\n\
      let y = linear(x, W, b).transpose(1, 2).reshape(B, D * N)\n\
      output y = y\noutput p = x.permute(2, 0, 1) / 4",
+    // A loop that does not start at 0 cannot become a view of a batched value: it stays.
+    "dim B\ndim D = 8, H = 4\ndim Dk = D / H\ninput x: [B, D]\n\
+     let ys = for h in 1..H { x[:, h * Dk : (h + 1) * Dk].exp() }\noutput y = concat(ys, 1)",
     // Two projections of one input, one with a scale after it.
     "dim B, N\ndim D = 4\nparam W1: [D, D]\nparam b1: [D]\nparam W2: [D, D]\nparam b2: [D]\ninput x: [B, N, D]\n\
      output y = linear(x, W1, b1) * 3\noutput z = linear(x, W2, b2).softmax(-1)",
@@ -132,6 +135,12 @@ fn other_programs_compute_the_same_optimized() {
     for (i, src) in PROGRAMS.iter().enumerate() {
         let source = checked(src, &[("B", 2), ("N", 3)]);
         let optimized = attnc::opt::optimize(&source);
+        if src.contains("1..H") {
+            assert!(
+                optimized.program.to_text().contains("for h in 1..H"),
+                "program {i}: the loop is gone"
+            );
+        }
         assert!(
             optimized.stats.fallback.is_none(),
             "program {i}: {:?}",
