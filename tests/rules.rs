@@ -120,6 +120,15 @@ test_fn! { a_per_head_mask_gets_a_head_axis, only(&["lift-masked-fill"]),
 runner = heads(),
 "(masked_fill (select (input 0 [2,3,5,6]) 1 #s0) (eq (input 1 [2,1,6]) (lit 0.0)) (lit -1e9))"
 => "(select (masked_fill (input 0 [2,3,5,6]) (unsqueeze (eq (input 1 [2,1,6]) (lit 0.0)) 1) (lit -1e9)) 1 #s0)" }
+test_fn! { per_head_elementwise_ops_are_heads_of_batched_ones,
+only(&["lift-exp", "lift-add-left", "lift-mul-right", "lift-sub-both"]),
+runner = heads(),
+"(outputs (exp (select (input 0 [2,3,5]) 1 #s0)) (add (select (input 0 [2,3,5]) 1 #s0) (input 1 [5]))
+              (mul (input 2 [2,1]) (select (input 0 [2,3,5]) 1 #s0))
+              (sub (select (input 0 [2,3,5]) 1 #s0) (select (input 3 [2,3,5]) 1 #s0)))"
+=> "(outputs (select (exp (input 0 [2,3,5])) 1 #s0) (select (add (input 0 [2,3,5]) (input 1 [5])) 1 #s0)
+                 (select (mul (unsqueeze (input 2 [2,1]) 1) (input 0 [2,3,5])) 1 #s0)
+                 (select (sub (input 0 [2,3,5]) (input 3 [2,3,5])) 1 #s0))" }
 test_fn! { a_per_head_softmax_is_a_head_of_a_softmax, only(&["lift-softmax"]),
 runner = heads(),
 "(softmax (select (input 0 [2,3,5,6]) 1 #s0) 2)" => "(select (softmax (input 0 [2,3,5,6]) 3) 1 #s0)" }

@@ -95,6 +95,25 @@ pub fn rules() -> Vec<Rw> {
         rw!("cat-flatten-right";   "(cat ?a ?x (cat ?a ?y ?z))"                   => { same("(cat ?a ?x ?y ?z)") }),
     ];
     rules.push(merge_linear());
+    // Per-head elementwise ops lift like masked_fill (see `LiftElementwise`).
+    let unary: [(&str, fn(Id) -> Tensor); 3] = [("neg", Tensor::Neg), ("sqrt", Tensor::Sqrt), ("exp", Tensor::Exp)];
+    for (op, make) in unary {
+        let lhs: egg::Pattern<Tensor> = format!("({op} (select ?x ?a ?h))").parse().unwrap();
+        rules.push(Rewrite::new(format!("lift-{op}"), lhs, LiftElementwise::Unary(make)).unwrap());
+    }
+    let binary: [(&str, fn([Id; 2]) -> Tensor); 4] =
+        [("add", Tensor::Add), ("sub", Tensor::Sub), ("mul", Tensor::Mul), ("div", Tensor::Div)];
+    for (op, make) in binary {
+        let lifts = [
+            (format!("lift-{op}-left"), format!("({op} (select ?x ?a ?h) ?y)"), LiftElementwise::Binary(make, true)),
+            (format!("lift-{op}-right"), format!("({op} ?y (select ?x ?a ?h))"), LiftElementwise::Binary(make, false)),
+            (format!("lift-{op}-both"), format!("({op} (select ?x ?a ?h) (select ?y ?a ?h))"), LiftElementwise::Both(make)),
+        ];
+        for (name, lhs, applier) in lifts {
+            let lhs: egg::Pattern<Tensor> = lhs.parse().unwrap();
+            rules.push(Rewrite::new(name, lhs, applier).unwrap());
+        }
+    }
     // A unit axis commutes with a comparison to a scalar (`mask.unsqueeze(1) == 0`), both
     // ways, so that either order is found from the other and the cheaper (or, on a tie,
     // the canonical) one is extracted.
@@ -157,13 +176,92 @@ impl Applier<Tensor, Ctx> for Computed {
         ast: Option<&PatternAst<Tensor>>,
         rule: Symbol,
     ) -> Vec<Id> {
-        let mut rhs = Rhs::default();
-        let built = (self.0)(&Match { eg, subst }, &mut rhs);
-        match built {
-            Some(()) if !rhs.ast.as_ref().is_empty() => apply_checked(eg, eclass, subst, ast, &rhs.ast, rule),
-            _ => vec![],
-        }
+        apply_built(eg, eclass, subst, ast, rule, &self.0)
     }
+}
+
+/// Builds a right side with `build` and applies it, checked.
+fn apply_built(
+    eg: &mut EG,
+    eclass: Id,
+    subst: &Subst,
+    ast: Option<&PatternAst<Tensor>>,
+    rule: Symbol,
+    build: &dyn Fn(&Match, &mut Rhs) -> Option<()>,
+) -> Vec<Id> {
+    let mut rhs = Rhs::default();
+    let built = build(&Match { eg, subst }, &mut rhs);
+    match built {
+        Some(()) if !rhs.ast.as_ref().is_empty() => apply_checked(eg, eclass, subst, ast, &rhs.ast, rule),
+        _ => vec![],
+    }
+}
+
+/// The per-head lift of an elementwise op: `op(head h of x, y)` is head h of `op(x, y')`
+/// for an invariant `y` (with a unit axis where the heads are, as a mask gets), and
+/// `op(head h of x, head h of y)` is head h of `op(x, y)`.
+pub enum LiftElementwise {
+    Unary(fn(Id) -> Tensor),
+    /// The op, and whether the head is its left operand.
+    Binary(fn([Id; 2]) -> Tensor, bool),
+    Both(fn([Id; 2]) -> Tensor),
+}
+
+impl Applier<Tensor, Ctx> for LiftElementwise {
+    fn apply_one(
+        &self,
+        eg: &mut EG,
+        eclass: Id,
+        subst: &Subst,
+        ast: Option<&PatternAst<Tensor>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        let build = |m: &Match, r: &mut Rhs| -> Option<()> {
+            let op = match self {
+                LiftElementwise::Unary(op) => {
+                    head_var(m, "?h", &["?x"])?;
+                    let x = r.var("?x");
+                    r.node(op(x))
+                }
+                LiftElementwise::Binary(op, left) => {
+                    head_var(m, "?h", &["?x", "?y"])?;
+                    let x = r.var("?x");
+                    let y = invariant_operand(m, r, "?y")?;
+                    r.node(op(if *left { [x, y] } else { [y, x] }))
+                }
+                LiftElementwise::Both(op) => {
+                    head_var(m, "?h", &["?x", "?y"])?;
+                    (m.data("?x").rank()? == m.data("?y").rank()?).then_some(())?;
+                    let (x, y) = (r.var("?x"), r.var("?y"));
+                    r.node(op([x, y]))
+                }
+            };
+            let (axis, h) = (r.var("?a"), r.var("?h"));
+            r.node(Tensor::Select([op, axis, h]));
+            Some(())
+        };
+        apply_built(eg, eclass, subst, ast, rule, &build)
+    }
+}
+
+/// An invariant operand `v` that broadcasts into one head of `?x` (whose head axis is
+/// `?a`), with a unit axis inserted where the heads are if it reaches past them.
+fn invariant_operand(m: &Match, r: &mut Rhs, v: &str) -> Option<Id> {
+    let ctx = m.ctx();
+    let a = m.data("?a").axis()?;
+    let mut head = m.data("?x").shape()?.to_vec();
+    head.remove(a);
+    let shape = m.data(v).shape()?;
+    // It must broadcast into one head, not widen it.
+    let b = ctx.broadcast(&head, shape)?;
+    (ctx.same_shape(&b, &head) && shape.len() <= head.len()).then_some(())?;
+    let mut id = r.var(v);
+    let uncovered = head.len() - shape.len();
+    if uncovered < a {
+        let at = r.int(a - uncovered);
+        id = r.node(Tensor::Unsqueeze([id, at]));
+    }
+    Some(id)
 }
 
 fn pattern_vars(p: &PatternAst<Tensor>) -> Vec<Var> {
@@ -551,23 +649,10 @@ fn lift_gemm(m: &Match, r: &mut Rhs) -> Option<()> {
 
 fn lift_masked_fill(m: &Match, r: &mut Rhs) -> Option<()> {
     head_var(m, "?h", &["?x", "?m", "?f"])?;
-    let ctx = m.ctx();
-    let a = m.data("?a").axis()?;
-    let mut head = m.data("?x").shape()?.to_vec();
-    head.remove(a);
-    let mask = m.data("?m").shape()?;
-    // The mask must broadcast into one head, not widen it.
-    let b = ctx.broadcast(&head, mask)?;
-    (ctx.same_shape(&b, &head) && mask.len() <= head.len()).then_some(())?;
     let x = r.var("?x");
-    let mut mi = r.var("?m");
-    let uncovered = head.len() - mask.len();
-    if uncovered < a {
-        let at = r.int(a - uncovered);
-        mi = r.node(Tensor::Unsqueeze([mi, at]));
-    }
+    let mask = invariant_operand(m, r, "?m")?;
     let f = r.var("?f");
-    let filled = r.node(Tensor::MaskedFill([x, mi, f]));
+    let filled = r.node(Tensor::MaskedFill([x, mask, f]));
     let (axis, h) = (r.var("?a"), r.var("?h"));
     r.node(Tensor::Select([filled, axis, h]));
     Some(())
