@@ -96,12 +96,12 @@ pub fn rules() -> Vec<Rw> {
     ];
     rules.push(merge_linear());
     // Per-head elementwise ops lift like masked_fill (see `LiftElementwise`).
-    let unary: [(&str, fn(Id) -> Tensor); 3] = [("neg", Tensor::Neg), ("sqrt", Tensor::Sqrt), ("exp", Tensor::Exp)];
+    let unary: [(&str, MakeUnary); 3] = [("neg", Tensor::Neg), ("sqrt", Tensor::Sqrt), ("exp", Tensor::Exp)];
     for (op, make) in unary {
         let lhs: egg::Pattern<Tensor> = format!("({op} (select ?x ?a ?h))").parse().unwrap();
         rules.push(Rewrite::new(format!("lift-{op}"), lhs, LiftElementwise::Unary(make)).unwrap());
     }
-    let binary: [(&str, fn([Id; 2]) -> Tensor); 4] =
+    let binary: [(&str, MakeBinary); 4] =
         [("add", Tensor::Add), ("sub", Tensor::Sub), ("mul", Tensor::Mul), ("div", Tensor::Div)];
     for (op, make) in binary {
         let lifts = [
@@ -201,11 +201,15 @@ fn apply_built(
 /// for an invariant `y` (with a unit axis where the heads are, as a mask gets), and
 /// `op(head h of x, head h of y)` is head h of `op(x, y)`.
 pub enum LiftElementwise {
-    Unary(fn(Id) -> Tensor),
+    Unary(MakeUnary),
     /// The op, and whether the head is its left operand.
-    Binary(fn([Id; 2]) -> Tensor, bool),
-    Both(fn([Id; 2]) -> Tensor),
+    Binary(MakeBinary, bool),
+    Both(MakeBinary),
 }
+
+/// The constructor of a unary or binary op of the language (`Tensor::Exp`, `Tensor::Add`).
+type MakeUnary = fn(Id) -> Tensor;
+type MakeBinary = fn([Id; 2]) -> Tensor;
 
 impl Applier<Tensor, Ctx> for LiftElementwise {
     fn apply_one(
