@@ -43,6 +43,14 @@ enum Command {
         stage: Stage,
         #[command(flatten)]
         dims: DimArgs,
+        /// With `--stage optimized`: add the optimizer's figures (rules fired, stop reason,
+        /// e-graph size, cost before and after, time)
+        #[arg(long)]
+        stats: bool,
+        /// With `--stage optimized`: print the chain of rules that proves the optimized
+        /// program equal to the source
+        #[arg(long)]
+        explain: bool,
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
@@ -111,6 +119,8 @@ enum Format {
 enum Stage {
     /// The checked, inlined program with every value's shape
     Typed,
+    /// The program after equality saturation: loops lifted, projections merged, ops fused
+    Optimized,
 }
 
 fn parse_dim(s: &str) -> Result<DimOverride, String> {
@@ -142,9 +152,11 @@ pub fn main() -> i32 {
         Command::Check { file, dims, format } => check(&file, &dims.dims, format),
         Command::Ir {
             file,
-            stage: Stage::Typed,
+            stage,
             dims,
-        } => ir_typed(&file, &dims.dims),
+            stats,
+            explain,
+        } => ir(&file, &dims.dims, stage, IrFlags { stats, explain }),
         Command::Run(args) => run(&args),
         Command::Repl { file, dims, echo } => repl::run(&repl::Options {
             file,
@@ -200,7 +212,17 @@ fn check(path: &Path, dims: &[DimOverride], format: Format) -> i32 {
     i32::from(checked.has_errors())
 }
 
-fn ir_typed(path: &Path, dims: &[DimOverride]) -> i32 {
+/// The optimizer's extra outputs of `attnc ir`.
+struct IrFlags {
+    stats: bool,
+    explain: bool,
+}
+
+fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
+    if stage == Stage::Typed && (flags.stats || flags.explain) {
+        eprintln!("error: `--stats` and `--explain` apply to `--stage optimized` only");
+        return 2;
+    }
     let (src, checked) = match load(path, dims) {
         Ok(x) => x,
         Err(code) => return code,
@@ -212,7 +234,25 @@ fn ir_typed(path: &Path, dims: &[DimOverride]) -> i32 {
         );
         return 1;
     }
-    print!("{}", checked.program.to_text());
+    match stage {
+        Stage::Typed => print!("{}", checked.program.to_text()),
+        Stage::Optimized => {
+            let optimized = attnc::opt::optimize(&checked.program);
+            print!("{}", optimized.program.to_text());
+            if flags.stats {
+                print!("==== STATS ====\n{}", optimized.stats);
+            }
+            if flags.explain {
+                match attnc::opt::explain(&checked.program) {
+                    Ok(text) => print!("==== EXPLAIN ====\n{text}"),
+                    Err(why) => {
+                        eprintln!("error: {why}");
+                        return 1;
+                    }
+                }
+            }
+        }
+    }
     0
 }
 

@@ -49,6 +49,14 @@ impl Ratio {
         (self.den == 1).then_some(self.num)
     }
 
+    pub fn numer(self) -> i128 {
+        self.num
+    }
+
+    pub fn denom(self) -> i128 {
+        self.den
+    }
+
     /// Arithmetic saturates instead of overflowing: dims are small, and a saturated value
     /// only makes a proof fail, never succeed wrongly, because equal inputs saturate alike.
     fn add(self, o: Ratio) -> Ratio {
@@ -154,6 +162,18 @@ impl Poly {
 
     pub fn sym(s: Sym) -> Poly {
         Poly::atom(Atom::Sym(s))
+    }
+
+    /// `c * s0^e0 * s1^e1 * ..` (exponents may be negative): one term, as written.
+    pub fn term(c: Ratio, factors: &[(Sym, i32)]) -> Poly {
+        let mono = Monomial(vec![]).mul(&Monomial(
+            factors.iter().map(|&(s, e)| (Atom::Sym(s), e)).collect(),
+        ));
+        let mut p = Poly::default();
+        if !c.is_zero() {
+            p.0.insert(mono, c);
+        }
+        p
     }
 
     fn atom(a: Atom) -> Poly {

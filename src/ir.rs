@@ -22,7 +22,7 @@ pub enum DType {
 }
 
 /// Shape, strides (in elements) and dtype of a tensor value, all symbolic.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
     pub shape: Vec<Poly>,
     pub strides: Vec<Poly>,
@@ -150,6 +150,44 @@ pub enum Op {
     Concat(usize),
     /// Stacks the items of a `For` along a new axis: arg `[seq]`.
     Stack(usize),
+
+    // The ops below are made by the optimizer only (`attnc ir --stage optimized`); the
+    // checker never produces them. Each result is a fresh row-major tensor. In optimized
+    // programs, a node whose operands are (transitively) only params, literals and dims is
+    // a load-time constant (the merged weights `cat(..)`, the scaled `mul(Wq, 0.125)`): a
+    // backend may compute it once, when the weights are loaded, and the optimizer's cost
+    // model counts it as free.
+    /// Batched GEMM with an epilogue: `alpha * (op(a) @ op(b) + bias)`, args `[a, b]` or
+    /// `[a, b, bias]`. `op(t)` is `t`, or with its flag `t.transpose(-2, -1)` (read through
+    /// the strides, never copied). `a` and `b` have rank 2 or more; after `op`, `a` is
+    /// `[.., n, k]` and `b` `[.., k, m]`, and their batch axes (all but the last two)
+    /// broadcast as `matmul`'s do. `bias` is `[m]`, added to every row before `alpha`
+    /// scales the sum. Result `[batch.., n, m]`.
+    Gemm {
+        trans_a: bool,
+        trans_b: bool,
+        alpha: f64,
+    },
+    /// Fused `softmax(masked_fill(x * scale, mask, fill), -1)`: args `[x]` (no mask) or
+    /// `[x, mask]`, `mask` a bool tensor that broadcasts to `x`'s shape (PyTorch rules;
+    /// true means "fill"). Result: `x`'s shape.
+    MaskedSoftmax {
+        scale: f64,
+        fill: f64,
+    },
+    /// Fused attention `softmax(masked_fill((q @ k^T) * scale, mask, fill), -1) @ v`
+    /// that never materializes the scores: args `[q, k, v]` or `[q, k, v, mask]`. `q` is
+    /// `[.., n, d]`, `k` `[.., m, d]`, `v` `[.., m, e]`, all of rank 2 or more; batch axes
+    /// broadcast as `matmul`'s (those of `q` and `k` first, then with `v`'s). `mask` is
+    /// bool and broadcasts to the scores `[batch.., n, m]`. Result `[batch.., n, e]`.
+    Attention {
+        scale: f64,
+        fill: f64,
+    },
+    /// `torch.cat(args, axis)` of one or more tensors of one rank that agree on every
+    /// other axis. The optimizer uses it on params only (the merged Q/K/V weights), so
+    /// a backend evaluates it once, when the weights are loaded.
+    Cat(usize),
 }
 
 /// One SSA value.

@@ -14,6 +14,7 @@ pub mod dims;
 pub mod ir;
 pub mod runtime;
 pub mod check;
+pub mod opt;
 pub mod suggest;
 pub mod driver;
 pub mod render;

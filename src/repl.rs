@@ -308,10 +308,7 @@ impl Session {
             .collect();
         keep_needed(&mut prog);
         match command {
-            Command::Opt => match optimized_text(&prog) {
-                Ok(text) => Reply::out(text),
-                Err(why) => Reply::err(why + "\n"),
-            },
+            Command::Opt => Reply::out(crate::opt::optimize(&prog).program.to_text()),
             _ => Reply::out(prog.to_text()),
         }
     }
@@ -447,13 +444,6 @@ fn open_brackets(text: &str) -> Vec<Token> {
         }
     }
     open
-}
-
-/// The optimized IR of `prog`, or why there is none. This is where `:opt` meets the
-/// optimizer: once `crate::opt` exists, call it here and print its program's text.
-fn optimized_text(prog: &Program) -> Result<String, String> {
-    let _ = prog;
-    Err(":opt needs the optimizer, which this build does not have".to_string())
 }
 
 /// The tensors that become the outputs of `:ir`/`:opt`: a tensor, or each of a tuple's.

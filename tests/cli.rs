@@ -140,3 +140,64 @@ fn every_command_has_help() {
         assert!(stdout(&o).contains("Usage"));
     }
 }
+
+#[test]
+fn optimized_ir_is_deterministic_and_has_no_loop() {
+    let a = attnc(&["ir", "examples/mha_heads.attn", "--stage", "optimized"]);
+    let b = attnc(&["ir", "examples/mha_heads.attn", "--stage", "optimized"]);
+    assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
+    assert_eq!(a.stdout, b.stdout);
+    let out = stdout(&a);
+    assert!(!out.contains("for h") && out.contains("attention("), "{out}");
+}
+
+#[test]
+fn stats_are_deterministic_but_for_the_time_on_the_last_line() {
+    let run = || {
+        let o = attnc(&[
+            "ir",
+            "examples/self_attention.attn",
+            "--stage",
+            "optimized",
+            "--stats",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let (a, b) = (run(), run());
+    let (a_lines, b_lines): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    assert!(a_lines.last().unwrap().starts_with("time: "), "{a}");
+    assert_eq!(a_lines[..a_lines.len() - 1], b_lines[..b_lines.len() - 1]);
+    for part in [
+        "==== STATS ====",
+        "stop reason: saturated",
+        "e-graph: ",
+        "merge-linear",
+        "cost before: ",
+        "cost after: ",
+    ] {
+        assert!(a.contains(part), "missing `{part}` in:\n{a}");
+    }
+}
+
+#[test]
+fn explain_names_the_rules_that_prove_the_result() {
+    let o = attnc(&[
+        "ir",
+        "examples/mha_heads.attn",
+        "--stage",
+        "optimized",
+        "--explain",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for rule in ["lift-linear", "lift-gemm", "lift-concat", "fuse-attention"] {
+        assert!(out.contains(rule), "missing {rule} in:\n{out}");
+    }
+}
+
+#[test]
+fn optimizer_flags_need_the_optimized_stage() {
+    let o = attnc(&["ir", "examples/mha.attn", "--stage", "typed", "--stats"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -151,3 +151,72 @@ fn the_binary_answers_mutated_programs_with_json_and_exit_0_or_1() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Mutated programs that check cleanly optimize without a panic, to programs that compute
+/// the same outputs (the reference interpreter on both, at small sizes).
+#[test]
+fn mutated_programs_optimize_to_equal_programs() {
+    use attnc::check::DimOverride;
+    use attnc::runtime::{bind, interpret, RunOptions};
+    let mut rng = Rng(0x5EED);
+    let mut optimized = 0;
+    for (i, src) in examples().iter().enumerate() {
+        for case in 0..150 {
+            let m = mutate(src, &mut rng);
+            let Ok(plain) = check_source(&m, &[]) else {
+                continue;
+            };
+            if plain.has_errors() {
+                continue;
+            }
+            let sizes: Vec<DimOverride> = [("B", 2), ("N", 3), ("M", 4)]
+                .iter()
+                .filter(|(n, _)| plain.program.dims.lookup(n).is_some())
+                .map(|&(n, v)| DimOverride {
+                    name: n.into(),
+                    value: v,
+                })
+                .collect();
+            let Ok(c) = check_source(&m, &sizes) else { continue };
+            if c.has_errors() {
+                continue;
+            }
+            let result = std::panic::catch_unwind(|| attnc::opt::optimize(&c.program));
+            let opt =
+                result.unwrap_or_else(|_| panic!("example {i}, case {case} panics the optimizer:\n{m}"));
+            assert!(
+                opt.stats.fallback.is_none(),
+                "example {i}, case {case}: {:?}\n{m}",
+                opt.stats.fallback
+            );
+            let Ok(bound) = bind(&c.program, &RunOptions::default()) else {
+                continue;
+            };
+            let (Ok(want), got) = (interpret(&c.program, &bound), interpret(&opt.program, &bound)) else {
+                continue;
+            };
+            let got = got
+                .unwrap_or_else(|e| panic!("example {i}, case {case}: {e}\n{m}\n{}", opt.program.to_text()));
+            for ((name, w), (_, g)) in want.iter().zip(&got) {
+                assert_eq!(w.shape, g.shape, "example {i}, case {case}: `{name}`\n{m}");
+                let scale = w.data.iter().fold(0f32, |a, x| a.max(x.abs())).max(1e-30);
+                let err = w
+                    .data
+                    .iter()
+                    .zip(&g.data)
+                    .fold(0f32, |a, (x, y)| a.max((x - y).abs()))
+                    / scale;
+                assert!(
+                    err <= 1e-5 || (err.is_nan() && w.data.iter().any(|x| !x.is_finite())),
+                    "example {i}, case {case}: `{name}` off by {err}\n{m}\n{}",
+                    opt.program.to_text()
+                );
+            }
+            optimized += 1;
+        }
+    }
+    assert!(
+        optimized > 10,
+        "only {optimized} mutated programs checked and ran"
+    );
+}

@@ -9,7 +9,7 @@
 
 mod dim_expr;
 mod items;
-mod layout;
+pub(crate) mod layout;
 mod ops;
 
 use crate::ast;

@@ -136,11 +136,43 @@ impl Printer<'_> {
             }
             Op::Concat(a) => ("concat", vec![a.to_string()]),
             Op::Stack(a) => ("stack", vec![a.to_string()]),
+            Op::Gemm {
+                trans_a,
+                trans_b,
+                alpha,
+            } => {
+                let mut attrs = Vec::new();
+                if *trans_a {
+                    attrs.push("trans_a".to_string());
+                }
+                if *trans_b {
+                    attrs.push("trans_b".to_string());
+                }
+                if *alpha != 1.0 {
+                    attrs.push(format!("alpha={alpha:?}"));
+                }
+                ("gemm", attrs)
+            }
+            Op::MaskedSoftmax { scale, fill } => (
+                "masked_softmax",
+                softmax_attrs(*scale, *fill, node.args.len() > 1),
+            ),
+            Op::Attention { scale, fill } => ("attention", softmax_attrs(*scale, *fill, node.args.len() > 3)),
+            Op::Cat(a) => ("cat", vec![a.to_string()]),
         };
         let all: Vec<String> = args.into_iter().chain(attrs).collect();
         let ty = self.prog.type_text(self.prog.tensor_type(id));
         let _ = writeln!(self.out, "{indent}{name} = {op}({}) : {ty}", all.join(", "));
     }
+}
+
+/// `scale=..`, and `fill=..` only where a mask makes it mean something.
+fn softmax_attrs(scale: f64, fill: f64, masked: bool) -> Vec<String> {
+    let mut attrs = vec![format!("scale={scale:?}")];
+    if masked {
+        attrs.push(format!("fill={fill:?}"));
+    }
+    attrs
 }
 
 fn unary_name(u: UnaryOp) -> &'static str {

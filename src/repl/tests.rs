@@ -140,11 +140,13 @@ fn ir_keeps_only_what_out_needs() {
 }
 
 #[test]
-fn opt_says_the_optimizer_is_missing() {
-    let r = after_header(&[":opt x"]);
-    assert_eq!(
-        r.err,
-        ":opt needs the optimizer, which this build does not have\n"
+fn opt_prints_the_optimized_program_of_an_expression() {
+    let r = after_header(&[":opt x.transpose(1, 2).transpose(1, 2).contiguous()"]);
+    assert_eq!(r.err, "");
+    assert!(
+        r.out.contains("output out = %0"),
+        "two transposes and a copy are nothing:\n{}",
+        r.out
     );
     let r = after_header(&[":opt nope"]);
     assert!(

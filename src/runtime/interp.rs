@@ -150,6 +150,35 @@ impl<'p> Interp<'p> {
             Op::Concat(axis) => ops::concat(items()?, *axis),
             Op::Stack(axis) => ops::stack(items()?, *axis),
             Op::For { .. } => None,
+            Op::Gemm {
+                trans_a,
+                trans_b,
+                alpha,
+            } => {
+                let bias = match node.args.len() {
+                    2 => None,
+                    _ => Some(arg(2)?),
+                };
+                ops::batched_gemm(arg(0)?, arg(1)?, (*trans_a, *trans_b), bias, *alpha)
+            }
+            Op::MaskedSoftmax { scale, fill } => {
+                let mask = match node.args.len() {
+                    1 => None,
+                    _ => Some(arg(1)?),
+                };
+                ops::masked_softmax(arg(0)?, mask, *scale, *fill)
+            }
+            Op::Attention { scale, fill } => {
+                let mask = match node.args.len() {
+                    3 => None,
+                    _ => Some(arg(3)?),
+                };
+                ops::attention([arg(0)?, arg(1)?, arg(2)?], mask, *scale, *fill)
+            }
+            Op::Cat(axis) => {
+                let parts: Option<Vec<Strided>> = (0..node.args.len()).map(|i| arg(i).cloned()).collect();
+                ops::concat(&parts?, *axis)
+            }
         }
     }
 

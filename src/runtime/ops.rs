@@ -162,6 +162,57 @@ fn gemm(a: &[f32], b: &[f32], (k, m): (usize, usize), init: Option<&[f32]>, out:
     }
 }
 
+/// The optimizer's GEMM: `alpha * (op(a) @ op(b) + bias)`, `op` transposing the last two
+/// axes where its flag is set (see `ir::Op::Gemm`).
+pub fn batched_gemm(
+    a: &Strided,
+    b: &Strided,
+    (trans_a, trans_b): (bool, bool),
+    bias: Option<&Strided>,
+    alpha: f64,
+) -> Option<Strided> {
+    let last_two = |t: &Strided, flag: bool| match flag {
+        true => t.transpose(t.rank().checked_sub(2)?, t.rank() - 1),
+        false => (t.rank() >= 2).then(|| t.clone()),
+    };
+    let mut r = matmul(&last_two(a, trans_a)?, &last_two(b, trans_b)?)?;
+    if let Some(bias) = bias {
+        if bias.shape.as_slice() != [*r.shape.last()?] {
+            return None;
+        }
+        r = zip_with(&r, bias, |x, y| x + y)?;
+    }
+    if alpha != 1.0 {
+        r = map(&r, |x| (f64::from(x) * alpha) as f32);
+    }
+    Some(r)
+}
+
+/// `softmax(masked_fill(x * scale, mask, fill), -1)`, the mask broadcast to `x`.
+pub fn masked_softmax(x: &Strided, mask: Option<&Strided>, scale: f64, fill: f64) -> Option<Strided> {
+    let mut s = map(x, |v| (f64::from(v) * scale) as f32);
+    if let Some(mask) = mask {
+        if broadcast_shapes(&x.shape, &mask.shape)? != x.shape {
+            return None;
+        }
+        s = masked_fill(&s, mask, &Tensor::scalar(fill as f32).into())?;
+    }
+    softmax(&s, x.rank().checked_sub(1)?)
+}
+
+/// `masked_softmax(q @ k^T, mask, scale, fill) @ v`; the reference materializes the
+/// scores that a fused kernel would not.
+pub fn attention([q, k, v]: [&Strided; 3], mask: Option<&Strided>, scale: f64, fill: f64) -> Option<Strided> {
+    let scores = batched_gemm(q, k, (false, true), None, 1.0)?;
+    if let Some(m) = mask {
+        if broadcast_shapes(&scores.shape, &m.shape)? != scores.shape {
+            return None;
+        }
+    }
+    let p = masked_softmax(&scores, mask, scale, fill)?;
+    batched_gemm(&p, v, (false, false), None, 1.0)
+}
+
 /// `torch.cat(items, axis)`; `None` for an empty list (the caller knows the shape).
 pub fn concat(items: &[Strided], axis: usize) -> Option<Strided> {
     let first = items.first()?;
@@ -298,6 +349,48 @@ mod tests {
         let z = zip_with(&t(&[2, 1], &[1.0, 2.0]), &t(&[3], &[1.0, 2.0, 3.0]), |a, b| a * b);
         assert_eq!(z.unwrap().to_vec(), [1.0, 2.0, 3.0, 2.0, 4.0, 6.0]);
         assert!(holds(CmpOp::Le, 2, 2) && !holds(CmpOp::Ne, 1.0, 1.0));
+    }
+
+    #[test]
+    fn gemm_is_alpha_times_the_flagged_product_plus_bias() {
+        let (a, b) = (iota(&[2, 3, 2]), map(&iota(&[2, 4]), |v| v - 3.0));
+        let bias = t(&[4], &[1.0, -1.0, 0.5, 2.0]);
+        let got = batched_gemm(&a.transpose(1, 2).unwrap(), &b, (true, false), Some(&bias), 0.5).unwrap();
+        let plain = matmul(&a, &b).unwrap();
+        let want = map(&zip_with(&plain, &bias, |x, y| x + y).unwrap(), |v| v * 0.5);
+        assert_eq!(got.shape, [2, 3, 4]);
+        assert_eq!(got.to_vec(), want.to_vec());
+        let bt = b.transpose(0, 1).unwrap().contiguous();
+        assert_eq!(
+            batched_gemm(&a, &bt, (false, true), None, 1.0).unwrap().to_vec(),
+            plain.to_vec()
+        );
+    }
+
+    #[test]
+    fn masked_softmax_is_scale_then_fill_then_softmax() {
+        let x = map(&iota(&[2, 3]), |v| (v * 0.9).cos() * 3.0);
+        let mask = t(&[1, 3], &[0.0, 1.0, 0.0]);
+        let fill = t(&[], &[-1e9]);
+        let scaled = map(&x, |v| v * 0.25);
+        let want = softmax(&masked_fill(&scaled, &mask, &fill).unwrap(), 1).unwrap();
+        let got = masked_softmax(&x, Some(&mask), 0.25, -1e9).unwrap();
+        assert_eq!(got.to_vec(), want.to_vec());
+        assert!(masked_softmax(&x, Some(&t(&[3, 1], &[0.0; 3])), 1.0, 0.0).is_none());
+    }
+
+    #[test]
+    fn attention_is_softmax_of_the_scaled_masked_scores_times_v() {
+        let q = map(&iota(&[2, 3, 4]), |v| (v * 0.3).sin());
+        let k = map(&iota(&[2, 5, 4]), |v| (v * 0.7).cos());
+        let v = map(&iota(&[2, 5, 2]), |x| x * 0.1);
+        let mask = t(&[2, 1, 5], &[0., 0., 1., 0., 0., 1., 0., 0., 0., 0.]);
+        let scores = matmul(&q, &k.transpose(1, 2).unwrap()).unwrap();
+        let p = masked_softmax(&scores, Some(&mask), 0.5, -1e9).unwrap();
+        let want = matmul(&p, &v).unwrap();
+        let got = attention([&q, &k, &v], Some(&mask), 0.5, -1e9).unwrap();
+        assert_eq!(got.shape, [2, 3, 2]);
+        assert_eq!(got.to_vec(), want.to_vec());
     }
 
     #[test]

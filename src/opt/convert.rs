@@ -1,0 +1,426 @@
+//! The two conversions: a checked program into a term of the optimizer's language, and
+//! the extracted term back into a program.
+//!
+//! Into: one e-node per IR node (attributes as leaves), a `for` as `(for var start end
+//! item)` whose body is whatever its item reaches, and a root `(outputs ..)`.
+//!
+//! Out: the chosen term, numbered canonically. Params and inputs come first, in
+//! declaration order, then every other value in the order a depth-first walk from the
+//! outputs (in order, operands left to right) finishes them, so the text depends on the
+//! program alone, not on its source names or on how its nodes were allocated. Each value's
+//! strides are those of the chosen term (see `layout`); a `reshape` whose operand cannot
+//! be viewed gets a `contiguous` copy first.
+
+use super::analysis::EG;
+use super::cost::Extraction;
+use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
+use crate::dims::{Poly, Sym};
+use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, TensorType, Type, UnaryOp, ValueId};
+use crate::source::Span;
+use egg::{Id, Language, RecExpr};
+use std::collections::HashMap;
+
+/// The program as one term rooted at `(outputs ..)`; `Err` names an op it cannot hold.
+pub fn to_expr(prog: &Program) -> Result<RecExpr<Tensor>, String> {
+    let mut b = Into {
+        prog,
+        expr: RecExpr::default(),
+        ids: HashMap::new(),
+    };
+    b.nodes(&prog.body)?;
+    let outs: Vec<Id> = prog
+        .outputs
+        .iter()
+        .map(|o| b.ids.get(&o.value).copied().ok_or("an output before its value"))
+        .collect::<Result<_, _>>()?;
+    b.expr.add(Tensor::Outputs(outs.into()));
+    Ok(b.expr)
+}
+
+struct Into<'a> {
+    prog: &'a Program,
+    expr: RecExpr<Tensor>,
+    ids: HashMap<ValueId, Id>,
+}
+
+impl Into<'_> {
+    fn nodes(&mut self, ids: &[ValueId]) -> Result<(), String> {
+        for &id in ids {
+            if let Op::For { body, .. } = &self.prog.node(id).op {
+                self.nodes(body)?;
+            }
+            let e = self.node(id)?;
+            self.ids.insert(id, e);
+        }
+        Ok(())
+    }
+
+    fn leaf(&mut self, t: Tensor) -> Id {
+        self.expr.add(t)
+    }
+
+    fn int(&mut self, i: usize) -> Id {
+        self.leaf(Tensor::Int(i as i64))
+    }
+
+    fn dim(&mut self, p: &Poly) -> Id {
+        self.leaf(Tensor::Dim(DimLeaf(p.clone())))
+    }
+
+    fn shape(&mut self, s: &[Poly]) -> Id {
+        self.leaf(Tensor::Shape(ShapeLeaf(s.to_vec())))
+    }
+
+    fn float(&mut self, x: f64) -> Id {
+        self.leaf(Tensor::Float(Float::new(x)))
+    }
+
+    fn node(&mut self, id: ValueId) -> Result<Id, String> {
+        let node = self.prog.node(id);
+        let a: Vec<Id> = node
+            .args
+            .iter()
+            .map(|v| {
+                self.ids
+                    .get(v)
+                    .copied()
+                    .ok_or_else(|| format!("node {id} uses a later value"))
+            })
+            .collect::<Result<_, _>>()?;
+        let opt = |this: &mut Self, i: usize| a.get(i).copied().unwrap_or_else(|| this.leaf(Tensor::None));
+        let t = match &node.op {
+            Op::Param(i) => {
+                let (i, s) = (self.int(*i), self.shape(&self.prog.params[*i].shape));
+                Tensor::Param([i, s])
+            }
+            Op::Input(i) => {
+                let (i, s) = (self.int(*i), self.shape(&self.prog.inputs[*i].shape));
+                Tensor::Input([i, s])
+            }
+            Op::Literal(x) => Tensor::Literal(self.float(*x)),
+            Op::DimValue(p) => Tensor::DimValue(self.dim(p)),
+            Op::Linear => Tensor::Linear([a[0], a[1], opt(self, 2)]),
+            Op::MatMul => Tensor::MatMul([a[0], a[1]]),
+            Op::Transpose(x, y) => Tensor::Transpose([a[0], self.int(*x.min(y)), self.int(*x.max(y))]),
+            Op::Permute(axes) => {
+                let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
+                Tensor::Permute([a[0], self.shape(&p)])
+            }
+            Op::View(s) | Op::Reshape(s) => Tensor::Reshape([a[0], self.shape(s)]),
+            Op::Contiguous => Tensor::Contiguous(a[0]),
+            Op::Unsqueeze(d) => Tensor::Unsqueeze([a[0], self.int(*d)]),
+            Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
+            Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
+            Op::MaskedFill => Tensor::MaskedFill([a[0], a[1], a[2]]),
+            Op::Unary(UnaryOp::Neg) => Tensor::Neg(a[0]),
+            Op::Unary(UnaryOp::Sqrt) => Tensor::Sqrt(a[0]),
+            Op::Unary(UnaryOp::Exp) => Tensor::Exp(a[0]),
+            Op::Binary(op) => {
+                let ab = [a[0], a[1]];
+                match op {
+                    BinaryOp::Add => Tensor::Add(ab),
+                    BinaryOp::Sub => Tensor::Sub(ab),
+                    BinaryOp::Mul => Tensor::Mul(ab),
+                    BinaryOp::Div => Tensor::Div(ab),
+                }
+            }
+            Op::Compare(op) => {
+                let ab = [a[0], a[1]];
+                match op {
+                    CmpOp::Eq => Tensor::Eq(ab),
+                    CmpOp::Ne => Tensor::Ne(ab),
+                    CmpOp::Lt => Tensor::Lt(ab),
+                    CmpOp::Le => Tensor::Le(ab),
+                    CmpOp::Gt => Tensor::Gt(ab),
+                    CmpOp::Ge => Tensor::Ge(ab),
+                }
+            }
+            Op::Slice { axis, start, end } => {
+                Tensor::Slice([a[0], self.int(*axis), self.dim(start), self.dim(end)])
+            }
+            Op::Select { axis, index } => Tensor::Select([a[0], self.int(*axis), self.dim(index)]),
+            Op::For {
+                var,
+                start,
+                end,
+                result,
+                ..
+            } => {
+                let item = *self.ids.get(result).ok_or("a loop item before its value")?;
+                Tensor::For([self.int(*var), self.dim(start), self.dim(end), item])
+            }
+            Op::Concat(d) => Tensor::Concat([a[0], self.int(*d)]),
+            Op::Stack(d) => Tensor::Stack([a[0], self.int(*d)]),
+            Op::Gemm {
+                trans_a,
+                trans_b,
+                alpha,
+            } => {
+                let (ta, tb) = (self.int(usize::from(*trans_a)), self.int(usize::from(*trans_b)));
+                Tensor::Gemm([a[0], a[1], opt(self, 2), ta, tb, self.float(*alpha)])
+            }
+            Op::MaskedSoftmax { scale, fill } => {
+                let m = opt(self, 1);
+                Tensor::MaskedSoftmax([a[0], m, self.float(*scale), self.float(*fill)])
+            }
+            Op::Attention { scale, fill } => {
+                let m = opt(self, 3);
+                Tensor::Attention([a[0], a[1], a[2], m, self.float(*scale), self.float(*fill)])
+            }
+            Op::Cat(d) => {
+                let mut ids = vec![self.int(*d)];
+                ids.extend(&a);
+                Tensor::Cat(ids.into())
+            }
+        };
+        Ok(self.expr.add(t))
+    }
+}
+
+/// The chosen term under `root` as a [`RecExpr`] (for explanations).
+pub fn chosen_expr(eg: &EG, ex: &Extraction, root: Id) -> RecExpr<Tensor> {
+    fn go(eg: &EG, ex: &Extraction, id: Id, expr: &mut RecExpr<Tensor>, memo: &mut HashMap<Id, Id>) -> Id {
+        let id = eg.find(id);
+        if let Some(&e) = memo.get(&id) {
+            return e;
+        }
+        let node = ex
+            .node(eg, id)
+            .clone()
+            .map_children(|c| go(eg, ex, c, expr, memo));
+        let e = expr.add(node);
+        memo.insert(id, e);
+        e
+    }
+    let mut expr = RecExpr::default();
+    go(eg, ex, root, &mut expr, &mut HashMap::new());
+    expr
+}
+
+/// The extracted program: `source`'s dims and declarations, the chosen term's nodes.
+pub fn lower(eg: &EG, ex: &Extraction, root: Id, source: &Program) -> Result<Program, String> {
+    let mut out = Out {
+        eg,
+        ex,
+        prog: Program {
+            dims: source.dims.clone(),
+            params: source.params.clone(),
+            inputs: source.inputs.clone(),
+            asserts: source.asserts.clone(),
+            ..Program::default()
+        },
+        values: HashMap::new(),
+        literals: HashMap::new(),
+        loops: Vec::new(),
+    };
+    for i in 0..source.params.len() {
+        let ty = TensorType::row_major(source.params[i].shape.clone(), DType::F32);
+        out.push(Op::Param(i), vec![], Type::Tensor(ty), &[]);
+    }
+    for i in 0..source.inputs.len() {
+        let ty = TensorType::row_major(source.inputs[i].shape.clone(), DType::F32);
+        out.push(Op::Input(i), vec![], Type::Tensor(ty), &[]);
+    }
+    let root = eg.find(root);
+    let Tensor::Outputs(outs) = ex.node(eg, root) else {
+        return Err("the root is not the outputs".into());
+    };
+    for (decl, &id) in source.outputs.iter().zip(outs.iter()) {
+        let value = out.value(id)?;
+        out.prog.outputs.push(OutputDecl {
+            name: decl.name.clone(),
+            value,
+            span: decl.span,
+        });
+    }
+    Ok(out.prog)
+}
+
+struct Out<'a> {
+    eg: &'a EG,
+    ex: &'a Extraction,
+    prog: Program,
+    values: HashMap<Id, ValueId>,
+    literals: HashMap<u64, ValueId>,
+    /// The loops being lowered, innermost last: each variable and its body.
+    loops: Vec<(Sym, Vec<ValueId>)>,
+}
+
+impl Out<'_> {
+    /// Appends a node to the innermost open loop whose variable it depends on, or to the
+    /// top level.
+    fn push(&mut self, op: Op, args: Vec<ValueId>, ty: Type, deps: &[Sym]) -> ValueId {
+        self.prog.nodes.push(Node {
+            op,
+            args,
+            ty,
+            span: Span::default(),
+        });
+        let id = self.prog.nodes.len() - 1;
+        match self.loops.iter_mut().rev().find(|(v, _)| deps.contains(v)) {
+            Some((_, body)) => body.push(id),
+            None => self.prog.body.push(id),
+        }
+        id
+    }
+
+    fn value(&mut self, id: Id) -> Result<ValueId, String> {
+        let (eg, ex) = (self.eg, self.ex);
+        let id = eg.find(id);
+        if let Some(&v) = self.values.get(&id) {
+            return Ok(v);
+        }
+        let data = &eg[id].data;
+        let node = ex.node(eg, id);
+        let kid = |i: usize| &eg[node.children()[i]].data;
+        let ty = ex.ty(eg, id).cloned().ok_or("a value without a type")?;
+        let deps = data.deps.clone();
+        let v = match node {
+            Tensor::Param(_) => ValueId::from(kid(0).axis().ok_or("param index")?),
+            Tensor::Input(_) => self.prog.params.len() + kid(0).axis().ok_or("input index")?,
+            Tensor::For(c) => {
+                let var = kid(0).axis().ok_or("loop variable")?;
+                let (start, end) = (
+                    kid(1).dim().ok_or("loop start")?.clone(),
+                    kid(2).dim().ok_or("loop end")?.clone(),
+                );
+                self.loops.push((var, Vec::new()));
+                let result = self.value(c[3])?;
+                let (_, body) = self.loops.pop().ok_or("loop stack")?;
+                let len = end.sub(&start);
+                let op = Op::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                    result,
+                };
+                self.push(op, vec![], Type::Seq { item: ty, len }, &deps)
+            }
+            Tensor::Scale(c) => {
+                let x = self.value(c[0])?;
+                let lit = self.literal(kid(1).float().ok_or("scale")?);
+                self.push(Op::Binary(BinaryOp::Mul), vec![x, lit], Type::Tensor(ty), &deps)
+            }
+            Tensor::Reshape(c) => {
+                let mut x = self.value(c[0])?;
+                if ex.copies(eg, id) {
+                    let t = self.prog.tensor_type(x).clone();
+                    let rm = TensorType::row_major(t.shape, t.dtype);
+                    x = self.push(Op::Contiguous, vec![x], Type::Tensor(rm), &deps);
+                }
+                let sizes = kid(1).shape_attr().ok_or("reshape sizes")?.to_vec();
+                self.push(Op::View(sizes), vec![x], Type::Tensor(ty), &deps)
+            }
+            _ => {
+                let (op, operands) = self.op(node)?;
+                let args = operands
+                    .iter()
+                    .map(|&c| self.value(c))
+                    .collect::<Result<_, _>>()?;
+                self.push(op, args, Type::Tensor(ty), &deps)
+            }
+        };
+        self.values.insert(id, v);
+        Ok(v)
+    }
+
+    /// A rank-0 literal, one node per value.
+    fn literal(&mut self, x: f64) -> ValueId {
+        if let Some(&v) = self.literals.get(&x.to_bits()) {
+            return v;
+        }
+        let ty = TensorType::row_major(vec![], DType::F32);
+        let v = self.push(Op::Literal(x), vec![], Type::Tensor(ty), &[]);
+        self.literals.insert(x.to_bits(), v);
+        v
+    }
+
+    /// The IR op of a node and its operand classes (attributes read into the op).
+    fn op(&self, node: &Tensor) -> Result<(Op, Vec<Id>), String> {
+        let eg = self.eg;
+        let d = |i: Id| &eg[i].data;
+        let axis = |i: Id| d(i).axis().ok_or_else(|| "an axis".to_string());
+        let float = |i: Id| d(i).float().ok_or_else(|| "a float".to_string());
+        let dim = |i: Id| d(i).dim().cloned().ok_or_else(|| "a dim".to_string());
+        let flag = |i: Id| Ok::<bool, String>(axis(i)? == 1);
+        let present = |ids: &[Id]| {
+            ids.iter()
+                .copied()
+                .filter(|&i| !d(i).is_none())
+                .collect::<Vec<_>>()
+        };
+        Ok(match node {
+            Tensor::Literal(c) => (Op::Literal(float(*c)?), vec![]),
+            Tensor::DimValue(c) => (Op::DimValue(dim(*c)?), vec![]),
+            Tensor::Linear(c) => (Op::Linear, present(c)),
+            Tensor::MatMul(c) => (Op::MatMul, c.to_vec()),
+            Tensor::Transpose(c) => (Op::Transpose(axis(c[1])?, axis(c[2])?), vec![c[0]]),
+            Tensor::Permute(c) => {
+                let rank = d(c[0]).rank().ok_or("permute operand")?;
+                let axes =
+                    super::analysis::perm_of(d(c[1]).shape_attr().ok_or("axes")?, rank).ok_or("axes")?;
+                (Op::Permute(axes), vec![c[0]])
+            }
+            Tensor::Contiguous(c) => (Op::Contiguous, vec![*c]),
+            Tensor::Unsqueeze(c) => (Op::Unsqueeze(axis(c[1])?), vec![c[0]]),
+            Tensor::Squeeze(c) => (Op::Squeeze(axis(c[1])?), vec![c[0]]),
+            Tensor::Softmax(c) => (Op::Softmax(axis(c[1])?), vec![c[0]]),
+            Tensor::MaskedFill(c) => (Op::MaskedFill, c.to_vec()),
+            Tensor::Neg(c) => (Op::Unary(UnaryOp::Neg), vec![*c]),
+            Tensor::Sqrt(c) => (Op::Unary(UnaryOp::Sqrt), vec![*c]),
+            Tensor::Exp(c) => (Op::Unary(UnaryOp::Exp), vec![*c]),
+            Tensor::Add(c) => (Op::Binary(BinaryOp::Add), c.to_vec()),
+            Tensor::Sub(c) => (Op::Binary(BinaryOp::Sub), c.to_vec()),
+            Tensor::Mul(c) => (Op::Binary(BinaryOp::Mul), c.to_vec()),
+            Tensor::Div(c) => (Op::Binary(BinaryOp::Div), c.to_vec()),
+            Tensor::Eq(c) => (Op::Compare(CmpOp::Eq), c.to_vec()),
+            Tensor::Ne(c) => (Op::Compare(CmpOp::Ne), c.to_vec()),
+            Tensor::Lt(c) => (Op::Compare(CmpOp::Lt), c.to_vec()),
+            Tensor::Le(c) => (Op::Compare(CmpOp::Le), c.to_vec()),
+            Tensor::Gt(c) => (Op::Compare(CmpOp::Gt), c.to_vec()),
+            Tensor::Ge(c) => (Op::Compare(CmpOp::Ge), c.to_vec()),
+            Tensor::Slice(c) => (
+                Op::Slice {
+                    axis: axis(c[1])?,
+                    start: dim(c[2])?,
+                    end: dim(c[3])?,
+                },
+                vec![c[0]],
+            ),
+            Tensor::Select(c) => (
+                Op::Select {
+                    axis: axis(c[1])?,
+                    index: dim(c[2])?,
+                },
+                vec![c[0]],
+            ),
+            Tensor::Concat(c) => (Op::Concat(axis(c[1])?), vec![c[0]]),
+            Tensor::Stack(c) => (Op::Stack(axis(c[1])?), vec![c[0]]),
+            Tensor::Gemm(c) => (
+                Op::Gemm {
+                    trans_a: flag(c[3])?,
+                    trans_b: flag(c[4])?,
+                    alpha: float(c[5])?,
+                },
+                present(&c[..3]),
+            ),
+            Tensor::MaskedSoftmax(c) => (
+                Op::MaskedSoftmax {
+                    scale: float(c[2])?,
+                    fill: float(c[3])?,
+                },
+                present(&c[..2]),
+            ),
+            Tensor::Attention(c) => (
+                Op::Attention {
+                    scale: float(c[4])?,
+                    fill: float(c[5])?,
+                },
+                present(&c[..4]),
+            ),
+            Tensor::Cat(c) => (Op::Cat(axis(c[0])?), c[1..].to_vec()),
+            other => return Err(format!("`{other}` is not a value")),
+        })
+    }
+}

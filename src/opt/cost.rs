@@ -1,0 +1,607 @@
+//! The cost model and the extractor that picks the cheapest program.
+//!
+//! A node costs the FLOPs it computes, the bytes it moves and the kernels it launches
+//! ([`Cost`]), at nominal sizes: constant dims take their values, free dims
+//! [`NOMINAL`] (the optimizer compiles for every size, so it must not tune for one).
+//! Views cost nothing; so does anything computed from the params alone, which a backend
+//! evaluates once, at load time. A loop's body counts once per iteration.
+//!
+//! Extraction is greedy over the DAG: a class's cost is the sum over the *set* of classes
+//! its best term needs, so a value shared by several consumers (the input that feeds Q, K
+//! and V) counts once. Ties break on the number of classes, then on a structural hash of
+//! the term, so that equal programs come out equal whatever the e-graph's ids are.
+
+use super::analysis::{Data, Kind, EG};
+use super::lang::Tensor;
+use super::layout::lay_out;
+use crate::dims::Poly;
+use crate::ir::TensorType;
+use egg::{Id, Language};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ops::{Add, Mul};
+use std::rc::Rc;
+
+/// The size every free dim is given when costs are estimated.
+pub const NOMINAL: i64 = 128;
+
+/// FLOPs of softmax per element: the max, a subtraction, `exp` (about 12 with the
+/// vectorized polynomial of `shared/notes/CRANELIFT.md`), the sum and a division.
+const SOFTMAX: u128 = 16;
+
+/// What running a node costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    pub flops: u128,
+    pub bytes: u128,
+    pub kernels: u128,
+}
+
+impl Cost {
+    /// One number to minimize: an estimate of the time in picoseconds at 50 GFLOP/s,
+    /// 10 GB/s and 2 µs per kernel launch.
+    pub fn score(&self) -> u128 {
+        self.flops
+            .saturating_mul(20)
+            .saturating_add(self.bytes.saturating_mul(100))
+            .saturating_add(self.kernels.saturating_mul(2_000_000))
+    }
+
+    fn kernel(flops: u128, bytes: u128) -> Cost {
+        Cost {
+            flops,
+            bytes,
+            kernels: 1,
+        }
+    }
+}
+
+impl Add for Cost {
+    type Output = Cost;
+    fn add(self, o: Cost) -> Cost {
+        Cost {
+            flops: self.flops.saturating_add(o.flops),
+            bytes: self.bytes.saturating_add(o.bytes),
+            kernels: self.kernels.saturating_add(o.kernels),
+        }
+    }
+}
+
+impl Mul<u128> for Cost {
+    type Output = Cost;
+    fn mul(self, n: u128) -> Cost {
+        Cost {
+            flops: self.flops.saturating_mul(n),
+            bytes: self.bytes.saturating_mul(n),
+            kernels: self.kernels.saturating_mul(n),
+        }
+    }
+}
+
+/// The nominal value of a dim expression.
+pub fn size(eg: &EG, p: &Poly) -> u128 {
+    let dims = &eg.analysis.dims;
+    let known = p.syms().iter().all(|&s| s < dims.len());
+    let v = match known {
+        true => dims.eval(p, &|_| Some(NOMINAL)),
+        false => p.as_int(),
+    };
+    v.map_or(NOMINAL as u128, |v| v.max(0) as u128)
+}
+
+fn numel(eg: &EG, d: &Data) -> u128 {
+    match &d.kind {
+        Kind::Value(t) => t.shape.iter().map(|p| size(eg, p)).product(),
+        _ => 0,
+    }
+}
+
+/// The cost of running `node` once; `copies` is whether a `reshape` must copy.
+pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
+    if data.load_time {
+        return Cost::default();
+    }
+    let kid = |i: usize| &eg[node.children()[i]].data;
+    let n = |d: &Data| numel(eg, d);
+    let out = n(data);
+    // Bytes of f32 values read and written.
+    let io = |reads: &[usize]| 4 * (reads.iter().map(|&i| n(kid(i))).sum::<u128>() + out);
+    let copy = Cost::kernel(0, 8 * out);
+    let unless = |cond: bool, extra: u128| if cond { 0 } else { extra };
+    match node {
+        Tensor::Reshape(_) if copies => copy,
+        Tensor::Contiguous(_) | Tensor::Concat(_) | Tensor::Stack(_) | Tensor::Cat(_) => copy,
+        Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::Scale(_) => Cost::kernel(out, io(&[0])),
+        Tensor::Add(_)
+        | Tensor::Sub(_)
+        | Tensor::Mul(_)
+        | Tensor::Div(_)
+        | Tensor::Eq(_)
+        | Tensor::Ne(_)
+        | Tensor::Lt(_)
+        | Tensor::Le(_)
+        | Tensor::Gt(_)
+        | Tensor::Ge(_) => Cost::kernel(out, io(&[0, 1])),
+        Tensor::MaskedFill(_) => Cost::kernel(out, io(&[0, 1])),
+        // One FLOP more than `masked_softmax` without a mask, so a tie prints as the fused op.
+        Tensor::Softmax(_) => Cost::kernel(SOFTMAX * out + 1, io(&[0])),
+        Tensor::Linear(_) => {
+            let inner = kid(0).shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
+            let bias = !kid(2).is_none();
+            let reads: &[usize] = if bias { &[0, 1, 2] } else { &[0, 1] };
+            Cost::kernel(2 * out * inner + unless(!bias, out), io(reads))
+        }
+        Tensor::MatMul(_) | Tensor::Gemm(_) => {
+            let (bias, alpha, trans_a) = match node {
+                Tensor::Gemm(c) => (
+                    !eg[c[2]].data.is_none(),
+                    eg[c[5]].data.float() != Some(1.0),
+                    eg[c[3]].data.int() == Some(1),
+                ),
+                _ => (false, false, false),
+            };
+            // The inner size: the last axis of `a`, or the one before it when transposed.
+            let a = kid(0).shape().unwrap_or(&[]);
+            let inner = a
+                .iter()
+                .rev()
+                .nth(usize::from(trans_a))
+                .map_or(1, |p| size(eg, p));
+            let reads: &[usize] = if bias { &[0, 1, 2] } else { &[0, 1] };
+            // A matmul is a GEMM without flags: one FLOP more, so a tie prints as `gemm`.
+            let plain = u128::from(matches!(node, Tensor::MatMul(_)));
+            Cost::kernel(
+                2 * out * inner + unless(!bias, out) + unless(!alpha, out) + plain,
+                io(reads),
+            )
+        }
+        Tensor::MaskedSoftmax(c) => {
+            let mask = !kid(1).is_none();
+            let scaled = eg[c[2]].data.float() != Some(1.0);
+            let reads: &[usize] = if mask { &[0, 1] } else { &[0] };
+            Cost::kernel(
+                SOFTMAX * out + unless(!mask, out) + unless(!scaled, out),
+                io(reads),
+            )
+        }
+        Tensor::Attention(c) => {
+            let (q, k, v) = (kid(0), kid(1), kid(2));
+            let last = |d: &Data| d.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
+            let rows = |d: &Data| {
+                d.shape()
+                    .and_then(|s| s.iter().rev().nth(1))
+                    .map_or(1, |p| size(eg, p))
+            };
+            // The scores: batch * n * m, never stored.
+            let scores = out / last(v).max(1) * rows(k);
+            let mask = !kid(3).is_none();
+            let scaled = eg[c[4]].data.float() != Some(1.0);
+            let flops = 2 * scores * (last(q) + last(v))
+                + SOFTMAX * scores
+                + unless(!mask, scores)
+                + unless(!scaled, scores);
+            let reads: &[usize] = if mask { &[0, 1, 2, 3] } else { &[0, 1, 2] };
+            Cost::kernel(flops, io(reads))
+        }
+        _ => Cost::default(),
+    }
+}
+
+/// Layouts and costs already worked out, by class, node and operand types (interned):
+/// extraction evaluates the same nodes many times over.
+#[derive(Default)]
+struct Memo {
+    types: RefCell<Vec<TensorType>>,
+    index: RefCell<HashMap<TensorType, u32>>,
+    seen: RefCell<HashMap<(Id, usize), Vec<Seen>>>,
+}
+
+/// A node's type (interned, with strides), whether it copies, its cost per run and the
+/// hash of its own text (for structural keys).
+type Laid = (Option<u32>, bool, Cost, u64);
+
+/// The operand types a node was laid out for, and the result.
+type Seen = (Vec<Option<u32>>, Laid);
+
+impl Memo {
+    fn intern(&self, t: TensorType) -> u32 {
+        if let Some(&i) = self.index.borrow().get(&t) {
+            return i;
+        }
+        let mut types = self.types.borrow_mut();
+        types.push(t.clone());
+        let i = (types.len() - 1) as u32;
+        self.index.borrow_mut().insert(t, i);
+        i
+    }
+
+    fn ty(&self, i: u32) -> TensorType {
+        self.types.borrow()[i as usize].clone()
+    }
+
+    /// Node `index` of class `id`, its operands of types `kids`.
+    fn lay_out(&self, eg: &EG, id: Id, index: usize, kids: &[Option<u32>]) -> Laid {
+        if let Some(seen) = self.seen.borrow().get(&(id, index)) {
+            if let Some((_, l)) = seen.iter().find(|(k, _)| k == kids) {
+                return *l;
+            }
+        }
+        let node = &eg[id].nodes[index];
+        let data = &eg[id].data;
+        let attrs: Vec<&Data> = node.children().iter().map(|c| &eg[*c].data).collect();
+        let owned: Vec<Option<TensorType>> = kids.iter().map(|k| k.map(|i| self.ty(i))).collect();
+        let types: Vec<Option<&TensorType>> = owned.iter().map(Option::as_ref).collect();
+        let (ty, copies) = match lay_out(&eg.analysis, node, data, &attrs, &types) {
+            Some((t, c)) => (Some(self.intern(t)), c),
+            None => (None, false),
+        };
+        let text = fnv(node.to_string().as_bytes(), FNV_BASIS);
+        let laid = (ty, copies, node_cost(eg, data, node, copies), text);
+        self.seen
+            .borrow_mut()
+            .entry((id, index))
+            .or_default()
+            .push((kids.to_vec(), laid));
+        laid
+    }
+}
+
+/// The term chosen for every class reachable from the root, with types and cost.
+pub struct Extraction {
+    /// The node chosen in each class.
+    pub nodes: HashMap<Id, Tensor>,
+    /// The type (with strides) of each chosen value, and whether a `reshape` copies.
+    pub types: HashMap<Id, (Option<TensorType>, bool)>,
+    /// The whole program's cost: every class it needs, once.
+    pub total: Cost,
+}
+
+impl Extraction {
+    pub fn node(&self, eg: &EG, id: Id) -> &Tensor {
+        &self.nodes[&eg.find(id)]
+    }
+
+    pub fn ty(&self, eg: &EG, id: Id) -> Option<&TensorType> {
+        self.types.get(&eg.find(id)).and_then(|(t, _)| t.as_ref())
+    }
+
+    pub fn copies(&self, eg: &EG, id: Id) -> bool {
+        self.types.get(&eg.find(id)).is_some_and(|(_, c)| *c)
+    }
+}
+
+/// A choice of node (its index in its class) for each class: `base`, with the classes of
+/// `switch` chosen otherwise.
+struct Choices<'a> {
+    base: &'a HashMap<Id, usize>,
+    switch: &'a [(Id, usize)],
+}
+
+impl Choices<'_> {
+    fn get(&self, id: Id) -> Option<usize> {
+        match self.switch.iter().find(|(c, _)| *c == id) {
+            Some((_, n)) => Some(*n),
+            None => self.base.get(&id).copied(),
+        }
+    }
+}
+
+/// Extracts the cheapest program under `root`: a greedy pass gives every class a node,
+/// then whole-program evaluation improves it (see [`refine`]).
+pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
+    let root = eg.find(root);
+    let memo = Memo::default();
+    let mut nodes = greedy(eg, &memo);
+    let trips = trips(eg);
+    refine(eg, &memo, &mut nodes, root, &trips);
+    let choices = Choices {
+        base: &nodes,
+        switch: &[],
+    };
+    let eval = evaluate(eg, &memo, &choices, root, &trips)?;
+    let nodes = eval
+        .types
+        .keys()
+        .map(|&c| (c, eg[c].nodes[nodes[&c]].clone()))
+        .collect();
+    let types = eval
+        .types
+        .into_iter()
+        .map(|(id, (t, c))| (id, (t.map(|t| memo.ty(t)), c)))
+        .collect();
+    Some(Extraction {
+        nodes,
+        types,
+        total: eval.total,
+    })
+}
+
+/// The trip count of each loop variable (nominal where it is not constant).
+fn trips(eg: &EG) -> HashMap<usize, u128> {
+    let mut trips = HashMap::new();
+    for node in eg.classes().flat_map(|c| c.iter()) {
+        if let Tensor::For(c) = node {
+            let (var, start, end) = (eg[c[0]].data.int(), eg[c[1]].data.dim(), eg[c[2]].data.dim());
+            if let (Some(v), Some(s), Some(e)) = (var, start, end) {
+                trips.insert(v as usize, size(eg, &e.sub(s)));
+            }
+        }
+    }
+    trips
+}
+
+/// A whole program's evaluation: its cost, its number of classes, a structural hash that
+/// does not depend on e-class ids, and every value's type.
+struct Eval {
+    total: Cost,
+    size: usize,
+    key: u64,
+    /// Each class's type (interned) and whether it copies.
+    types: HashMap<Id, (Option<u32>, bool)>,
+}
+
+impl Eval {
+    fn rank(&self) -> (u128, usize, u64) {
+        (self.total.score(), self.size, self.key)
+    }
+}
+
+/// Evaluates the program that `nodes` choose under `root`; `None` when the choice is
+/// cyclic or leaves a class without a node.
+fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usize, u128>) -> Option<Eval> {
+    struct Walk<'a> {
+        eg: &'a EG,
+        memo: &'a Memo,
+        nodes: &'a Choices<'a>,
+        trips: &'a HashMap<usize, u128>,
+        done: HashMap<Id, (Option<u32>, bool, u64)>,
+        open: HashSet<Id>,
+        total: Cost,
+    }
+    impl Walk<'_> {
+        fn go(&mut self, id: Id) -> Option<u64> {
+            let id = self.eg.find(id);
+            if let Some((_, _, key)) = self.done.get(&id) {
+                return Some(*key);
+            }
+            if !self.open.insert(id) {
+                return None;
+            }
+            let index = self.nodes.get(id)?;
+            let node = &self.eg[id].nodes[index];
+            let mut keys = Vec::with_capacity(node.len());
+            let mut types = Vec::with_capacity(node.len());
+            for &c in node.children() {
+                keys.push(self.go(c)?);
+                types.push(self.done.get(&self.eg.find(c)).and_then(|(t, _, _)| *t));
+            }
+            let (ty, copies, cost, text) = self.memo.lay_out(self.eg, id, index, &types);
+            let key = keys.iter().fold(text, |h, k| fnv(&k.to_le_bytes(), h));
+            let data = &self.eg[id].data;
+            let times: u128 = data
+                .deps
+                .iter()
+                .map(|v| self.trips.get(v).copied().unwrap_or(1))
+                .product();
+            self.total = self.total + cost * times;
+            self.open.remove(&id);
+            self.done.insert(id, (ty, copies, key));
+            Some(key)
+        }
+    }
+    let mut walk = Walk {
+        eg,
+        memo,
+        nodes,
+        trips,
+        done: HashMap::new(),
+        open: HashSet::new(),
+        total: Cost::default(),
+    };
+    let key = walk.go(root)?;
+    let size = walk.done.len();
+    let types = walk
+        .done
+        .into_iter()
+        .map(|(id, (t, c, _))| (id, (t, c)))
+        .collect();
+    Some(Eval {
+        total: walk.total,
+        size,
+        key,
+        types,
+    })
+}
+
+/// Improves a choice by steepest descent on the whole program's cost: each step tries,
+/// for every class the program uses, each other node of it, alone and together with the
+/// nodes of other used classes that share an operand with it (the three slices of a
+/// merged projection only pay off together), and takes the best.
+fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, usize>, root: Id, trips: &HashMap<usize, u128>) {
+    let no_switch = Choices {
+        base: nodes,
+        switch: &[],
+    };
+    let Some(mut current) = evaluate(eg, memo, &no_switch, root, trips) else {
+        return;
+    };
+    for _ in 0..32 {
+        let mut used: Vec<Id> = current
+            .types
+            .keys()
+            .copied()
+            .filter(|&c| eg[c].len() > 1)
+            .collect();
+        used.sort();
+        let mut best: Option<(Eval, Vec<(Id, usize)>)> = None;
+        for &class in &used {
+            for (index, node) in eg[class].iter().enumerate() {
+                let chosen = nodes.get(&class) == Some(&index);
+                if chosen || node.children().iter().any(|c| !nodes.contains_key(&eg.find(*c))) {
+                    continue;
+                }
+                let alone = vec![(class, index)];
+                let mut group = alone.clone();
+                let shared = operands(eg, node);
+                for &other in used.iter().filter(|&&o| o != class) {
+                    let partner = eg[other].iter().enumerate().find(|(i, n)| {
+                        nodes.get(&other) != Some(i) && operands(eg, n).iter().any(|c| shared.contains(c))
+                    });
+                    if let Some((i, _)) = partner {
+                        group.push((other, i));
+                    }
+                }
+                let tries = if group.len() > 1 {
+                    vec![alone, group]
+                } else {
+                    vec![alone]
+                };
+                for switch in tries {
+                    let trial = Choices {
+                        base: nodes,
+                        switch: &switch,
+                    };
+                    let Some(eval) = evaluate(eg, memo, &trial, root, trips) else {
+                        continue;
+                    };
+                    if eval.rank() < best.as_ref().map_or(current.rank(), |(b, _)| b.rank()) {
+                        best = Some((eval, switch));
+                    }
+                }
+            }
+        }
+        match best {
+            Some((eval, switch)) => {
+                nodes.extend(switch);
+                current = eval;
+            }
+            None => return,
+        }
+    }
+}
+
+/// The value classes a node reads (attributes left out).
+fn operands(eg: &EG, node: &Tensor) -> Vec<Id> {
+    node.children()
+        .iter()
+        .map(|c| eg.find(*c))
+        .filter(|c| !matches!(eg[*c].data.kind, Kind::Attr(_)))
+        .collect()
+}
+
+/// The greedy pass: each class keeps its cheapest node given its children's current
+/// choices (a class's cost summed over the set of classes it needs), recomputed whenever
+/// a child's choice changes, until nothing changes.
+fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, usize> {
+    let mut choices: HashMap<Id, Choice> = HashMap::new();
+    let mut queue: VecDeque<Id> = eg
+        .classes()
+        .filter(|c| c.iter().any(|n| n.is_leaf()))
+        .map(|c| c.id)
+        .collect();
+    let mut queued: HashSet<Id> = queue.iter().copied().collect();
+    // A bound against oscillation; the refinement that follows starts from any choice.
+    let mut budget = 64 * eg.number_of_classes() + 1000;
+    while let Some(id) = queue.pop_front() {
+        queued.remove(&id);
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        let best = (0..eg[id].len())
+            .filter_map(|i| candidate(eg, memo, &choices, id, i))
+            .min_by(better);
+        let Some(best) = best else { continue };
+        let changed = match choices.get(&id) {
+            Some(old) => old.index != best.index || old.total != best.total || old.size != best.size,
+            None => true,
+        };
+        if changed {
+            choices.insert(id, best);
+            for p in eg[id].parents() {
+                let p = eg.find(p);
+                if queued.insert(p) {
+                    queue.push_back(p);
+                }
+            }
+        }
+    }
+    choices.into_iter().map(|(id, c)| (id, c.index)).collect()
+}
+
+/// A class's greedy choice.
+struct Choice {
+    index: usize,
+    ty: Option<u32>,
+    total: Cost,
+    size: usize,
+    key: u64,
+    /// The cost of every class the term needs (loop bodies times their trip count).
+    needs: Rc<HashMap<Id, Cost>>,
+}
+
+fn better(a: &Choice, b: &Choice) -> std::cmp::Ordering {
+    (a.total.score(), a.size, a.key).cmp(&(b.total.score(), b.size, b.key))
+}
+
+/// The choice of node `index` for class `id`, if its children all have one and none of
+/// them needs `id` itself.
+fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, index: usize) -> Option<Choice> {
+    let node = &eg[id].nodes[index];
+    let kids: Vec<&Choice> = node
+        .children()
+        .iter()
+        .map(|c| choices.get(&eg.find(*c)))
+        .collect::<Option<_>>()?;
+    let mut needs: HashMap<Id, Cost> = HashMap::new();
+    for (c, k) in node.children().iter().zip(&kids) {
+        let c = eg.find(*c);
+        if c == id || k.needs.contains_key(&id) {
+            return None;
+        }
+        // Two children may price a shared class differently (one saw an older choice):
+        // keep the dearer, whatever order the maps iterate in.
+        for (&n, &cost) in k.needs.iter() {
+            let e = needs.entry(n).or_insert(cost);
+            if cost.score() > e.score() {
+                *e = cost;
+            }
+        }
+    }
+    if let Tensor::For(c) = node {
+        // The body runs once per iteration: what depends on the variable counts that often.
+        let var = eg[c[0]].data.int().map(|v| v as usize);
+        let trip = match (eg[c[1]].data.dim(), eg[c[2]].data.dim()) {
+            (Some(s), Some(e)) => size(eg, &e.sub(s)),
+            _ => 1,
+        };
+        for (n, cost) in needs.iter_mut() {
+            if var.is_some_and(|v| eg[*n].data.depends_on(v)) {
+                *cost = *cost * trip;
+            }
+        }
+    }
+    let types: Vec<Option<u32>> = kids.iter().map(|k| k.ty).collect();
+    let (ty, _, cost, text) = memo.lay_out(eg, id, index, &types);
+    needs.insert(id, cost);
+    let total = needs.values().fold(Cost::default(), |acc, &c| acc + c);
+    let key = kids.iter().fold(text, |h, k| fnv(&k.key.to_le_bytes(), h));
+    Some(Choice {
+        index,
+        ty,
+        total,
+        size: needs.len(),
+        key,
+        needs: Rc::new(needs),
+    })
+}
+
+const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv(bytes: &[u8], mut h: u64) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

@@ -1,0 +1,195 @@
+//! The optimizer: equality saturation with egg, from the checked program to the engineered
+//! one (`attnc ir --stage optimized`).
+//!
+//! The program becomes one term ([`convert`]); the rules ([`rules`]) grow the e-graph with
+//! equal programs, within bounds on nodes, iterations and time; the extractor ([`cost`])
+//! picks the cheapest, which goes back to an [`ir::Program`] that the interpreter and the
+//! backends run like any other. [`explain`] tells, with egg's explanations, which rules
+//! prove the result equal to the source.
+//!
+//! ```
+//! # let src = std::fs::read_to_string("examples/mha_heads.attn").unwrap();
+//! let checked = attnc::driver::check_source(&src, &[]).unwrap();
+//! let optimized = attnc::opt::optimize(&checked.program);
+//! assert!(!optimized.program.to_text().contains("for h"));
+//! println!("{}", optimized.stats);
+//! ```
+
+mod analysis;
+mod convert;
+mod cost;
+mod explain;
+mod lang;
+mod layout;
+mod rules;
+
+pub use analysis::{Ctx, Data, Kind, Ty, EG};
+pub use cost::{Cost, NOMINAL};
+pub use explain::explain;
+pub use lang::{DimLeaf, Float, ShapeLeaf, Tensor};
+pub use rules::rules;
+
+use crate::ir;
+use egg::{Runner, StopReason};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// The runner's bounds: the examples saturate far below them.
+pub const NODE_LIMIT: usize = 20_000;
+pub const ITER_LIMIT: usize = 40;
+pub const TIME_LIMIT: Duration = Duration::from_secs(2);
+
+/// The optimized program and how it was found.
+pub struct Optimized {
+    pub program: ir::Program,
+    pub stats: Stats,
+}
+
+/// What the optimizer did, for `--stats`.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Each rule that fired and how many times, by name.
+    pub rules: Vec<(String, usize)>,
+    pub stop_reason: String,
+    pub iterations: usize,
+    pub nodes: usize,
+    pub classes: usize,
+    pub before: Cost,
+    pub after: Cost,
+    /// Rule applications refused because they would have changed a shape.
+    pub refused: usize,
+    /// Why the source was kept, when it was.
+    pub fallback: Option<String>,
+    pub time: Duration,
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "stop reason: {}", self.stop_reason)?;
+        writeln!(f, "iterations: {}", self.iterations)?;
+        writeln!(f, "e-graph: {} nodes, {} classes", self.nodes, self.classes)?;
+        writeln!(f, "rules fired:")?;
+        for (name, n) in &self.rules {
+            writeln!(f, "  {name:<22} {n}")?;
+        }
+        if self.refused > 0 {
+            writeln!(f, "applications refused (shape): {}", self.refused)?;
+        }
+        let nominal = format!("free dims at {NOMINAL}");
+        for (what, c) in [("before", &self.before), ("after", &self.after)] {
+            writeln!(
+                f,
+                "cost {what}: {} flops, {} bytes, {} kernels ({nominal})",
+                c.flops, c.bytes, c.kernels
+            )?;
+        }
+        if let Some(why) = &self.fallback {
+            writeln!(f, "kept the source program: {why}")?;
+        }
+        writeln!(f, "time: {:.3} ms", self.time.as_secs_f64() * 1e3)
+    }
+}
+
+/// A runner over `prog`'s dims, bounded.
+fn runner(prog: &ir::Program, explanations: bool) -> Runner<Tensor, Ctx> {
+    let runner = Runner::new(Ctx::new(prog.dims.clone()))
+        .with_node_limit(NODE_LIMIT)
+        .with_iter_limit(ITER_LIMIT)
+        .with_time_limit(TIME_LIMIT)
+        .with_scheduler(egg::SimpleScheduler);
+    match explanations {
+        true => runner.with_explanations_enabled(),
+        false => runner,
+    }
+}
+
+fn stop_text(reason: &Option<StopReason>) -> String {
+    match reason {
+        Some(StopReason::Saturated) => "saturated".into(),
+        Some(StopReason::IterationLimit(n)) => format!("iteration limit ({n})"),
+        Some(StopReason::NodeLimit(n)) => format!("node limit ({n})"),
+        Some(StopReason::TimeLimit(s)) => format!("time limit ({s} s)"),
+        Some(StopReason::Other(s)) => s.clone(),
+        None => "not run".into(),
+    }
+}
+
+/// A run: the source term, the saturated e-graph and its extraction.
+struct Run {
+    source: egg::RecExpr<Tensor>,
+    runner: Runner<Tensor, Ctx>,
+    root: egg::Id,
+    extraction: cost::Extraction,
+    before: Cost,
+}
+
+fn run(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
+    let source = convert::to_expr(prog)?;
+    let mut runner = runner(prog, explanations).with_expr(&source);
+    let root = *runner.roots.last().ok_or("no root")?;
+    runner.egraph.rebuild();
+    let before = cost::extract(&runner.egraph, root)
+        .ok_or("the source has no cost")?
+        .total;
+    let mut runner = runner.run(&rules());
+    runner.egraph.rebuild();
+    let extraction = cost::extract(&runner.egraph, root).ok_or("no term was extracted")?;
+    Ok(Run {
+        source,
+        runner,
+        root,
+        extraction,
+        before,
+    })
+}
+
+/// `run`, with a panic (a bug, never expected) turned into an error.
+fn guarded(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(prog, explanations)))
+        .unwrap_or_else(|_| Err("internal error in the optimizer".into()))
+}
+
+/// Optimizes `prog`. It never fails: where something goes wrong (a rule bug shows as a
+/// merge of different shapes), the source program is returned and the stats say why.
+pub fn optimize(prog: &ir::Program) -> Optimized {
+    let start = Instant::now();
+    let mut stats = Stats::default();
+    let result = guarded(prog, false).and_then(|run| {
+        let eg = &run.runner.egraph;
+        stats.stop_reason = stop_text(&run.runner.stop_reason);
+        stats.iterations = run.runner.iterations.len();
+        stats.nodes = eg.total_number_of_nodes();
+        stats.classes = eg.number_of_classes();
+        stats.refused = eg.analysis.refused;
+        stats.rules = fired(&run.runner);
+        stats.before = run.before;
+        if eg.analysis.conflicts > 0 {
+            return Err(format!("{} merges of different shapes", eg.analysis.conflicts));
+        }
+        stats.after = run.extraction.total;
+        convert::lower(eg, &run.extraction, eg.find(run.root), prog)
+    });
+    let program = match result {
+        Ok(p) => p,
+        Err(why) => {
+            stats.fallback = Some(why);
+            stats.after = stats.before;
+            prog.clone()
+        }
+    };
+    stats.time = start.elapsed();
+    Optimized { program, stats }
+}
+
+/// The rules that fired, with how often, by name.
+fn fired(runner: &Runner<Tensor, Ctx>) -> Vec<(String, usize)> {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for it in &runner.iterations {
+        for (name, n) in &it.applied {
+            if *n > 0 {
+                *counts.entry(name.to_string()).or_default() += n;
+            }
+        }
+    }
+    counts.into_iter().collect()
+}
