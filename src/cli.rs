@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+mod native;
+
 #[derive(Parser)]
 #[command(
     name = "attnc",
@@ -45,6 +47,8 @@ enum Command {
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
+    /// Time the compiled program: warm-up, then the median of repeated calls
+    Bench(native::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -69,12 +73,14 @@ struct RunArgs {
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
     /// Which backend runs the program
-    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    #[arg(long, value_enum, default_value_t = Backend::Jit)]
     backend: Backend,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Backend {
+    /// Native code: kernels specialized to the run's shapes, compiled with Cranelift
+    Jit,
     /// The reference interpreter: the ground truth, op by op
     Interp,
 }
@@ -97,6 +103,10 @@ enum Format {
 enum Stage {
     /// The checked, inlined program with every value's shape
     Typed,
+    /// The kernel plan for the given dims: kernels, their loops, buffers and bytes
+    Kernels,
+    /// The verified Cranelift IR of every kernel for the given dims
+    Clif,
 }
 
 fn parse_dim(s: &str) -> Result<DimOverride, String> {
@@ -126,12 +136,12 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Check { file, dims, format } => check(&file, &dims.dims, format),
-        Command::Ir {
-            file,
-            stage: Stage::Typed,
-            dims,
-        } => ir_typed(&file, &dims.dims),
+        Command::Ir { file, stage, dims } => match stage {
+            Stage::Typed => ir_typed(&file, &dims.dims),
+            Stage::Kernels | Stage::Clif => native::ir(&file, &dims.dims, stage == Stage::Clif),
+        },
         Command::Run(args) => run(&args),
+        Command::Bench(args) => native::bench(&args),
     }
 }
 
@@ -218,7 +228,10 @@ fn run(args: &RunArgs) -> i32 {
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
         let bound_at = Instant::now();
-        let outputs = runtime::interpret(program, &bound)?;
+        let outputs = match args.backend {
+            Backend::Interp => runtime::interpret(program, &bound)?,
+            Backend::Jit => native::run(program, &bound, args.threads)?,
+        };
         Ok((outputs, bound_at))
     });
     let (outputs, bound_at) = match result {
@@ -247,8 +260,12 @@ fn run(args: &RunArgs) -> i32 {
     if let Some(path) = &args.output {
         println!("wrote {}", path.display());
     }
+    let backend = match args.backend {
+        Backend::Interp => "interp".to_string(),
+        Backend::Jit => native::describe(args.threads),
+    };
     println!(
-        "time: load {:.3} ms, run {:.3} ms (interp)",
+        "time: load {:.3} ms, run {:.3} ms ({backend})",
         ms(bound_at - start),
         ms(done - bound_at)
     );

@@ -2,7 +2,8 @@
 //!
 //! The pipeline is the architecture, one module per stage, data flowing one way:
 //! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], shapes from [`dims`]) →
-//! [`runtime`]. Stages never print; they return values and [`diagnostic::Diagnostic`]s,
+//! [`lower`] ([`kernel`] plan) → [`codegen`] (Cranelift) → [`runtime`] (`jit`, or the
+//! reference interpreter straight from the IR). Stages never print; they return values and [`diagnostic::Diagnostic`]s,
 //! which [`render`] turns into text or JSON for the CLI and the REPL.
 
 pub mod source;
@@ -12,6 +13,9 @@ pub mod ast;
 pub mod parser;
 pub mod dims;
 pub mod ir;
+pub mod lower;
+pub mod kernel;
+pub mod codegen;
 pub mod runtime;
 pub mod check;
 pub mod suggest;

@@ -1,0 +1,738 @@
+//! Lowering: from a checked program (typed or optimized IR) and concrete dims to a
+//! [`Plan`] of kernels over buffers (`attnc ir --stage kernels`).
+//!
+//! Every value becomes a strided [`View`] of a buffer: view ops only change the view;
+//! compute ops get a kernel writing a fresh buffer; [`fuse`] decides beforehand which
+//! nodes a consumer's kernel absorbs. `for` loops are unrolled with their variable bound,
+//! one set of kernels per iteration. Last, [`memory`] gives every temporary an offset in
+//! one arena, reusing the memory of temporaries that are dead.
+
+mod fuse;
+mod memory;
+mod view;
+
+use crate::dims::Poly;
+use crate::ir::{BinaryOp, Op, Program, UnaryOp, ValueId};
+use crate::kernel::{
+    Attention, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
+    PlanError, Softmax,
+};
+use fuse::{Fused, Fusion, MaskPat, Scale, SoftmaxPat};
+use std::collections::HashMap;
+pub use view::View;
+
+/// Lowers `program` for the dim values `dims` (by [`crate::dims::Sym`], as
+/// [`crate::runtime::Bound::dims`] gives them). Errors are internal: a checked program with
+/// bound dims always lowers.
+pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError> {
+    let fusion = fuse::decide(program);
+    let mut l = Lowerer {
+        program,
+        fusion,
+        dims: dims.to_vec(),
+        vals: HashMap::new(),
+        plan: Plan::default(),
+    };
+    for (i, p) in program.params.iter().enumerate() {
+        l.source(BufferKind::Param(i), &p.name, &p.shape)?;
+    }
+    for (i, input) in program.inputs.iter().enumerate() {
+        l.source(BufferKind::Input(i), &input.name, &input.shape)?;
+    }
+    l.nodes(&program.body)?;
+    l.outputs()?;
+    l.plan.flops = source_flops(program, dims);
+    memory::plan(&mut l.plan);
+    l.plan.validate()?;
+    Ok(l.plan)
+}
+
+/// 2·m·n·k summed over every `matmul` and `linear` of `program` (per loop iteration), what
+/// `attnc bench` divides by the time. Give it the source program, not the optimized one.
+pub fn source_flops(program: &Program, dims: &[Option<i64>]) -> f64 {
+    fn walk(program: &Program, body: &[ValueId], dims: &mut Vec<Option<i64>>) -> f64 {
+        let mut total = 0.0;
+        let eval = |dims: &[Option<i64>], p: &Poly| program.dims.eval(p, &|s| dims.get(s).copied().flatten());
+        for &id in body {
+            let node = program.node(id);
+            let numel = |dims: &[Option<i64>], v: ValueId| -> f64 {
+                program
+                    .tensor_type(v)
+                    .shape
+                    .iter()
+                    .map(|p| eval(dims, p).unwrap_or(0) as f64)
+                    .product()
+            };
+            let last = |dims: &[Option<i64>], v: ValueId| -> f64 {
+                let shape = &program.tensor_type(v).shape;
+                shape.last().map_or(1.0, |p| eval(dims, p).unwrap_or(0) as f64)
+            };
+            match &node.op {
+                // Every output element is a dot product over the inner dim.
+                Op::Linear | Op::MatMul => total += 2.0 * numel(dims, id) * last(dims, node.args[0]),
+                Op::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                    ..
+                } => {
+                    let (s, e) = (eval(dims, start).unwrap_or(0), eval(dims, end).unwrap_or(0));
+                    for i in s..e {
+                        if *var < dims.len() {
+                            dims[*var] = Some(i);
+                        }
+                        total += walk(program, body, dims);
+                    }
+                }
+                _ => {}
+            }
+        }
+        total
+    }
+    let mut dims = dims.to_vec();
+    dims.resize(program.dims.len(), None);
+    walk(program, &program.body, &mut dims)
+}
+
+/// A lowered value.
+#[derive(Clone, Debug)]
+enum Val {
+    /// A rank-0 constant (literals, dims and arithmetic on them).
+    Const(f32),
+    Tensor(View),
+    Seq(Vec<View>),
+}
+
+struct Lowerer<'p> {
+    program: &'p Program,
+    fusion: Fusion,
+    /// Dim values, loop variables included while their loop is unrolled.
+    dims: Vec<Option<i64>>,
+    vals: HashMap<ValueId, Val>,
+    plan: Plan,
+}
+
+fn internal(what: String) -> PlanError {
+    PlanError(what)
+}
+
+impl<'p> Lowerer<'p> {
+    // ---- buffers, sizes and values ------------------------------------------------------
+
+    fn buffer(&mut self, kind: BufferKind, name: &str, len: usize) -> BufId {
+        self.plan.buffers.push(Buffer {
+            kind,
+            len,
+            name: name.to_string(),
+        });
+        self.plan.buffers.len() - 1
+    }
+
+    fn temp(&mut self, shape: Vec<usize>) -> View {
+        let len = shape.iter().product();
+        let buf = self.buffer(
+            BufferKind::Temp {
+                offset: 0,
+                live: (0, 0),
+            },
+            "",
+            len,
+        );
+        View::whole(buf, shape)
+    }
+
+    fn source(&mut self, kind: BufferKind, name: &str, shape: &[Poly]) -> Result<(), PlanError> {
+        let shape = self.sizes(shape)?;
+        self.buffer(kind, name, shape.iter().product());
+        Ok(())
+    }
+
+    fn size(&self, p: &Poly) -> Result<usize, PlanError> {
+        let v = self
+            .program
+            .dims
+            .eval(p, &|s| self.dims.get(s).copied().flatten());
+        v.and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
+            internal(format!(
+                "the size `{}` has no value",
+                self.program.dims.display(p)
+            ))
+        })
+    }
+
+    fn sizes(&self, ps: &[Poly]) -> Result<Vec<usize>, PlanError> {
+        ps.iter().map(|p| self.size(p)).collect()
+    }
+
+    /// The concrete shape of a node's type.
+    fn shape(&self, id: ValueId) -> Result<Vec<usize>, PlanError> {
+        self.sizes(&self.program.tensor_type(id).shape)
+    }
+
+    fn val(&self, id: ValueId) -> Result<&Val, PlanError> {
+        self.vals
+            .get(&id)
+            .ok_or_else(|| internal(format!("node {id} is used before it is lowered")))
+    }
+
+    fn constant(&self, id: ValueId) -> Result<f32, PlanError> {
+        match self.val(id)? {
+            Val::Const(c) => Ok(*c),
+            _ => Err(internal(format!("node {id} is not a constant"))),
+        }
+    }
+
+    /// The value as a view, materializing a constant.
+    fn view(&mut self, id: ValueId) -> Result<View, PlanError> {
+        match self.val(id)?.clone() {
+            Val::Tensor(v) => Ok(v),
+            Val::Const(c) => {
+                let out = self.temp(vec![]);
+                self.map(vec![], vec![Expr::Const(c)], &out, format!("const {c:?}"));
+                Ok(out)
+            }
+            Val::Seq(_) => Err(internal(format!("node {id} is a sequence"))),
+        }
+    }
+
+    fn kernel(&mut self, label: String, op: KernelOp) {
+        self.plan.kernels.push(Kernel { label, op });
+    }
+
+    /// What a node is, for kernel labels: its op and a source-like description.
+    fn label(&self, id: ValueId) -> String {
+        let node = self.program.node(id);
+        let name = self
+            .program
+            .bindings
+            .iter()
+            .find(|b| b.value == id)
+            .map(|b| format!(" {}", b.name))
+            .unwrap_or_default();
+        let op = match &node.op {
+            Op::Linear => "linear",
+            Op::MatMul => "matmul",
+            Op::Softmax(_) => "softmax",
+            Op::Contiguous => "contiguous",
+            Op::Reshape(_) | Op::View(_) => "reshape",
+            Op::Concat(_) => "concat",
+            Op::Stack(_) => "stack",
+            Op::MaskedFill => "masked_fill",
+            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => "elementwise",
+            _ => "value",
+        };
+        let lp = loop_suffix(self);
+        format!("%{id} {op}{name}{lp}")
+    }
+
+    // ---- the walk -----------------------------------------------------------------------
+
+    fn nodes(&mut self, body: &[ValueId]) -> Result<(), PlanError> {
+        for &id in body {
+            if self.fusion.absorbed[id] {
+                continue;
+            }
+            let val = self.node(id)?;
+            if let Val::Tensor(v) = &val {
+                let expected = self.shape(id)?;
+                if v.shape != expected {
+                    let what = format!(
+                        "node {id} lowered to shape {:?}, its type says {expected:?}",
+                        v.shape
+                    );
+                    return Err(internal(what));
+                }
+            }
+            self.vals.insert(id, val);
+        }
+        Ok(())
+    }
+
+    fn node(&mut self, id: ValueId) -> Result<Val, PlanError> {
+        let node = self.program.node(id);
+        let args = node.args.clone();
+        let arg = |i: usize| args[i];
+        if self.fusion.constant[id] {
+            return self.fold(id).map(Val::Const);
+        }
+        let bad = || internal(format!("node {id} does not fit its op"));
+        let tensor = |v: Option<View>| v.map(Val::Tensor).ok_or_else(bad);
+        match &node.op {
+            Op::Param(i) => Ok(Val::Tensor(View::whole(*i, self.shape(id)?))),
+            Op::Input(i) => Ok(Val::Tensor(View::whole(
+                self.program.params.len() + i,
+                self.shape(id)?,
+            ))),
+            Op::Literal(_) | Op::DimValue(_) => self.fold(id).map(Val::Const),
+            Op::Linear => self.linear(id, &args).map(Val::Tensor),
+            Op::MatMul => match self.fusion.fused.get(&id).copied() {
+                Some(Fused::Attention { q, kt, v, softmax }) => {
+                    self.attention(id, q, kt, v, softmax).map(Val::Tensor)
+                }
+                _ => self.matmul(id, arg(0), arg(1), 1.0).map(Val::Tensor),
+            },
+            Op::Transpose(a, b) => tensor(self.view(arg(0))?.transpose(*a, *b)),
+            Op::Permute(perm) => tensor(self.view(arg(0))?.permute(perm)),
+            Op::Unsqueeze(a) => tensor(self.view(arg(0))?.unsqueeze(*a)),
+            Op::Squeeze(a) => tensor(self.view(arg(0))?.squeeze(*a)),
+            Op::Slice { axis, start, end } => {
+                let (s, e) = (self.size(start)?, self.size(end)?);
+                tensor(self.view(arg(0))?.slice(*axis, s, e))
+            }
+            Op::Select { axis, index } => {
+                let i = self.size(index)?;
+                tensor(self.view(arg(0))?.select(*axis, i))
+            }
+            Op::View(sizes) | Op::Reshape(sizes) => {
+                let sizes = self.sizes(sizes)?;
+                let x = self.view(arg(0))?;
+                match x.reshape(&sizes) {
+                    Some(v) => Ok(Val::Tensor(v)),
+                    None => {
+                        let copy = self.copy(&x, self.label(id));
+                        tensor(copy.reshape(&sizes))
+                    }
+                }
+            }
+            Op::Contiguous => {
+                let x = self.view(arg(0))?;
+                match x.is_contiguous() {
+                    true => Ok(Val::Tensor(x)),
+                    false => Ok(Val::Tensor(self.copy(&x, self.label(id)))),
+                }
+            }
+            Op::Softmax(axis) => {
+                let pat = match self.fusion.fused.get(&id) {
+                    Some(Fused::Softmax(p)) => *p,
+                    _ => SoftmaxPat {
+                        x: arg(0),
+                        scale: None,
+                        mask: None,
+                    },
+                };
+                self.softmax(id, *axis, pat).map(Val::Tensor)
+            }
+            op if fuse::is_map(op) => match self.fusion.fused.get(&id).copied() {
+                Some(Fused::GemmAlpha { matmul, scale }) => {
+                    let alpha = self.scale(scale)?;
+                    let &[a, b] = self.program.node(matmul).args.as_slice() else {
+                        return Err(bad());
+                    };
+                    self.matmul(id, a, b, alpha).map(Val::Tensor)
+                }
+                _ => self.elementwise(id).map(Val::Tensor),
+            },
+            Op::For {
+                var,
+                start,
+                end,
+                body,
+                result,
+            } => {
+                let (s, e) = (self.size(start)?, self.size(end)?);
+                let saved = self.dims.get(*var).copied().flatten();
+                if *var >= self.dims.len() {
+                    self.dims.resize(*var + 1, None);
+                }
+                let mut items = Vec::new();
+                for i in s..e {
+                    self.dims[*var] = Some(i as i64);
+                    self.nodes(body)?;
+                    items.push(self.view(*result)?);
+                }
+                self.dims[*var] = saved;
+                Ok(Val::Seq(items))
+            }
+            Op::Concat(axis) => self.concat(id, arg(0), *axis, false).map(Val::Tensor),
+            Op::Stack(axis) => self.concat(id, arg(0), *axis, true).map(Val::Tensor),
+            _ => Err(bad()),
+        }
+    }
+
+    /// The value of a constant node, computed in f32 as the interpreter does.
+    fn fold(&self, id: ValueId) -> Result<f32, PlanError> {
+        let node = self.program.node(id);
+        let a = |i: usize| self.constant(node.args[i]);
+        Ok(match &node.op {
+            Op::Literal(v) => *v as f32,
+            Op::DimValue(p) => self.size(p)? as f32,
+            Op::Unary(UnaryOp::Neg) => -a(0)?,
+            Op::Unary(UnaryOp::Sqrt) => a(0)?.sqrt(),
+            Op::Unary(UnaryOp::Exp) => a(0)?.exp(),
+            Op::Binary(BinaryOp::Add) => a(0)? + a(1)?,
+            Op::Binary(BinaryOp::Sub) => a(0)? - a(1)?,
+            Op::Binary(BinaryOp::Mul) => a(0)? * a(1)?,
+            Op::Binary(BinaryOp::Div) => a(0)? / a(1)?,
+            _ => return Err(internal(format!("node {id} is not a constant"))),
+        })
+    }
+
+    fn scale(&self, s: Scale) -> Result<f32, PlanError> {
+        let c = self.constant(s.node)?;
+        Ok(if s.divide { 1.0 / c } else { c })
+    }
+
+    // ---- kernels ------------------------------------------------------------------------
+
+    /// A row-major copy of `x`.
+    fn copy(&mut self, x: &View, label: String) -> View {
+        let out = self.temp(x.shape.clone());
+        self.map(vec![x.operand()], vec![Expr::Input(0)], &out, label);
+        out
+    }
+
+    fn map(&mut self, inputs: Vec<Operand>, expr: Vec<Expr>, out: &View, label: String) {
+        let len = out.shape.last().copied().unwrap_or(1).max(1);
+        let m = Map {
+            shape: out.shape.clone(),
+            inputs,
+            expr,
+            out: out.operand(),
+            rows_per_task: (8192 / len).max(1),
+        };
+        self.kernel(label, KernelOp::Map(m));
+    }
+
+    /// An elementwise root and every elementwise producer fusion gave it, as one map.
+    fn elementwise(&mut self, id: ValueId) -> Result<View, PlanError> {
+        let shape = self.shape(id)?;
+        let mut inputs: Vec<Operand> = Vec::new();
+        let mut expr = Vec::new();
+        self.expr(id, id, &shape, &mut inputs, &mut expr)?;
+        let out = self.temp(shape);
+        self.map(inputs, expr, &out, self.label(id));
+        Ok(out)
+    }
+
+    /// Appends `id`'s expression to `expr`; returns its index.
+    fn expr(
+        &mut self,
+        root: ValueId,
+        id: ValueId,
+        shape: &[usize],
+        inputs: &mut Vec<Operand>,
+        expr: &mut Vec<Expr>,
+    ) -> Result<usize, PlanError> {
+        let node = self.program.node(id);
+        let inline = id == root || (self.fusion.absorbed[id] && fuse::is_map(&node.op));
+        let e = if self.fusion.constant[id] {
+            Expr::Const(self.constant(id)?)
+        } else if inline {
+            let args = node.args.clone();
+            let mut a = Vec::new();
+            for &x in &args {
+                a.push(self.expr(root, x, shape, inputs, expr)?);
+            }
+            match (&node.op, a.as_slice()) {
+                (Op::Unary(u), &[x]) => Expr::Unary(*u, x),
+                (Op::Binary(b), &[x, y]) => Expr::Binary(*b, x, y),
+                (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
+                (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
+                _ => return Err(internal(format!("node {id} is not elementwise"))),
+            }
+        } else {
+            let v = self.view(id)?;
+            let op = v
+                .expand(shape)
+                .ok_or_else(|| internal(format!("node {id} does not broadcast to {shape:?}")))?
+                .operand();
+            let i = match inputs.iter().position(|o| *o == op) {
+                Some(i) => i,
+                None => {
+                    inputs.push(op);
+                    inputs.len() - 1
+                }
+            };
+            Expr::Input(i)
+        };
+        expr.push(e);
+        Ok(expr.len() - 1)
+    }
+
+    /// `linear(x, w, b)`: a GEMM reading `w [n, k]` transposed through its strides.
+    fn linear(&mut self, id: ValueId, args: &[ValueId]) -> Result<View, PlanError> {
+        let x = self.view(args[0])?;
+        let w = self.view(args[1])?;
+        let bias = match args.get(2) {
+            Some(&b) => Some(self.view(b)?.operand()),
+            None => None,
+        };
+        let wt = w
+            .transpose(0, 1)
+            .ok_or_else(|| internal(format!("node {id}: the weight is not a matrix")))?;
+        let x2 = match x.shape.len() {
+            1 => x.unsqueeze(0),
+            _ => Some(x.clone()),
+        }
+        .ok_or_else(|| internal(format!("node {id}: bad input")))?;
+        let out = self.gemm(id, &x2, &wt, 1.0, bias)?;
+        let shape = self.shape(id)?;
+        out.reshape(&shape)
+            .ok_or_else(|| internal(format!("node {id}: result does not reshape")))
+    }
+
+    /// `a @ b` with PyTorch's vector and broadcasting rules, times `alpha`.
+    fn matmul(&mut self, id: ValueId, a: ValueId, b: ValueId, alpha: f32) -> Result<View, PlanError> {
+        let (a, b) = (self.view(a)?, self.view(b)?);
+        let bad = || internal(format!("node {id}: operands do not multiply"));
+        let a2 = if a.shape.len() == 1 {
+            a.unsqueeze(0).ok_or_else(bad)?
+        } else {
+            a
+        };
+        let b2 = if b.shape.len() == 1 {
+            b.unsqueeze(1).ok_or_else(bad)?
+        } else {
+            b
+        };
+        let out = self.gemm(id, &a2, &b2, alpha, None)?;
+        let shape = self.shape(id)?;
+        out.reshape(&shape).ok_or_else(bad)
+    }
+
+    /// A batched GEMM `a [.., m, k] @ b [.., k, n]` into a fresh `[batch.., m, n]`.
+    fn gemm(
+        &mut self,
+        id: ValueId,
+        a: &View,
+        b: &View,
+        alpha: f32,
+        bias: Option<Operand>,
+    ) -> Result<View, PlanError> {
+        let bad = || internal(format!("node {id}: operands do not multiply"));
+        let (ra, rb) = (a.shape.len(), b.shape.len());
+        let (m, k, n) = (a.shape[ra - 2], a.shape[ra - 1], b.shape[rb - 1]);
+        if b.shape[rb - 2] != k {
+            return Err(bad());
+        }
+        let batch = view::broadcast(&a.shape[..ra - 2], &b.shape[..rb - 2]).ok_or_else(bad)?;
+        let a = a.expand(&[batch.as_slice(), &[m, k]].concat()).ok_or_else(bad)?;
+        let b = b.expand(&[batch.as_slice(), &[k, n]].concat()).ok_or_else(bad)?;
+        let c = self.temp([batch.as_slice(), &[m, n]].concat());
+        let mut g = Gemm {
+            batch,
+            m,
+            n,
+            k,
+            a: a.operand(),
+            b: b.operand(),
+            c: c.operand(),
+            alpha,
+            bias,
+            block: (m, n),
+        };
+        fold_batch_into_rows(&mut g);
+        g.block = gemm_blocks(&g);
+        self.kernel(self.label(id), KernelOp::Gemm(g));
+        Ok(c)
+    }
+
+    fn mask(&mut self, pat: Option<MaskPat>, shape: &[usize]) -> Result<Option<(View, MaskPat)>, PlanError> {
+        let Some(m) = pat else { return Ok(None) };
+        let v = self.view(m.mask)?;
+        let v = v
+            .expand(shape)
+            .ok_or_else(|| internal(format!("the mask does not broadcast to {shape:?}")))?;
+        Ok(Some((v, m)))
+    }
+
+    fn mask_fill(&self, m: &MaskPat, op: Operand) -> Result<MaskFill, PlanError> {
+        Ok(MaskFill {
+            mask: op,
+            op: m.op,
+            rhs: self.constant(m.rhs)?,
+            fill: self.constant(m.fill)?,
+        })
+    }
+
+    fn softmax(&mut self, id: ValueId, axis: usize, pat: SoftmaxPat) -> Result<View, PlanError> {
+        let x = self.view(pat.x)?;
+        let shape = x.shape.clone();
+        let scale = pat.scale.map(|s| self.scale(s)).transpose()?.unwrap_or(1.0);
+        let mask = self.mask(pat.mask, &shape)?;
+        let out = self.temp(shape.clone());
+        // Move the softmax axis last in every operand; the buffers keep their layout.
+        let mut perm: Vec<usize> = (0..shape.len()).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let bad = || internal(format!("node {id}: bad softmax axis"));
+        let permuted = |v: &View| v.permute(&perm).map(|v| v.operand()).ok_or_else(bad);
+        let mask = match &mask {
+            Some((v, m)) => Some(self.mask_fill(m, permuted(v)?)?),
+            None => None,
+        };
+        let len = shape.get(axis).copied().ok_or_else(bad)?.max(1);
+        let s = Softmax {
+            shape: perm.iter().map(|&p| shape[p]).collect(),
+            x: permuted(&x)?,
+            out: permuted(&out)?,
+            scale,
+            mask,
+            rows_per_task: (8192 / len).max(1),
+        };
+        self.kernel(self.label(id), KernelOp::Softmax(s));
+        Ok(out)
+    }
+
+    fn attention(
+        &mut self,
+        id: ValueId,
+        q: ValueId,
+        kt: ValueId,
+        v: ValueId,
+        pat: SoftmaxPat,
+    ) -> Result<View, PlanError> {
+        let out_shape = self.shape(id)?;
+        let bad = || internal(format!("node {id}: attention operands do not fit"));
+        let r = out_shape.len();
+        let batch = out_shape[..r - 2].to_vec();
+        let (q, kt, v) = (self.view(q)?, self.view(kt)?, self.view(v)?);
+        let (n, dv) = (out_shape[r - 2], out_shape[r - 1]);
+        let dk = *q.shape.last().ok_or_else(bad)?;
+        let m = *kt.shape.last().ok_or_else(bad)?;
+        let with = |tail: [usize; 2]| [batch.as_slice(), &tail].concat();
+        let q = q.expand(&with([n, dk])).ok_or_else(bad)?;
+        let k = kt
+            .expand(&with([dk, m]))
+            .and_then(|k| k.transpose(r - 2, r - 1))
+            .ok_or_else(bad)?;
+        let v = v.expand(&with([m, dv])).ok_or_else(bad)?;
+        let scale = pat.scale.map(|s| self.scale(s)).transpose()?.unwrap_or(1.0);
+        let mask = match self.mask(pat.mask, &with([n, m]))? {
+            Some((view, mp)) => Some(self.mask_fill(&mp, view.operand())?),
+            None => None,
+        };
+        let out = self.temp(out_shape.clone());
+        let a = Attention {
+            batch,
+            n,
+            m,
+            dk,
+            dv,
+            q: q.operand(),
+            k: k.operand(),
+            v: v.operand(),
+            out: out.operand(),
+            scale,
+            mask,
+            block: attention_blocks(n, m),
+        };
+        self.kernel(self.label(id), KernelOp::Attention(a));
+        Ok(out)
+    }
+
+    /// `concat(seq, axis)` (or `stack`): one copy per item into its slice of the result.
+    fn concat(&mut self, id: ValueId, seq: ValueId, axis: usize, stack: bool) -> Result<View, PlanError> {
+        let Val::Seq(items) = self.val(seq)?.clone() else {
+            return Err(internal(format!("node {id}: not a sequence")));
+        };
+        let shape = self.shape(id)?;
+        let out = self.temp(shape.clone());
+        let bad = || internal(format!("node {id}: items do not fit"));
+        if items.is_empty() || shape.contains(&0) {
+            if !shape.contains(&0) {
+                self.map(vec![], vec![Expr::Const(0.0)], &out, self.label(id));
+            }
+            return Ok(out);
+        }
+        let mut start = 0;
+        for item in items {
+            let item = if stack {
+                item.unsqueeze(axis).ok_or_else(bad)?
+            } else {
+                item
+            };
+            let len = *item.shape.get(axis).ok_or_else(bad)?;
+            let dest = out.slice(axis, start, start + len).ok_or_else(bad)?;
+            if dest.shape != item.shape {
+                return Err(bad());
+            }
+            self.map(vec![item.operand()], vec![Expr::Input(0)], &dest, self.label(id));
+            start += len;
+        }
+        Ok(out)
+    }
+
+    /// Every output gets a buffer of its own: the temporary that holds it when it is whole
+    /// and row-major, a copy otherwise.
+    fn outputs(&mut self) -> Result<(), PlanError> {
+        for (i, o) in self.program.outputs.iter().enumerate() {
+            let v = self.view(o.value)?;
+            let buf = &self.plan.buffers[v.buf];
+            let whole = v.offset == 0 && v.is_contiguous() && v.numel() == buf.len;
+            let own = whole && matches!(buf.kind, BufferKind::Temp { .. });
+            let buf = if own {
+                v.buf
+            } else {
+                let dest = self.temp(v.shape.clone());
+                let label = format!("output {}", o.name);
+                self.map(vec![v.operand()], vec![Expr::Input(0)], &dest, label);
+                dest.buf
+            };
+            self.plan.buffers[buf].kind = BufferKind::Output(i);
+            self.plan.buffers[buf].name = o.name.clone();
+            self.plan.outputs.push((o.name.clone(), buf, v.shape.clone()));
+        }
+        Ok(())
+    }
+}
+
+fn loop_suffix(l: &Lowerer) -> String {
+    let mut parts = Vec::new();
+    for (s, info) in l.program.dims.iter() {
+        if let crate::dims::DimKind::Loop { .. } = info.kind {
+            if let Some(Some(v)) = l.dims.get(s) {
+                parts.push(format!("{}={v}", info.name));
+            }
+        }
+    }
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!(" [{}]", parts.join(", ")),
+    }
+}
+
+/// Folds trailing batch axes into the rows where `b` is broadcast along them and `a` and
+/// `c` are laid out row after row (`x [B, N, D] @ W` is one `[B·N, D]` product).
+fn fold_batch_into_rows(g: &mut Gemm) {
+    while let Some(&size) = g.batch.last() {
+        let r = g.batch.len();
+        let (a, b, c) = (&g.a.strides, &g.b.strides, &g.c.strides);
+        let fits = b[r - 1] == 0 && a[r - 1] == g.m * a[r] && c[r - 1] == g.m * c[r];
+        if !fits && size != 1 {
+            return;
+        }
+        g.m *= size;
+        g.batch.pop();
+        for op in [&mut g.a, &mut g.b, &mut g.c] {
+            op.strides.remove(r - 1);
+        }
+    }
+}
+
+/// Tiles of the result, chosen from the shape alone (never from the thread count, so that
+/// every thread count computes the same bits): split the larger side while there are
+/// fewer than 8 tasks of more than 2 MFLOP each.
+fn gemm_blocks(g: &Gemm) -> (usize, usize) {
+    let batch: usize = g.batch.iter().product();
+    let (mut rb, mut cb) = (g.m.max(1), g.n.max(1));
+    loop {
+        let tasks = batch * g.m.div_ceil(rb) * g.n.div_ceil(cb);
+        let flops = 2.0 * (rb * cb * g.k) as f64;
+        if tasks >= 8 || flops < 2e6 {
+            return (rb, cb);
+        }
+        if rb >= cb && rb > 32 {
+            rb = (rb / 2).div_ceil(16) * 16;
+        } else if cb > 32 {
+            cb = (cb / 2).div_ceil(16) * 16;
+        } else {
+            return (rb, cb);
+        }
+    }
+}
+
+/// Query rows per task and keys per block of the attention kernel.
+fn attention_blocks(n: usize, m: usize) -> (usize, usize) {
+    (n.clamp(1, 64), m.clamp(1, 256))
+}

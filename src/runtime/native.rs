@@ -1,0 +1,174 @@
+//! The only `unsafe` of attnc: calling JIT-compiled kernels through function pointers, and
+//! the `extern "C"` GEMM microkernel shim they call.
+//!
+//! The invariant every block below relies on: a kernel only touches memory through the
+//! operand pointers it is given, within the iteration space of its [`KernelOp`], and
+//! [`Plan::validate`] has proved that space inside each operand's buffer. [`execute`] checks
+//! that every buffer it passes has exactly the plan's length before it calls anything, and
+//! that the scratch is as large as the plan asks.
+
+use crate::kernel::{BufferKind, KernelOp, Plan};
+use rayon::prelude::*;
+use std::sync::Mutex;
+
+/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ c[i, j] when acc != 0)` for an `m × n` tile
+/// with a `k`-long inner dim; every matrix strided (row and column stride in elements).
+/// Called by JIT code; `gemm` picks its AVX-512, AVX2/FMA or scalar kernels at run time.
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn attnc_sgemm(
+    m: i64,
+    n: i64,
+    k: i64,
+    c: *mut f32,
+    c_rs: i64,
+    c_cs: i64,
+    a: *const f32,
+    a_rs: i64,
+    a_cs: i64,
+    b: *const f32,
+    b_rs: i64,
+    b_cs: i64,
+    alpha: f32,
+    acc: i32,
+) {
+    if m <= 0 || n <= 0 {
+        return;
+    }
+    // SAFETY: the JIT code passes pointers and strides of tiles that `Plan::validate`
+    // proved inside their buffers (or inside the scratch, sized by `KernelOp::scratch`).
+    unsafe {
+        gemm::gemm(
+            m as usize,
+            n as usize,
+            k.max(0) as usize,
+            c,
+            c_cs as isize,
+            c_rs as isize,
+            acc != 0,
+            a,
+            a_cs as isize,
+            a_rs as isize,
+            b,
+            b_cs as isize,
+            b_rs as isize,
+            1.0,
+            alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// The signature of every kernel: `(args, scratch, begin, end)`.
+type KernelFn = unsafe extern "C" fn(*const *mut f32, *mut f32, i64, i64);
+
+/// The operand pointers of one kernel call.
+struct Args(Vec<*mut f32>);
+
+// SAFETY: the pointers are only read by kernels, which write disjoint tasks' elements; the
+// memory they point to outlives `execute`, which owns or borrows it for its whole run.
+unsafe impl Send for Args {}
+unsafe impl Sync for Args {}
+
+impl Args {
+    fn ptr(&self, i: usize) -> *mut f32 {
+        self.0[i]
+    }
+
+    fn table(&self) -> *const *mut f32 {
+        self.0.as_ptr()
+    }
+}
+
+/// The memory of one run: read-only sources, the arena, the outputs, and scratch per thread.
+pub struct Memory<'a> {
+    pub params: Vec<&'a [f32]>,
+    pub inputs: Vec<&'a [f32]>,
+    pub arena: &'a mut [f32],
+    pub outputs: Vec<&'a mut [f32]>,
+    /// One scratch per pool thread, plus one for the calling thread.
+    pub scratch: &'a [Mutex<Vec<f32>>],
+}
+
+/// Runs every kernel of `plan` in order, the tasks of each spread over `pool`'s threads.
+/// `code[i]` must be the compiled `plan.kernels[i]`. Errors when a buffer's length differs
+/// from the plan's (nothing has run then).
+pub fn execute(plan: &Plan, code: &[*const u8], mem: Memory, pool: &rayon::ThreadPool) -> Result<(), String> {
+    plan.validate().map_err(|e| e.to_string())?;
+    if code.len() != plan.kernels.len() {
+        return Err("the compiled code does not match the plan".into());
+    }
+    let Memory {
+        params,
+        inputs,
+        arena,
+        mut outputs,
+        scratch,
+    } = mem;
+    if arena.len() < plan.arena_len {
+        return Err("the arena is smaller than the plan".into());
+    }
+    let need = plan.scratch_len();
+    if scratch.is_empty() || scratch.iter().any(|s| s.lock().map_or(true, |s| s.len() < need)) {
+        return Err("the scratch is smaller than the plan".into());
+    }
+    let arena_ptr = arena.as_mut_ptr();
+    let mut bases = Vec::with_capacity(plan.buffers.len());
+    for b in &plan.buffers {
+        let (ptr, len) = match b.kind {
+            BufferKind::Param(i) => params.get(i).map(|s| (s.as_ptr() as *mut f32, s.len())),
+            BufferKind::Input(i) => inputs.get(i).map(|s| (s.as_ptr() as *mut f32, s.len())),
+            BufferKind::Output(i) => outputs.get_mut(i).map(|s| (s.as_mut_ptr(), s.len())),
+            // SAFETY: `offset + len <= arena_len <= arena.len()` (validated), so the
+            // pointer stays inside the arena.
+            BufferKind::Temp { offset, .. } => Some((unsafe { arena_ptr.add(offset) }, b.len)),
+        }
+        .ok_or_else(|| format!("no memory for buffer `{}`", b.name))?;
+        if len != b.len {
+            return Err(format!(
+                "buffer `{}` has {len} elements, the plan {}",
+                b.name, b.len
+            ));
+        }
+        bases.push(ptr);
+    }
+    let bases = Args(bases);
+    let fns: Vec<KernelFn> = code
+        .iter()
+        // SAFETY: each pointer is a finalized function of the signature `KernelFn`, alive
+        // for as long as the `Compiled` that the caller holds.
+        .map(|&c| unsafe { std::mem::transmute::<*const u8, KernelFn>(c) })
+        .collect();
+    let threads = pool.current_num_threads();
+    pool.install(|| {
+        for (kernel, &f) in plan.kernels.iter().zip(&fns) {
+            let args = Args(
+                kernel
+                    .op
+                    .operands()
+                    .iter()
+                    // SAFETY: the offset is inside the buffer (validated).
+                    .map(|(o, _, _)| unsafe { bases.ptr(o.buf).add(o.offset) })
+                    .collect(),
+            );
+            let tasks = kernel.op.tasks() as i64;
+            let run = |begin: i64, end: i64| {
+                let slot =
+                    rayon::current_thread_index().map_or(scratch.len() - 1, |i| i.min(scratch.len() - 1));
+                let mut s = scratch[slot].lock().unwrap_or_else(|e| e.into_inner());
+                // SAFETY: see the module's invariant; tasks write disjoint elements, so
+                // concurrent calls on different task ranges do not race.
+                unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
+            };
+            let parallel = threads > 1 && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
+            if parallel {
+                (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
+            } else if tasks > 0 {
+                run(0, tasks);
+            }
+        }
+    });
+    Ok(())
+}
