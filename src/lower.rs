@@ -586,7 +586,11 @@ impl<'p> Lowerer<'p> {
         let bad = || internal(format!("node {id}: attention operands do not fit"));
         let r = out_shape.len();
         let batch = out_shape[..r - 2].to_vec();
-        let (q, kt, v) = (self.view(q)?, self.view(kt)?, self.view(v)?);
+        let (q, mut kt, v) = (self.view(q)?, self.view(kt)?, self.view(v)?);
+        // The tile product wants kᵀ key-contiguous: one layout copy, not one per tile.
+        if kt.strides.last().is_some_and(|&s| s != 1) && kt.numel() > 1 {
+            kt = self.copy(&kt, format!("{} (kT layout)", self.label(id)));
+        }
         let (n, dv) = (out_shape[r - 2], out_shape[r - 1]);
         let dk = *q.shape.last().ok_or_else(bad)?;
         let m = *kt.shape.last().ok_or_else(bad)?;
@@ -711,21 +715,26 @@ fn fold_batch_into_rows(g: &mut Gemm) {
 }
 
 /// Tiles of the result, chosen from the shape alone (never from the thread count, so that
-/// every thread count computes the same bits): split the larger side while there are
-/// fewer than 8 tasks of more than 2 MFLOP each.
+/// every thread count computes the same bits): while there are fewer than 4 tasks of more
+/// than 16 MFLOP each, halve the columns (down to 128) or the rows (down to 256). The
+/// `gemm` crate packs its operands on every call, so small tiles lose much of its speed
+/// (see BENCHMARKS.md): tiles stay large and few.
 fn gemm_blocks(g: &Gemm) -> (usize, usize) {
     let batch: usize = g.batch.iter().product();
     let (mut rb, mut cb) = (g.m.max(1), g.n.max(1));
+    let half = |x: usize| (x / 2).div_ceil(16) * 16;
     loop {
         let tasks = batch * g.m.div_ceil(rb) * g.n.div_ceil(cb);
         let flops = 2.0 * (rb * cb * g.k) as f64;
-        if tasks >= 8 || flops < 2e6 {
+        if tasks >= 4 || flops < 16e6 {
             return (rb, cb);
         }
-        if rb >= cb && rb > 32 {
-            rb = (rb / 2).div_ceil(16) * 16;
-        } else if cb > 32 {
-            cb = (cb / 2).div_ceil(16) * 16;
+        if cb > 256 && cb * 4 >= rb {
+            cb = half(cb);
+        } else if rb > 256 {
+            rb = half(rb);
+        } else if cb > 128 {
+            cb = half(cb);
         } else {
             return (rb, cb);
         }

@@ -122,6 +122,25 @@ pub fn bench(args: &BenchArgs) -> i32 {
     }
 }
 
+/// `ATTNC_PROFILE=1`: the mean time of each kernel over `iters` more calls, on stderr.
+fn profile(
+    exe: &Executable,
+    bound: &Bound,
+    pool: &rayon::ThreadPool,
+    outputs: &mut Vec<(String, Tensor)>,
+    iters: usize,
+) -> Result<(), RunError> {
+    let mut times = vec![0.0; exe.plan.kernels.len()];
+    for _ in 0..iters {
+        exe.run_profiled(bound, pool, outputs, Some(&mut times))?;
+    }
+    for (k, t) in exe.plan.kernels.iter().zip(&times) {
+        let ms = t / iters as f64 * 1e3;
+        eprintln!("{ms:9.4} ms  {} `{}` ({} tasks)", k.op.kind(), k.label, k.op.tasks());
+    }
+    Ok(())
+}
+
 struct Measured {
     median_ms: f64,
     min_ms: f64,
@@ -154,6 +173,9 @@ fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
+    if std::env::var_os("ATTNC_PROFILE").is_some() {
+        profile(&exe, &bound, &pool, &mut outputs, times.len())?;
+    }
     let median_ms = times[times.len() / 2];
     let flops = lower::source_flops(program, &bound.dims);
     Ok(Measured {

@@ -41,43 +41,59 @@ pub fn translate(e: &mut Emit, m: &Map) {
     let in_ptrs: Vec<Value> = (0..inputs.len()).map(|i| e.arg(i)).collect();
     let out_ptr = e.arg(inputs.len());
     let rpt = m.rows_per_task as i64;
+    // A transposing copy (an input strided along the row) reads each cache line once per
+    // row; walking the rows of a task a chunk of columns at a time reuses the lines.
+    let chunk = match !vector && len > CHUNK && m.rows_per_task > 1 {
+        true => CHUNK,
+        false => len,
+    };
     let (begin, end) = (e.begin, e.end);
     e.for_range(begin, end, 1, |e, t| {
         let r0 = e.b.ins().imul_imm_s(t, rpt);
         let r1 = e.b.ins().iadd_imm_s(r0, rpt);
         let total = e.int(rows as i64);
         let r1 = e.min_usize(r1, total);
-        e.for_range(r0, r1, 1, |e, r| {
-            let idx = e.unflatten(r, outer);
-            let bases: Vec<Value> = inputs
-                .iter()
-                .zip(&in_ptrs)
-                .map(|(o, &p)| {
-                    let off = e.dot(&idx, &o.strides[..last]);
-                    e.at(p, off)
-                })
-                .collect();
-            let off = e.dot(&idx, &out.strides[..last]);
-            let dst = e.at(out_ptr, off);
-            let mut body = |e: &mut Emit, j: Value, w: usize| {
-                let vals: Vec<Value> = inputs
+        let (zero, len_v) = (e.int(0), e.int(len as i64));
+        e.for_range(zero, len_v, chunk as i64, |e, c0| {
+            let c1 = e.b.ins().iadd_imm_s(c0, chunk as i64);
+            let c1 = e.min_usize(c1, len_v);
+            let width = e.b.ins().isub(c1, c0);
+            e.for_range(r0, r1, 1, |e, r| {
+                let idx = e.unflatten(r, outer);
+                let bases: Vec<Value> = inputs
                     .iter()
-                    .zip(&bases)
-                    .map(|(o, &base)| {
-                        let s = o.strides[last];
-                        let addr = e.step(base, j, s);
-                        e.load(addr, w, s, true)
+                    .zip(&in_ptrs)
+                    .map(|(o, &p)| {
+                        let off = e.dot(&idx, &o.strides[..last]);
+                        let p = e.at(p, off);
+                        e.step(p, c0, o.strides[last])
                     })
                     .collect();
-                let v = eval(e, &m.expr, &vals, w);
-                let addr = e.step(dst, j, out.strides[last]);
-                e.store(v, addr);
-            };
-            let len = e.int(len as i64);
-            lanes(e, len, vector, &mut body);
+                let off = e.dot(&idx, &out.strides[..last]);
+                let dst = e.at(out_ptr, off);
+                let dst = e.step(dst, c0, out.strides[last]);
+                let mut body = |e: &mut Emit, j: Value, w: usize| {
+                    let vals: Vec<Value> = inputs
+                        .iter()
+                        .zip(&bases)
+                        .map(|(o, &base)| {
+                            let s = o.strides[last];
+                            let addr = e.step(base, j, s);
+                            e.load(addr, w, s, true)
+                        })
+                        .collect();
+                    let v = eval(e, &m.expr, &vals, w);
+                    let addr = e.step(dst, j, out.strides[last]);
+                    e.store(v, addr);
+                };
+                lanes(e, width, vector, &mut body);
+            });
         });
     });
 }
+
+/// Columns per chunk of a transposing copy.
+const CHUNK: usize = 64;
 
 /// The expression's value on `w` lanes, given each input's lanes.
 pub fn eval(e: &mut Emit, expr: &[Expr], inputs: &[Value], w: usize) -> Value {

@@ -34,6 +34,19 @@ impl Executable {
     pub fn compile(program: &Program, dims: &[Option<i64>]) -> Result<Executable, RunError> {
         let start = Instant::now();
         let plan = lower::lower(program, dims).map_err(internal)?;
+        Executable::from_plan_since(plan, start)
+    }
+
+    /// Compiles a plan made by hand (kernel tests and benchmarks). Its params and inputs
+    /// are the `Bound`'s by index, as for a program.
+    pub fn from_plan(plan: Plan) -> Result<Executable, RunError> {
+        Executable::from_plan_since(plan, Instant::now())
+    }
+
+    /// Every executable's plan is validated here, once: the runtime calls kernels of valid
+    /// plans only.
+    fn from_plan_since(plan: Plan, start: Instant) -> Result<Executable, RunError> {
+        plan.validate().map_err(internal)?;
         let compiled = Jit::new(sgemm_address())
             .and_then(|jit| jit.compile(&plan))
             .map_err(internal)?;
@@ -67,6 +80,18 @@ impl Executable {
         bound: &Bound,
         pool: &rayon::ThreadPool,
         outputs: &mut Vec<(String, Tensor)>,
+    ) -> Result<(), RunError> {
+        self.run_profiled(bound, pool, outputs, None)
+    }
+
+    /// As [`Executable::run_into`]; with `times` (one per kernel), adds each kernel's wall
+    /// time in seconds to it.
+    pub fn run_profiled(
+        &self,
+        bound: &Bound,
+        pool: &rayon::ThreadPool,
+        outputs: &mut Vec<(String, Tensor)>,
+        times: Option<&mut [f64]>,
     ) -> Result<(), RunError> {
         let fits = outputs.len() == self.plan.outputs.len()
             && outputs
@@ -104,7 +129,7 @@ impl Executable {
             outputs: outputs.iter_mut().map(|(_, t)| t.data.as_mut_slice()).collect(),
             scratch: &scratch,
         };
-        native::execute(&self.plan, &self.compiled.code, mem, pool).map_err(internal)
+        native::execute(&self.plan, &self.compiled.code, mem, pool, times).map_err(internal)
     }
 }
 

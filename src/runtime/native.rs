@@ -9,11 +9,27 @@
 
 use crate::kernel::{BufferKind, KernelOp, Plan};
 use rayon::prelude::*;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+
+#[cfg(target_arch = "x86_64")]
+mod tile;
+
+/// Whether the AVX-512 tile product runs on this CPU (checked once).
+fn use_tile() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    let detect = tile::available;
+    #[cfg(not(target_arch = "x86_64"))]
+    let detect = || false;
+    *AVAILABLE.get_or_init(|| detect() && std::env::var_os("ATTNC_NO_TILE").is_none())
+}
 
 /// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ c[i, j] when acc != 0)` for an `m × n` tile
 /// with a `k`-long inner dim; every matrix strided (row and column stride in elements).
-/// Called by JIT code; `gemm` picks its AVX-512, AVX2/FMA or scalar kernels at run time.
+/// Called by JIT code. Where `b` and `c` have unit column strides and the CPU has AVX-512,
+/// the tile product of [`tile`] runs it without packing (the attention kernel's tiles);
+/// otherwise the `gemm` crate, which picks its AVX-512, AVX2/FMA or scalar kernels at run
+/// time. The choice depends on the shape and the CPU only, never on the thread.
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn attnc_sgemm(
     m: i64,
@@ -32,6 +48,22 @@ pub extern "C" fn attnc_sgemm(
     acc: i32,
 ) {
     if m <= 0 || n <= 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if b_cs == 1 && c_cs == 1 && a_rs >= 0 && b_rs >= 0 && c_rs >= 0 && a_cs >= 0 && k > 0 && use_tile() {
+        let u = |x: i64| x as usize;
+        // SAFETY: AVX-512F is available (checked); the tile is inside its buffers as below.
+        unsafe {
+            tile::sgemm(
+                (u(m), u(n), u(k)),
+                (c, u(c_rs)),
+                (a, u(a_rs), u(a_cs)),
+                (b, u(b_rs)),
+                alpha,
+                acc != 0,
+            )
+        };
         return;
     }
     // SAFETY: the JIT code passes pointers and strides of tiles that `Plan::validate`
@@ -93,10 +125,17 @@ pub struct Memory<'a> {
 }
 
 /// Runs every kernel of `plan` in order, the tasks of each spread over `pool`'s threads.
-/// `code[i]` must be the compiled `plan.kernels[i]`. Errors when a buffer's length differs
+/// `plan` must be valid ([`Plan::validate`]; the executable checks it once, when it is
+/// compiled) and `code[i]` the compiled `plan.kernels[i]`. Errors when a buffer's length differs
 /// from the plan's (nothing has run then).
-pub fn execute(plan: &Plan, code: &[*const u8], mem: Memory, pool: &rayon::ThreadPool) -> Result<(), String> {
-    plan.validate().map_err(|e| e.to_string())?;
+/// With `times`, adds each kernel's wall time in seconds to `times[kernel]`.
+pub fn execute(
+    plan: &Plan,
+    code: &[*const u8],
+    mem: Memory,
+    pool: &rayon::ThreadPool,
+    mut times: Option<&mut [f64]>,
+) -> Result<(), String> {
     if code.len() != plan.kernels.len() {
         return Err("the compiled code does not match the plan".into());
     }
@@ -142,8 +181,9 @@ pub fn execute(plan: &Plan, code: &[*const u8], mem: Memory, pool: &rayon::Threa
         .map(|&c| unsafe { std::mem::transmute::<*const u8, KernelFn>(c) })
         .collect();
     let threads = pool.current_num_threads();
-    pool.install(|| {
-        for (kernel, &f) in plan.kernels.iter().zip(&fns) {
+    let mut body = || {
+        for (ki, (kernel, &f)) in plan.kernels.iter().zip(&fns).enumerate() {
+            let start = times.is_some().then(std::time::Instant::now);
             let args = Args(
                 kernel
                     .op
@@ -168,7 +208,15 @@ pub fn execute(plan: &Plan, code: &[*const u8], mem: Memory, pool: &rayon::Threa
             } else if tasks > 0 {
                 run(0, tasks);
             }
+            if let (Some(times), Some(start)) = (times.as_deref_mut(), start) {
+                times[ki] += start.elapsed().as_secs_f64();
+            }
         }
-    });
+    };
+    // One thread: no hand-over to the pool (a wake-up costs more than a small program).
+    match threads {
+        1 => body(),
+        _ => pool.install(&mut body),
+    }
     Ok(())
 }
