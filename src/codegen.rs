@@ -35,6 +35,8 @@ pub const SGEMM_SYMBOL: &str = "attnc_sgemm";
 /// code (it must outlive every call through the pointers).
 pub struct Compiled {
     pub module: JITModule,
+    /// `prologue[i]` runs `plan.prologue[i]`.
+    pub prologue: Vec<*const u8>,
     /// `code[i]` runs `plan.kernels[i]`.
     pub code: Vec<*const u8>,
     /// Distinct functions compiled (kernels with equal code share one).
@@ -108,7 +110,7 @@ impl Jit {
     fn translate(&mut self, op: &KernelOp, index: u32) {
         self.module.clear_context(&mut self.ctx);
         self.ctx.func.signature = kernel_signature(&self.module);
-        self.ctx.func.name = UserFuncName::user(0, index);
+        self.ctx.func.name = UserFuncName::user(1, index);
         let config = self.module.target_config();
         let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.builder_ctx);
         let sgemm = self.module.declare_func_in_func(self.sgemm, b.func);
@@ -136,11 +138,12 @@ impl Jit {
         e.b.finalize(config);
     }
 
-    /// The distinct kernels of `plan`: for each kernel, the index of its code in the list.
+    /// The distinct kernels of `plan`: for each kernel (prologue first), the index of its
+    /// code in the list.
     fn distinct(plan: &Plan) -> (Vec<KernelOp>, Vec<usize>) {
         let mut keys: Vec<KernelOp> = Vec::new();
         let mut which = Vec::new();
-        for k in &plan.kernels {
+        for k in plan.prologue.iter().chain(&plan.kernels) {
             let key = k.op.code_key();
             let i = match keys.iter().position(|x| *x == key) {
                 Some(i) => i,
@@ -165,26 +168,38 @@ impl Jit {
                 .declare_function(&format!("kernel{i}"), Linkage::Local, &sig)
                 .map_err(|e| e.to_string())?;
             self.translate(key, id.as_u32());
+            let disasm = std::env::var_os("ATTNC_DISASM").is_some();
+            self.ctx.set_disasm(disasm);
             self.module
                 .define_function(id, &mut self.ctx)
                 .map_err(|e| format!("kernel {i}: {e:?}"))?;
+            if let Some(vcode) = self
+                .ctx
+                .compiled_code()
+                .and_then(|c| c.vcode.as_ref())
+                .filter(|_| disasm)
+            {
+                eprintln!("; kernel{i} ({})\n{vcode}", key.kind());
+            }
             ids.push(id);
         }
         self.module.clear_context(&mut self.ctx);
         self.module.finalize_definitions().map_err(|e| e.to_string())?;
-        let code = which
+        let mut code: Vec<*const u8> = which
             .iter()
             .map(|&i| self.module.get_finalized_function(ids[i]))
             .collect();
+        let main = code.split_off(plan.prologue.len());
         Ok(Compiled {
             module: self.module,
-            code,
+            prologue: code,
+            code: main,
             functions: keys.len(),
         })
     }
 
     /// The verified Cranelift IR of every distinct kernel of `plan`, before optimization:
-    /// `(indices of the kernels that share it, text)`.
+    /// `(indices of the kernels that share it, prologue first, text)`.
     pub fn clif(mut self, plan: &Plan) -> Result<Vec<(Vec<usize>, String)>, String> {
         let (keys, which) = Jit::distinct(plan);
         let flags = settings::Flags::new(settings::builder());

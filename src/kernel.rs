@@ -37,6 +37,10 @@ pub enum BufferKind {
     /// A temporary at `offset` elements into the arena, live from kernel `live.0` (its first
     /// writer) to kernel `live.1` (its last reader), inclusive.
     Temp { offset: usize, live: (usize, usize) },
+    /// A value computed from params alone (a weight in the layout a GEMM prefers, a
+    /// concatenation of weights): written by the prologue, once per set of weights, at
+    /// `offset` elements into the prepared memory; read only by the main kernels.
+    Derived { offset: usize },
 }
 
 /// A float32 buffer of `len` elements.
@@ -189,11 +193,16 @@ pub struct Kernel {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     pub buffers: Vec<Buffer>,
+    /// Kernels that read params only: run once per set of weights ([`BufferKind::Derived`]).
+    pub prologue: Vec<Kernel>,
+    /// Kernels run on every call, in order.
     pub kernels: Vec<Kernel>,
     /// The output buffers, in the program's output order.
     pub outputs: Vec<(String, BufId, Vec<usize>)>,
     /// Elements of the arena that holds every temporary.
     pub arena_len: usize,
+    /// Elements of the prepared memory that holds every derived buffer.
+    pub derived_len: usize,
     /// 2·m·n·k summed over every matmul and linear of the source program.
     pub flops: f64,
 }
@@ -328,7 +337,14 @@ impl Plan {
     /// and live temporaries never overlap in the arena. The runtime calls no kernel of a
     /// plan that fails this.
     pub fn validate(&self) -> Result<(), PlanError> {
-        for (ki, kernel) in self.kernels.iter().enumerate() {
+        let prologue = self.prologue.iter().map(|k| (true, k));
+        let kernels = prologue.chain(self.kernels.iter().map(|k| (false, k)));
+        let mut main_index = 0;
+        for (early, kernel) in kernels {
+            let ki = main_index;
+            if !early {
+                main_index += 1;
+            }
             for (op, shape, written) in kernel.op.operands() {
                 let buf = self
                     .buffers
@@ -353,10 +369,21 @@ impl Plan {
                 if written && shape.iter().zip(&op.strides).any(|(&n, &s)| n > 1 && s == 0) {
                     return Err(PlanError(format!("k{ki} writes b{} through a broadcast", op.buf)));
                 }
-                if let BufferKind::Temp { live, .. } = buf.kind {
-                    if ki < live.0 || ki > live.1 {
+                match (early, &buf.kind, written) {
+                    (false, BufferKind::Temp { live, .. }, _) if ki < live.0 || ki > live.1 => {
                         return Err(PlanError(format!("k{ki} uses b{} outside its life", op.buf)));
                     }
+                    (false, BufferKind::Derived { offset }, _) if offset + buf.len > self.derived_len => {
+                        return Err(PlanError("a derived buffer ends past the prepared memory".into()));
+                    }
+                    (false, BufferKind::Derived { .. }, true) => {
+                        return Err(PlanError(format!("k{ki} writes derived b{}", op.buf)));
+                    }
+                    (true, BufferKind::Param(_), _) | (true, BufferKind::Derived { .. }, _) => {}
+                    (true, _, _) => {
+                        return Err(PlanError(format!("a prologue kernel touches b{}", op.buf)));
+                    }
+                    _ => {}
                 }
             }
             if let KernelOp::Map(m) = &kernel.op {
@@ -397,7 +424,8 @@ impl Plan {
 
     /// Floats of scratch each thread needs.
     pub fn scratch_len(&self) -> usize {
-        self.kernels.iter().map(|k| k.op.scratch()).max().unwrap_or(0)
+        let all = self.prologue.iter().chain(&self.kernels);
+        all.map(|k| k.op.scratch()).max().unwrap_or(0)
     }
 
     /// The plan as deterministic text (`attnc ir --stage kernels`).
@@ -405,9 +433,11 @@ impl Plan {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "plan: {} kernels, arena {} bytes, scratch {} bytes per thread, {:.6} GFLOP",
+            "plan: {} kernels (+{} once per weights), arena {} bytes, prepared {} bytes, scratch {} bytes per thread, {:.6} GFLOP",
             self.kernels.len(),
+            self.prologue.len(),
             self.arena_len * 4,
+            self.derived_len * 4,
             self.scratch_len() * 4,
             self.flops / 1e9
         );

@@ -31,6 +31,7 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
         fusion,
         dims: dims.to_vec(),
         vals: HashMap::new(),
+        derived: Default::default(),
         plan: Plan::default(),
     };
     for (i, p) in program.params.iter().enumerate() {
@@ -110,6 +111,8 @@ struct Lowerer<'p> {
     /// Dim values, loop variables included while their loop is unrolled.
     dims: Vec<Option<i64>>,
     vals: HashMap<ValueId, Val>,
+    /// Buffers written by kernels that read params only (see `memory::hoist`).
+    derived: std::collections::HashSet<BufId>,
     plan: Plan,
 }
 
@@ -197,7 +200,16 @@ impl<'p> Lowerer<'p> {
     }
 
     fn kernel(&mut self, label: String, op: KernelOp) {
+        let ops = op.operands();
+        if ops.iter().filter(|o| !o.2).all(|o| self.param_derived(o.0.buf)) {
+            self.derived.extend(ops.iter().filter(|o| o.2).map(|o| o.0.buf));
+        }
         self.plan.kernels.push(Kernel { label, op });
+    }
+
+    /// Whether a buffer holds a param or a value computed from params alone.
+    fn param_derived(&self, buf: BufId) -> bool {
+        matches!(self.plan.buffers[buf].kind, BufferKind::Param(_)) || self.derived.contains(&buf)
     }
 
     /// What a node is, for kernel labels: its op and a source-like description.
@@ -458,9 +470,14 @@ impl<'p> Lowerer<'p> {
             Some(&b) => Some(self.view(b)?.operand()),
             None => None,
         };
-        let wt = w
+        let mut wt = w
             .transpose(0, 1)
             .ok_or_else(|| internal(format!("node {id}: the weight is not a matrix")))?;
+        // A weight read transposed makes the `gemm` crate pack it on every call; a copy in
+        // `[in, out]` order is made once per set of weights instead (the prologue).
+        if self.param_derived(wt.buf) && !wt.is_contiguous() {
+            wt = self.copy(&wt, format!("{} (weight layout)", self.label(id)));
+        }
         let x2 = match x.shape.len() {
             1 => x.unsqueeze(0),
             _ => Some(x.clone()),

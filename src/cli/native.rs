@@ -5,7 +5,7 @@ use attnc::check::DimOverride;
 use attnc::codegen::Jit;
 use attnc::ir::Program;
 use attnc::lower;
-use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::jit::{pool, Executable, Prepared};
 use attnc::runtime::{self, Bound, RunError, RunOptions, Tensor};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -70,8 +70,14 @@ pub fn ir(path: &Path, dims: &[DimOverride], clif: bool) -> i32 {
         let jit = Jit::new(runtime::jit::sgemm_address()).map_err(internal)?;
         let mut text = String::new();
         for (users, func) in jit.clif(&plan).map_err(internal)? {
-            let names: Vec<String> = users.iter().map(|k| format!("k{k}")).collect();
-            let kind = plan.kernels[users[0]].op.kind();
+            let p = plan.prologue.len();
+            let name = |k: usize| match k < p {
+                true => format!("p{k}"),
+                false => format!("k{}", k - p),
+            };
+            let names: Vec<String> = users.iter().map(|&k| name(k)).collect();
+            let all: Vec<_> = plan.prologue.iter().chain(&plan.kernels).collect();
+            let kind = all[users[0]].op.kind();
             text.push_str(&format!("; {kind} kernel of {}\n{func}\n", names.join(", ")));
         }
         Ok(text)
@@ -109,8 +115,16 @@ pub fn bench(args: &BenchArgs) -> i32 {
                 ),
                 Format::Text => println!(
                     "median {:.4} ms, min {:.4} ms over {} calls; {:.2} GFLOP/s; compile {:.2} ms \
-                     ({} kernels, {} functions, {} threads)",
-                    m.median_ms, m.min_ms, m.iters, m.gflops, m.compile_ms, m.kernels, m.functions, m.threads
+                     ({} kernels, {} functions, {} threads); weights prepared once in {:.3} ms",
+                    m.median_ms,
+                    m.min_ms,
+                    m.iters,
+                    m.gflops,
+                    m.compile_ms,
+                    m.kernels,
+                    m.functions,
+                    m.threads,
+                    m.prepare_ms
                 ),
             }
             0
@@ -125,18 +139,23 @@ pub fn bench(args: &BenchArgs) -> i32 {
 /// `ATTNC_PROFILE=1`: the mean time of each kernel over `iters` more calls, on stderr.
 fn profile(
     exe: &Executable,
-    bound: &Bound,
+    (bound, prepared): (&Bound, &Prepared),
     pool: &rayon::ThreadPool,
     outputs: &mut Vec<(String, Tensor)>,
     iters: usize,
 ) -> Result<(), RunError> {
     let mut times = vec![0.0; exe.plan.kernels.len()];
     for _ in 0..iters {
-        exe.run_profiled(bound, pool, outputs, Some(&mut times))?;
+        exe.run_prepared(bound, prepared, pool, outputs, Some(&mut times))?;
     }
     for (k, t) in exe.plan.kernels.iter().zip(&times) {
         let ms = t / iters as f64 * 1e3;
-        eprintln!("{ms:9.4} ms  {} `{}` ({} tasks)", k.op.kind(), k.label, k.op.tasks());
+        eprintln!(
+            "{ms:9.4} ms  {} `{}` ({} tasks)",
+            k.op.kind(),
+            k.label,
+            k.op.tasks()
+        );
     }
     Ok(())
 }
@@ -147,6 +166,7 @@ struct Measured {
     iters: usize,
     gflops: f64,
     compile_ms: f64,
+    prepare_ms: f64,
     kernels: usize,
     functions: usize,
     threads: usize,
@@ -156,12 +176,15 @@ fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
     let bound = runtime::bind(program, &RunOptions::default())?;
     let exe = Executable::compile(program, &bound.dims)?;
     let pool = pool(threads)?;
+    let start = Instant::now();
+    let prepared = exe.prepare(&bound.params, &pool)?;
+    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut outputs = Vec::new();
     // Warm-up: caches, page faults, the pool's threads; at least 3 calls or 0.2 s.
     let start = Instant::now();
     let mut warm = 0;
     while warm < 3 || start.elapsed() < Duration::from_millis(200) {
-        exe.run_into(&bound, &pool, &mut outputs)?;
+        exe.run_prepared(&bound, &prepared, &pool, &mut outputs, None)?;
         warm += 1;
     }
     // Timed calls: at least 10 and 1 s, at most 10000.
@@ -169,12 +192,12 @@ fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
     let start = Instant::now();
     while times.len() < 10 || (start.elapsed() < Duration::from_secs(1) && times.len() < 10_000) {
         let t = Instant::now();
-        exe.run_into(&bound, &pool, &mut outputs)?;
+        exe.run_prepared(&bound, &prepared, &pool, &mut outputs, None)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
     if std::env::var_os("ATTNC_PROFILE").is_some() {
-        profile(&exe, &bound, &pool, &mut outputs, times.len())?;
+        profile(&exe, (&bound, &prepared), &pool, &mut outputs, times.len())?;
     }
     let median_ms = times[times.len() / 2];
     let flops = lower::source_flops(program, &bound.dims);
@@ -184,6 +207,7 @@ fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
         iters: times.len(),
         gflops: flops / (median_ms * 1e-3) / 1e9,
         compile_ms: exe.compile_ms,
+        prepare_ms,
         kernels: exe.plan.kernels.len(),
         functions: exe.functions(),
         threads,

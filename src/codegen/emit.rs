@@ -4,7 +4,9 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64};
-use cranelift_codegen::ir::{FuncRef, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{
+    ConstantData, FuncRef, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value,
+};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 /// Lanes of a vector.
@@ -42,13 +44,21 @@ impl Emit<'_> {
         self.b.ins().f32const(v)
     }
 
-    /// `v` in every lane when `w` is 4, a plain f32 when 1.
+    /// `v` in every lane when `w` is 4, a plain f32 when 1. A vector constant comes from
+    /// the constant pool (one load, often folded into its user), not from a scalar
+    /// materialized and shuffled inside the loop.
     pub fn splat(&mut self, v: f32, w: usize) -> Value {
-        let s = self.f32(v);
         match w {
-            1 => s,
-            _ => self.b.ins().splat(F32X4, s),
+            1 => self.f32(v),
+            _ => self.vconst(F32X4, v.to_bits()),
         }
+    }
+
+    /// A 128-bit constant with `bits` in each of its four 32-bit lanes.
+    fn vconst(&mut self, ty: Type, bits: u32) -> Value {
+        let bytes: Vec<u8> = (0..4).flat_map(|_| bits.to_le_bytes()).collect();
+        let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+        self.b.ins().vconst(ty, c)
     }
 
     /// The pointer of operand `i` of the kernel.
@@ -134,6 +144,17 @@ impl Emit<'_> {
         self.b.switch_to_block(join);
         // Both predecessors, the branch and the end of `then`, exist now.
         self.b.seal_block(join);
+    }
+
+    /// `v`, computed here and now. Cranelift's mid-end places a pure computation next to
+    /// its uses, even inside a loop (a horizontal max was recomputed for every vector of
+    /// the row); a trip through a stack slot ends the chain where it is emitted.
+    pub fn pin(&mut self, v: Value) -> Value {
+        let ty = self.b.func.dfg.value_type(v);
+        let data = StackSlotData::new(StackSlotKind::ExplicitSlot, ty.bytes(), 4);
+        let slot = self.b.create_sized_stack_slot(data);
+        self.b.ins().stack_store(I64, v, slot, 0);
+        self.b.ins().stack_load(I64, ty, slot, 0)
     }
 
     /// A mutable variable of type `ty` holding `init`.
@@ -240,30 +261,34 @@ impl Emit<'_> {
 
     /// `e^x` on f32x4, as Cephes' `expf`: `x = n ln2 + r` with `n` rounded by the 1.5·2^23
     /// trick, `ln2` split in two for an exact reduction, a degree-5 polynomial for `e^r`,
-    /// and `2^n` built from the bits of `n`. Below -87 the result is 0 (as `expf` underflows);
-    /// above 88 it saturates at `e^88` (softmax never gets there: it subtracts the max).
+    /// and `2^n` built from the bits of `n`. `x` is clamped to [-88, 88]: at -88, `n` is
+    /// -127 and the bits of `2^n` are those of 0.0, so the result is exactly 0 there (as for
+    /// a masked score; the true value, 6e-39, is a denormal); above 88 it saturates at
+    /// `e^88` (softmax never gets there: it subtracts the maximum). Each `fma` takes a
+    /// single-use value first, which x86 may overwrite without a copy.
     pub fn exp4(&mut self, x: Value) -> Value {
-        let lo = self.splat(-87.0, 4);
-        let hi = self.splat(88.0, 4);
+        let lo = self.splat(-88.0, 4);
         let under = self.cmp(FloatCC::LessThan, x, lo);
+        let x = self.b.ins().bitselect(under, lo, x);
+        let hi = self.splat(88.0, 4);
         let over = self.cmp(FloatCC::GreaterThan, x, hi);
         let x = self.b.ins().bitselect(over, hi, x);
-        let x = self.b.ins().bitselect(under, lo, x);
         let log2e = self.splat(std::f32::consts::LOG2_E, 4);
         let magic = self.splat(12_582_912.0, 4); // 1.5 * 2^23
-        let t = self.b.ins().fma(x, log2e, magic);
+        let t = self.b.ins().fma(log2e, x, magic);
+        let magic = self.splat(12_582_912.0, 4);
         let n = self.b.ins().fsub(t, magic);
         let c1 = self.splat(-0.693_359_4, 4);
+        let r = self.b.ins().fma(c1, n, x);
         let c2 = self.splat(2.121_944_4e-4, 4);
-        let r = self.b.ins().fma(n, c1, x);
-        let r = self.b.ins().fma(n, c2, r);
+        let r = self.b.ins().fma(c2, n, r);
         let coeffs = [
             1.987_569_1e-4,
             1.398_199_9e-3,
             8.333_452e-3,
             4.166_579_6e-2,
             1.666_666_5e-1,
-            5.000_000_1e-1,
+            0.5,
         ];
         let mut p = self.splat(coeffs[0], 4);
         for &c in &coeffs[1..] {
@@ -277,13 +302,10 @@ impl Emit<'_> {
         let bits = self.b.ins().bitcast(I32X4, MemFlagsData::new(), t);
         let shift = self.b.ins().iconst(I32, 23);
         let e = self.b.ins().ishl(bits, shift);
-        let bias = self.b.ins().iconst(I32, 0x3f80_0000);
-        let bias = self.b.ins().splat(I32X4, bias);
+        let bias = self.vconst(I32X4, 0x3f80_0000);
         let e = self.b.ins().iadd(e, bias);
         let pow = self.b.ins().bitcast(F32X4, MemFlagsData::new(), e);
-        let result = self.b.ins().fmul(y, pow);
-        let zero = self.splat(0.0, 4);
-        self.b.ins().bitselect(under, zero, result)
+        self.b.ins().fmul(y, pow)
     }
 
     /// Calls `attnc_sgemm(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, b_rs, b_cs, alpha, acc)`.

@@ -79,6 +79,7 @@ pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
 
 /// Pass 2: `dst = exp(dst - max)` in place; returns the row's sum.
 pub fn exp_sum(e: &mut Emit, row: &Row, max: Value) -> Value {
+    let max = e.pin(max);
     let vector = row.vector();
     let zero = e.splat(0.0, LANES);
     let vsum = e.var(F32X4, zero);
@@ -105,6 +106,7 @@ pub fn exp_sum(e: &mut Emit, row: &Row, max: Value) -> Value {
 
 /// `dst[j] *= factor` over `len` elements of stride `stride`.
 pub fn scale_row(e: &mut Emit, dst: Value, len: Value, stride: usize, factor: Value) {
+    let factor = e.pin(factor);
     let vf = e.b.ins().splat(F32X4, factor);
     lanes(e, len, stride == 1, |e, j, w| {
         let addr = e.step(dst, j, stride);

@@ -19,6 +19,7 @@ pub fn buffers(plan: &Plan, out: &mut String) {
                     live.1
                 )
             }
+            BufferKind::Derived { offset } => format!("derived prepared +{} bytes", offset * 4),
         };
         let _ = writeln!(out, "  b{i:<3} {:>10} bytes  {what}", b.len * 4);
     }
@@ -48,11 +49,19 @@ fn mask(out: &mut String, m: &Option<MaskFill>) {
 }
 
 pub fn kernels(plan: &Plan, out: &mut String) {
+    if !plan.prologue.is_empty() {
+        let _ = writeln!(out, "prologue (once per weights):");
+        list(&plan.prologue, "p", out);
+    }
     let _ = writeln!(out, "kernels:");
-    for (i, k) in plan.kernels.iter().enumerate() {
+    list(&plan.kernels, "k", out);
+}
+
+fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
+    for (i, k) in kernels.iter().enumerate() {
         let _ = writeln!(
             out,
-            "  k{i} {} `{}`: {} tasks",
+            "  {prefix}{i} {} `{}`: {} tasks",
             k.op.kind(),
             k.label,
             k.op.tasks()

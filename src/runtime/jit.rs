@@ -2,7 +2,7 @@
 //! [`Executable`]), run on a rayon pool; and a [`Cache`] of executables by dims, so that a
 //! program is compiled once per shape.
 
-use super::native::{self, Memory};
+use super::native::{self, Derived, Memory};
 use super::{Bound, RunError, Tensor};
 use crate::codegen::{Compiled, Jit};
 use crate::ir::Program;
@@ -12,6 +12,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::Instant;
+
+/// The derived buffers of an executable for one set of weights: what its prologue computed
+/// (weights in the layout its GEMMs prefer, concatenations of weights).
+pub struct Prepared {
+    derived: Vec<f32>,
+}
 
 /// A program compiled for one binding of its dims.
 pub struct Executable {
@@ -65,30 +71,34 @@ impl Executable {
         self.compiled.functions
     }
 
-    /// Runs on `bound` with `pool`'s threads; one contiguous tensor per output, in
-    /// declaration order.
+    /// Runs the prologue on `params` (the weights, as in [`Bound::params`]): do this once
+    /// per set of weights, then [`Executable::run_prepared`] as often as needed.
+    pub fn prepare(&self, params: &[Tensor], pool: &rayon::ThreadPool) -> Result<Prepared, RunError> {
+        let mut prepared = Prepared {
+            derived: vec![0.0; self.plan.derived_len],
+        };
+        let derived = Derived::Write(&mut prepared.derived);
+        self.execute(true, params, &[], derived, pool, &mut [], None)?;
+        Ok(prepared)
+    }
+
+    /// Runs on `bound` with `pool`'s threads, the prologue included; one contiguous tensor
+    /// per output, in declaration order.
     pub fn run(&self, bound: &Bound, pool: &rayon::ThreadPool) -> Result<Vec<(String, Tensor)>, RunError> {
+        let prepared = self.prepare(&bound.params, pool)?;
         let mut outputs = Vec::new();
-        self.run_into(bound, pool, &mut outputs)?;
+        self.run_prepared(bound, &prepared, pool, &mut outputs, None)?;
         Ok(outputs)
     }
 
-    /// As [`Executable::run`], reusing the tensors of `outputs` when they have the right
-    /// shapes (what a benchmark loop or a server does).
-    pub fn run_into(
+    /// Runs the main kernels on `bound`, with `prepared` made by [`Executable::prepare`]
+    /// from the same `bound.params`. Reuses the tensors of `outputs` when they have the
+    /// right shapes (what a benchmark loop or a server does). With `times` (one per main
+    /// kernel), adds each kernel's wall time in seconds to it.
+    pub fn run_prepared(
         &self,
         bound: &Bound,
-        pool: &rayon::ThreadPool,
-        outputs: &mut Vec<(String, Tensor)>,
-    ) -> Result<(), RunError> {
-        self.run_profiled(bound, pool, outputs, None)
-    }
-
-    /// As [`Executable::run_into`]; with `times` (one per kernel), adds each kernel's wall
-    /// time in seconds to it.
-    pub fn run_profiled(
-        &self,
-        bound: &Bound,
+        prepared: &Prepared,
         pool: &rayon::ThreadPool,
         outputs: &mut Vec<(String, Tensor)>,
         times: Option<&mut [f64]>,
@@ -109,6 +119,21 @@ impl Executable {
                 })
                 .collect();
         }
+        let derived = Derived::Read(&prepared.derived);
+        self.execute(false, &bound.params, &bound.inputs, derived, pool, outputs, times)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &self,
+        prologue: bool,
+        params: &[Tensor],
+        inputs: &[Tensor],
+        derived: Derived,
+        pool: &rayon::ThreadPool,
+        outputs: &mut [(String, Tensor)],
+        times: Option<&mut [f64]>,
+    ) -> Result<(), RunError> {
         let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let need = self.plan.scratch_len().max(1);
@@ -123,13 +148,19 @@ impl Executable {
             }
         }
         let mem = Memory {
-            params: bound.params.iter().map(|t| t.data.as_slice()).collect(),
-            inputs: bound.inputs.iter().map(|t| t.data.as_slice()).collect(),
+            params: params.iter().map(|t| t.data.as_slice()).collect(),
+            inputs: inputs.iter().map(|t| t.data.as_slice()).collect(),
+            derived,
             arena: arena.as_mut_slice(),
             outputs: outputs.iter_mut().map(|(_, t)| t.data.as_mut_slice()).collect(),
             scratch: &scratch,
         };
-        native::execute(&self.plan, &self.compiled.code, mem, pool, times).map_err(internal)
+        let code = if prologue {
+            &self.compiled.prologue
+        } else {
+            &self.compiled.code
+        };
+        native::execute(&self.plan, prologue, code, mem, pool, times).map_err(internal)
     }
 }
 

@@ -26,8 +26,9 @@ fn use_tile() -> bool {
 
 /// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ c[i, j] when acc != 0)` for an `m × n` tile
 /// with a `k`-long inner dim; every matrix strided (row and column stride in elements).
-/// Called by JIT code. Where `b` and `c` have unit column strides and the CPU has AVX-512,
-/// the tile product of [`tile`] runs it without packing (the attention kernel's tiles);
+/// Called by JIT code. Where `b` and `c` have unit column strides, `k` is at most 256 and
+/// the CPU has AVX-512, the tile product of [`tile`] runs it without packing (the attention
+/// kernel's tiles: it measured as fast as `gemm` there, and slower for long `k`);
 /// otherwise the `gemm` crate, which picks its AVX-512, AVX2/FMA or scalar kernels at run
 /// time. The choice depends on the shape and the CPU only, never on the thread.
 #[allow(clippy::too_many_arguments)]
@@ -51,7 +52,16 @@ pub extern "C" fn attnc_sgemm(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if b_cs == 1 && c_cs == 1 && a_rs >= 0 && b_rs >= 0 && c_rs >= 0 && a_cs >= 0 && k > 0 && use_tile() {
+    if b_cs == 1
+        && c_cs == 1
+        && a_rs >= 0
+        && b_rs >= 0
+        && c_rs >= 0
+        && a_cs >= 0
+        && k > 0
+        && k <= 256
+        && use_tile()
+    {
         let u = |x: i64| x as usize;
         // SAFETY: AVX-512F is available (checked); the tile is inside its buffers as below.
         unsafe {
@@ -114,10 +124,17 @@ impl Args {
     }
 }
 
+/// The derived buffers: written by the prologue, read by the main kernels.
+pub enum Derived<'a> {
+    Write(&'a mut [f32]),
+    Read(&'a [f32]),
+}
+
 /// The memory of one run: read-only sources, the arena, the outputs, and scratch per thread.
 pub struct Memory<'a> {
     pub params: Vec<&'a [f32]>,
     pub inputs: Vec<&'a [f32]>,
+    pub derived: Derived<'a>,
     pub arena: &'a mut [f32],
     pub outputs: Vec<&'a mut [f32]>,
     /// One scratch per pool thread, plus one for the calling thread.
@@ -129,24 +146,37 @@ pub struct Memory<'a> {
 /// compiled) and `code[i]` the compiled `plan.kernels[i]`. Errors when a buffer's length differs
 /// from the plan's (nothing has run then).
 /// With `times`, adds each kernel's wall time in seconds to `times[kernel]`.
+/// `prologue` selects the kernels run: the prologue's, or the main ones.
 pub fn execute(
     plan: &Plan,
+    prologue: bool,
     code: &[*const u8],
     mem: Memory,
     pool: &rayon::ThreadPool,
     mut times: Option<&mut [f64]>,
 ) -> Result<(), String> {
-    if code.len() != plan.kernels.len() {
+    let kernels = if prologue { &plan.prologue } else { &plan.kernels };
+    if code.len() != kernels.len() {
         return Err("the compiled code does not match the plan".into());
     }
     let Memory {
         params,
         inputs,
+        derived,
         arena,
         mut outputs,
         scratch,
     } = mem;
-    if arena.len() < plan.arena_len {
+    let writes = matches!(derived, Derived::Write(_));
+    let (derived_ptr, derived_len) = match derived {
+        Derived::Write(d) => (d.as_mut_ptr(), d.len()),
+        // Main kernels never write a derived buffer (validated), so this memory is only read.
+        Derived::Read(d) => (d.as_ptr() as *mut f32, d.len()),
+    };
+    if prologue != writes {
+        return Err("the prologue writes the derived buffers, the main kernels read them".into());
+    }
+    if arena.len() < plan.arena_len || derived_len < plan.derived_len {
         return Err("the arena is smaller than the plan".into());
     }
     let need = plan.scratch_len();
@@ -154,8 +184,18 @@ pub fn execute(
         return Err("the scratch is smaller than the plan".into());
     }
     let arena_ptr = arena.as_mut_ptr();
+    let mut used = vec![false; plan.buffers.len()];
+    for k in kernels {
+        for (o, _, _) in k.op.operands() {
+            used[o.buf] = true;
+        }
+    }
     let mut bases = Vec::with_capacity(plan.buffers.len());
-    for b in &plan.buffers {
+    for (b, used) in plan.buffers.iter().zip(used) {
+        if !used {
+            bases.push(std::ptr::null_mut());
+            continue;
+        }
         let (ptr, len) = match b.kind {
             BufferKind::Param(i) => params.get(i).map(|s| (s.as_ptr() as *mut f32, s.len())),
             BufferKind::Input(i) => inputs.get(i).map(|s| (s.as_ptr() as *mut f32, s.len())),
@@ -163,6 +203,8 @@ pub fn execute(
             // SAFETY: `offset + len <= arena_len <= arena.len()` (validated), so the
             // pointer stays inside the arena.
             BufferKind::Temp { offset, .. } => Some((unsafe { arena_ptr.add(offset) }, b.len)),
+            // SAFETY: `offset + len <= derived_len <= derived.len()` (validated).
+            BufferKind::Derived { offset } => Some((unsafe { derived_ptr.add(offset) }, b.len)),
         }
         .ok_or_else(|| format!("no memory for buffer `{}`", b.name))?;
         if len != b.len {
@@ -182,7 +224,7 @@ pub fn execute(
         .collect();
     let threads = pool.current_num_threads();
     let mut body = || {
-        for (ki, (kernel, &f)) in plan.kernels.iter().zip(&fns).enumerate() {
+        for (ki, (kernel, &f)) in kernels.iter().zip(&fns).enumerate() {
             let start = times.is_some().then(std::time::Instant::now);
             let args = Args(
                 kernel
