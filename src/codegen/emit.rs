@@ -83,7 +83,8 @@ impl Emit<'_> {
         }
     }
 
-    /// Loads `w` lanes (1 or 4) at `addr`; `stride` 0 broadcasts one element.
+    /// Loads `w` lanes (1 or 4) at `addr`, `stride` elements apart: stride 0 broadcasts one
+    /// element, stride 1 is one vector load, a longer stride gathers four scalars.
     pub fn load(&mut self, addr: Value, w: usize, stride: usize, ro: bool) -> Value {
         let flags = if ro { readonly() } else { plain() };
         match (w, stride) {
@@ -92,7 +93,19 @@ impl Emit<'_> {
                 let s = self.b.ins().load(F32, flags, addr, 0);
                 self.b.ins().splat(F32X4, s)
             }
-            _ => self.b.ins().load(F32X4, flags, addr, 0),
+            (_, 1) => self.b.ins().load(F32X4, flags, addr, 0),
+            _ => {
+                let first = self.b.ins().load(F32, flags, addr, 0);
+                let mut v = self.b.ins().scalar_to_vector(F32X4, first);
+                for lane in 1..4u8 {
+                    let x = self
+                        .b
+                        .ins()
+                        .load(F32, flags, addr, (stride * 4 * lane as usize) as i32);
+                    v = self.b.ins().insertlane(v, x, lane);
+                }
+                v
+            }
         }
     }
 

@@ -37,13 +37,16 @@ pub fn translate(e: &mut Emit, m: &Map) {
     let (&len, outer) = shape.split_last().expect("rank at least 1");
     let rows: usize = outer.iter().product();
     let last = shape.len() - 1;
-    let vector = len >= LANES && out.strides[last] == 1 && inputs.iter().all(|i| i.strides[last] <= 1);
+    // Four lanes at a time wherever the output row is contiguous; an input strided along
+    // the row (a transposing copy) is gathered four scalars at a time.
+    let vector = len >= LANES && out.strides[last] == 1;
+    let transposing = inputs.iter().any(|i| i.strides[last] > 1);
     let in_ptrs: Vec<Value> = (0..inputs.len()).map(|i| e.arg(i)).collect();
     let out_ptr = e.arg(inputs.len());
     let rpt = m.rows_per_task as i64;
     // A transposing copy (an input strided along the row) reads each cache line once per
     // row; walking the rows of a task a chunk of columns at a time reuses the lines.
-    let chunk = match !vector && len > CHUNK && m.rows_per_task > 1 {
+    let chunk = match transposing && len > CHUNK && m.rows_per_task > 1 {
         true => CHUNK,
         false => len,
     };
