@@ -306,6 +306,16 @@ impl KernelOp {
         k
     }
 
+    /// Replaces the operand the kernel writes.
+    pub fn set_output(&mut self, out: Operand) {
+        match self {
+            KernelOp::Gemm(g) => g.c = out,
+            KernelOp::Softmax(s) => s.out = out,
+            KernelOp::Attention(a) => a.out = out,
+            KernelOp::Map(m) => m.out = out,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             KernelOp::Gemm(_) => "gemm",

@@ -64,6 +64,8 @@ pub struct Fusion {
     pub fused: HashMap<ValueId, Fused>,
     /// Rank-0 values that are constants.
     pub constant: Vec<bool>,
+    /// Values with exactly one use that are not outputs.
+    pub single: Vec<bool>,
 }
 
 pub fn decide(program: &Program) -> Fusion {
@@ -95,6 +97,7 @@ pub fn decide(program: &Program) -> Fusion {
         absorbed: f.absorbed,
         fused: f.fused,
         constant: f.constant,
+        single: f.single,
     }
 }
 
