@@ -4,8 +4,19 @@
 //! Every value becomes a strided [`View`] of a buffer: view ops only change the view;
 //! compute ops get a kernel writing a fresh buffer; [`fuse`] decides beforehand which
 //! nodes a consumer's kernel absorbs. `for` loops are unrolled with their variable bound,
-//! one set of kernels per iteration. Last, [`memory`] gives every temporary an offset in
-//! one arena, reusing the memory of temporaries that are dead.
+//! one set of kernels per iteration. Last, [`memory`] moves kernels that read params only
+//! to the prologue and gives every temporary an offset in one arena, reusing the memory of
+//! temporaries that are dead.
+//!
+//! The entry points a fused op of the optimizer maps onto, each a method of the lowerer
+//! that takes the op's operands as IR values and its attributes as numbers:
+//! - a batched GEMM `alpha · op(a) @ op(b) + bias`: transpose the operand views
+//!   ([`View::transpose`] of the last two axes, free), then `gemm(id, &a, &b, alpha, bias)`;
+//! - a fused scale-mask-softmax: `softmax(id, axis, x, scale, Some(Masking { mask, op, rhs,
+//!   fill }))`;
+//! - a fused attention: `attention(id, [q, kt, v], scale, mask)`;
+//! - a concatenation of params: as `concat` (one copy per part into a slice of one
+//!   buffer); its kernels read params only, so they land in the prologue by themselves.
 
 mod fuse;
 mod memory;
@@ -17,7 +28,7 @@ use crate::kernel::{
     Attention, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
     PlanError, Softmax,
 };
-use fuse::{Fused, Fusion, MaskPat, Scale, SoftmaxPat};
+use fuse::{Fused, Fusion, Scale, SoftmaxPat};
 use std::collections::HashMap;
 pub use view::View;
 
@@ -94,6 +105,26 @@ pub fn source_flops(program: &Program, dims: &[Option<i64>]) -> f64 {
     let mut dims = dims.to_vec();
     dims.resize(program.dims.len(), None);
     walk(program, &program.body, &mut dims)
+}
+
+/// What a mask does to scores: where `mask op rhs` holds, the score becomes `fill`.
+#[derive(Clone, Copy, Debug)]
+struct Masking {
+    mask: ValueId,
+    op: crate::ir::CmpOp,
+    rhs: f32,
+    fill: f32,
+}
+
+impl Masking {
+    fn kernel(&self, mask: Operand) -> MaskFill {
+        MaskFill {
+            mask,
+            op: self.op,
+            rhs: self.rhs,
+            fill: self.fill,
+        }
+    }
 }
 
 /// A lowered value.
@@ -280,7 +311,8 @@ impl<'p> Lowerer<'p> {
             Op::Linear => self.linear(id, &args).map(Val::Tensor),
             Op::MatMul => match self.fusion.fused.get(&id).copied() {
                 Some(Fused::Attention { q, kt, v, softmax }) => {
-                    self.attention(id, q, kt, v, softmax).map(Val::Tensor)
+                    let (_, scale, mask) = self.resolve(softmax)?;
+                    self.attention(id, [q, kt, v], scale, mask).map(Val::Tensor)
                 }
                 _ => self.matmul(id, arg(0), arg(1), 1.0).map(Val::Tensor),
             },
@@ -326,7 +358,8 @@ impl<'p> Lowerer<'p> {
                         mask: None,
                     },
                 };
-                self.softmax(id, *axis, pat).map(Val::Tensor)
+                let (x, scale, mask) = self.resolve(pat)?;
+                self.softmax(id, *axis, x, scale, mask).map(Val::Tensor)
             }
             op if fuse::is_map(op) => match self.fusion.fused.get(&id).copied() {
                 Some(Fused::GemmAlpha { matmul, scale }) => {
@@ -573,7 +606,9 @@ impl<'p> Lowerer<'p> {
         out.reshape(&shape).ok_or_else(bad)
     }
 
-    /// A batched GEMM `a [.., m, k] @ b [.., k, n]` into a fresh `[batch.., m, n]`.
+    /// `alpha · a [.., m, k] @ b [.., k, n] (+ bias [n])` into a fresh `[batch.., m, n]`
+    /// (batch axes broadcast): the entry point for a batched GEMM. A transposed operand is
+    /// a transposed view; a batch that `b` is broadcast along is folded into the rows.
     fn gemm(
         &mut self,
         id: ValueId,
@@ -610,8 +645,24 @@ impl<'p> Lowerer<'p> {
         Ok(c)
     }
 
-    fn mask(&mut self, pat: Option<MaskPat>, shape: &[usize]) -> Result<Option<(View, MaskPat)>, PlanError> {
-        let Some(m) = pat else { return Ok(None) };
+    /// The constants of a softmax pattern: `(x, scale, masking)`.
+    fn resolve(&self, pat: SoftmaxPat) -> Result<(ValueId, f32, Option<Masking>), PlanError> {
+        let scale = pat.scale.map(|s| self.scale(s)).transpose()?.unwrap_or(1.0);
+        let mask = match pat.mask {
+            Some(m) => Some(Masking {
+                mask: m.mask,
+                op: m.op,
+                rhs: self.constant(m.rhs)?,
+                fill: self.constant(m.fill)?,
+            }),
+            None => None,
+        };
+        Ok((pat.x, scale, mask))
+    }
+
+    /// The mask's kernel operand over `shape` (it broadcasts), and what it does.
+    fn mask_fill(&mut self, m: Option<Masking>, shape: &[usize]) -> Result<Option<(View, Masking)>, PlanError> {
+        let Some(m) = m else { return Ok(None) };
         let v = self.view(m.mask)?;
         let v = v
             .expand(shape)
@@ -619,20 +670,19 @@ impl<'p> Lowerer<'p> {
         Ok(Some((v, m)))
     }
 
-    fn mask_fill(&self, m: &MaskPat, op: Operand) -> Result<MaskFill, PlanError> {
-        Ok(MaskFill {
-            mask: op,
-            op: m.op,
-            rhs: self.constant(m.rhs)?,
-            fill: self.constant(m.fill)?,
-        })
-    }
-
-    fn softmax(&mut self, id: ValueId, axis: usize, pat: SoftmaxPat) -> Result<View, PlanError> {
-        let x = self.view(pat.x)?;
+    /// `softmax(masked_fill(x * scale, mask op rhs, fill), axis)` into a fresh buffer: the
+    /// entry point for a fused scale-mask-softmax op (`mask` broadcasts to `x`).
+    fn softmax(
+        &mut self,
+        id: ValueId,
+        axis: usize,
+        x: ValueId,
+        scale: f32,
+        mask: Option<Masking>,
+    ) -> Result<View, PlanError> {
+        let x = self.view(x)?;
         let shape = x.shape.clone();
-        let scale = pat.scale.map(|s| self.scale(s)).transpose()?.unwrap_or(1.0);
-        let mask = self.mask(pat.mask, &shape)?;
+        let mask = self.mask_fill(mask, &shape)?;
         let out = self.temp(shape.clone());
         // Move the softmax axis last in every operand; the buffers keep their layout.
         let mut perm: Vec<usize> = (0..shape.len()).filter(|&a| a != axis).collect();
@@ -640,7 +690,7 @@ impl<'p> Lowerer<'p> {
         let bad = || internal(format!("node {id}: bad softmax axis"));
         let permuted = |v: &View| v.permute(&perm).map(|v| v.operand()).ok_or_else(bad);
         let mask = match &mask {
-            Some((v, m)) => Some(self.mask_fill(m, permuted(v)?)?),
+            Some((v, m)) => Some(m.kernel(permuted(v)?)),
             None => None,
         };
         let len = shape.get(axis).copied().ok_or_else(bad)?.max(1);
@@ -656,13 +706,16 @@ impl<'p> Lowerer<'p> {
         Ok(out)
     }
 
+    /// `softmax(masked_fill(scale * q @ kt, mask op rhs, fill), -1) @ v` into a fresh
+    /// buffer of node `id`'s shape, flash style: the entry point for a fused attention op.
+    /// `q [.., n, dk]`, `kt [.., dk, m]` (kᵀ, as the source writes it), `v [.., m, dv]` and
+    /// the mask (to `[.., n, m]`) broadcast over the batch axes of the result.
     fn attention(
         &mut self,
         id: ValueId,
-        q: ValueId,
-        kt: ValueId,
-        v: ValueId,
-        pat: SoftmaxPat,
+        [q, kt, v]: [ValueId; 3],
+        scale: f32,
+        mask: Option<Masking>,
     ) -> Result<View, PlanError> {
         let out_shape = self.shape(id)?;
         let bad = || internal(format!("node {id}: attention operands do not fit"));
@@ -688,9 +741,8 @@ impl<'p> Lowerer<'p> {
             .and_then(|k| k.transpose(r - 2, r - 1))
             .ok_or_else(bad)?;
         let v = v.expand(&with([m, dv])).ok_or_else(bad)?;
-        let scale = pat.scale.map(|s| self.scale(s)).transpose()?.unwrap_or(1.0);
-        let mask = match self.mask(pat.mask, &with([n, m]))? {
-            Some((view, mp)) => Some(self.mask_fill(&mp, view.operand())?),
+        let mask = match self.mask_fill(mask, &with([n, m]))? {
+            Some((view, mp)) => Some(mp.kernel(view.operand())),
             None => None,
         };
         let out = self.temp(out_shape.clone());
