@@ -308,7 +308,10 @@ impl<'p> Lowerer<'p> {
                 self.shape(id)?,
             ))),
             Op::Literal(_) | Op::DimValue(_) => self.fold(id).map(Val::Const),
-            Op::Linear => self.linear(id, &args).map(Val::Tensor),
+            Op::Linear => match self.fusion.siblings.get(&id).cloned() {
+                Some(group) => self.linears(&group).map(Val::Tensor),
+                None => self.linear(id, &args).map(Val::Tensor),
+            },
             Op::MatMul => match self.fusion.fused.get(&id).copied() {
                 Some(Fused::Attention { q, kt, v, softmax }) => {
                     let (_, scale, mask) = self.resolve(softmax)?;
@@ -587,6 +590,55 @@ impl<'p> Lowerer<'p> {
             .ok_or_else(|| internal(format!("node {id}: result does not reshape")))
     }
 
+    /// Sibling `linear`s (one input, weights of one shape) as one GEMM over their weights
+    /// concatenated in `[in, out]` order (made by the prologue), each a column slice of the
+    /// result; returns the first's value and records the others'.
+    fn linears(&mut self, group: &[ValueId]) -> Result<View, PlanError> {
+        let first = self.program.node(group[0]).args.clone();
+        let x = self.view(first[0])?;
+        let x2 = match x.shape.len() {
+            1 => x.unsqueeze(0),
+            _ => Some(x.clone()),
+        }
+        .ok_or_else(|| internal(format!("node {}: bad input", group[0])))?;
+        let w0 = self.view(first[1])?;
+        let (n, k) = (w0.shape[0], w0.shape[1]);
+        let total = n * group.len();
+        let weights = self.temp(vec![k, total]);
+        let bias = (first.len() == 3).then(|| self.temp(vec![total]));
+        let label = format!("{} (weights of {} linears)", self.label(group[0]), group.len());
+        let bad = |id: ValueId| internal(format!("node {id}: sibling linear does not fit"));
+        for (i, &id) in group.iter().enumerate() {
+            let args = self.program.node(id).args.clone();
+            let wt = self.view(args[1])?.transpose(0, 1).ok_or_else(|| bad(id))?;
+            let dest = weights.slice(1, i * n, (i + 1) * n).ok_or_else(|| bad(id))?;
+            if wt.shape != dest.shape {
+                return Err(bad(id));
+            }
+            self.map(vec![wt.operand()], vec![Expr::Input(0)], &dest, label.clone());
+            if let (Some(b), Some(&arg)) = (&bias, args.get(2)) {
+                let src = self.view(arg)?;
+                let dest = b.slice(0, i * n, (i + 1) * n).ok_or_else(|| bad(id))?;
+                self.map(vec![src.operand()], vec![Expr::Input(0)], &dest, label.clone());
+            }
+        }
+        let out = self.gemm(group[0], &x2, &weights, 1.0, bias.map(|b| b.operand()))?;
+        let last = out.shape.len() - 1;
+        let mut first_view = None;
+        for (i, &id) in group.iter().enumerate() {
+            let shape = self.shape(id)?;
+            let part = out.slice(last, i * n, (i + 1) * n).ok_or_else(|| bad(id))?;
+            let part = part.reshape(&shape).ok_or_else(|| bad(id))?;
+            match i {
+                0 => first_view = Some(part),
+                _ => {
+                    self.vals.insert(id, Val::Tensor(part));
+                }
+            }
+        }
+        first_view.ok_or_else(|| bad(group[0]))
+    }
+
     /// `a @ b` with PyTorch's vector and broadcasting rules, times `alpha`.
     fn matmul(&mut self, id: ValueId, a: ValueId, b: ValueId, alpha: f32) -> Result<View, PlanError> {
         let (a, b) = (self.view(a)?, self.view(b)?);
@@ -661,7 +713,11 @@ impl<'p> Lowerer<'p> {
     }
 
     /// The mask's kernel operand over `shape` (it broadcasts), and what it does.
-    fn mask_fill(&mut self, m: Option<Masking>, shape: &[usize]) -> Result<Option<(View, Masking)>, PlanError> {
+    fn mask_fill(
+        &mut self,
+        m: Option<Masking>,
+        shape: &[usize],
+    ) -> Result<Option<(View, Masking)>, PlanError> {
         let Some(m) = m else { return Ok(None) };
         let v = self.view(m.mask)?;
         let v = v
@@ -741,10 +797,9 @@ impl<'p> Lowerer<'p> {
             .and_then(|k| k.transpose(r - 2, r - 1))
             .ok_or_else(bad)?;
         let v = v.expand(&with([m, dv])).ok_or_else(bad)?;
-        let mask = match self.mask_fill(mask, &with([n, m]))? {
-            Some((view, mp)) => Some(mp.kernel(view.operand())),
-            None => None,
-        };
+        let mask = self
+            .mask_fill(mask, &with([n, m]))?
+            .map(|(view, mp)| mp.kernel(view.operand()));
         let out = self.temp(out_shape.clone());
         let a = Attention {
             batch,
@@ -874,7 +929,7 @@ fn unfold_rows(g: &mut Gemm, x: &View) -> Option<()> {
     let c_rs = g.c.strides[r];
     let j = (0..x.shape.len()).find(|&j| x.shape[j] > 1 && x.strides[j] == c_rs)?;
     let z = x.shape[j];
-    if z >= g.m || g.m % z != 0 {
+    if z >= g.m || !g.m.is_multiple_of(z) {
         return None;
     }
     g.batch.push(g.m / z);
@@ -932,8 +987,9 @@ fn gemm_blocks(g: &Gemm) -> (usize, usize) {
 }
 
 /// Query rows per task and keys per block of the attention kernel.
-/// Block sizes from 32 to 512 measured alike at shape M (within the noise of a shared
-/// machine); 64 rows keep the tile in L2 and give enough tasks for the threads.
+/// Blocks of 32 to 128 rows and 64 to 512 keys measured within 5 % of each other at shapes
+/// M and L (64 keys and 32 rows were the slowest); 64 rows × 256 keys keep the scores tile
+/// at 64 KiB and give enough tasks for the threads.
 fn attention_blocks(n: usize, m: usize) -> (usize, usize) {
     (n.clamp(1, 64), m.clamp(1, 256))
 }

@@ -280,12 +280,29 @@ impl Emit<'_> {
     /// `e^88` (softmax never gets there: it subtracts the maximum). Each `fma` takes a
     /// single-use value first, which x86 may overwrite without a copy.
     pub fn exp4(&mut self, x: Value) -> Value {
-        let lo = self.splat(-88.0, 4);
-        let under = self.cmp(FloatCC::LessThan, x, lo);
-        let x = self.b.ins().bitselect(under, lo, x);
         let hi = self.splat(88.0, 4);
         let over = self.cmp(FloatCC::GreaterThan, x, hi);
         let x = self.b.ins().bitselect(over, hi, x);
+        self.exp4_below(x)
+    }
+
+    /// `e^x` on 1 or 4 lanes for `x <= 88` (softmax's `x - max <= 0`): no upper clamp.
+    pub fn exp_nonpositive(&mut self, x: Value) -> Value {
+        match self.is_vec(x) {
+            true => self.exp4_below(x),
+            false => {
+                let v = self.b.ins().splat(F32X4, x);
+                let e = self.exp4_below(v);
+                self.b.ins().extractlane(e, 0u8)
+            }
+        }
+    }
+
+    /// [`Emit::exp4`] for `x <= 88`.
+    fn exp4_below(&mut self, x: Value) -> Value {
+        let lo = self.splat(-88.0, 4);
+        let under = self.cmp(FloatCC::LessThan, x, lo);
+        let x = self.b.ins().bitselect(under, lo, x);
         let log2e = self.splat(std::f32::consts::LOG2_E, 4);
         let magic = self.splat(12_582_912.0, 4); // 1.5 * 2^23
         let t = self.b.ins().fma(log2e, x, magic);

@@ -42,7 +42,26 @@ pub fn lanes(e: &mut Emit, len: Value, vector: bool, mut body: impl FnMut(&mut E
     e.for_range(split, len, 1, |e, j| body(e, j, 1));
 }
 
-/// Pass 1: `dst = masked_fill(src * scale)`; returns the row's maximum (`-inf` when empty).
+/// The score at `j` on `w` lanes: `masked_fill(src * scale)`.
+fn score(e: &mut Emit, row: &Row, j: Value, w: usize) -> Value {
+    let addr = e.step(row.src, j, row.src_stride);
+    let mut y = e.load(addr, w, row.src_stride, row.src_ro);
+    if row.scale != 1.0 {
+        let s = e.splat(row.scale, w);
+        y = e.b.ins().fmul(y, s);
+    }
+    if let Some((mask, stride, m)) = &row.mask {
+        let addr = e.step(*mask, j, *stride);
+        let mv = e.load(addr, w, *stride, true);
+        let rhs = e.splat(m.rhs, w);
+        let hit = e.cmp(float_cc(m.op), mv, rhs);
+        let fill = e.splat(m.fill, w);
+        y = e.pick(hit, fill, y);
+    }
+    y
+}
+
+/// Pass 1: the row's maximum score (`-inf` when empty); nothing is stored.
 pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
     let vector = row.vector();
     let ninf = e.splat(f32::NEG_INFINITY, LANES);
@@ -50,22 +69,7 @@ pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
     let ninf1 = e.f32(f32::NEG_INFINITY);
     let smax = e.var(F32, ninf1);
     lanes(e, row.len, vector, |e, j, w| {
-        let addr = e.step(row.src, j, row.src_stride);
-        let mut y = e.load(addr, w, row.src_stride, row.src_ro);
-        if row.scale != 1.0 {
-            let s = e.splat(row.scale, w);
-            y = e.b.ins().fmul(y, s);
-        }
-        if let Some((mask, stride, m)) = &row.mask {
-            let addr = e.step(*mask, j, *stride);
-            let mv = e.load(addr, w, *stride, true);
-            let rhs = e.splat(m.rhs, w);
-            let hit = e.cmp(float_cc(m.op), mv, rhs);
-            let fill = e.splat(m.fill, w);
-            y = e.pick(hit, fill, y);
-        }
-        let addr = e.step(row.dst, j, row.dst_stride);
-        e.store(y, addr);
+        let y = score(e, row, j, w);
         let acc = if w == 1 { smax } else { vmax };
         let old = e.b.use_var(acc);
         let new = e.max(old, y);
@@ -77,7 +81,8 @@ pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
     e.max(a, s)
 }
 
-/// Pass 2: `dst = exp(dst - max)` in place; returns the row's sum.
+/// Pass 2: `dst = exp(score - max)`; returns the row's sum. `max` is at least every
+/// score, so the exponent is never positive and `exp` needs no upper clamp.
 pub fn exp_sum(e: &mut Emit, row: &Row, max: Value) -> Value {
     let max = e.pin(max);
     let vector = row.vector();
@@ -87,11 +92,11 @@ pub fn exp_sum(e: &mut Emit, row: &Row, max: Value) -> Value {
     let ssum = e.var(F32, zero1);
     let vmax = e.b.ins().splat(F32X4, max);
     lanes(e, row.len, vector, |e, j, w| {
-        let addr = e.step(row.dst, j, row.dst_stride);
-        let y = e.load(addr, w, row.dst_stride, false);
+        let y = score(e, row, j, w);
         let m = if w == 1 { max } else { vmax };
         let d = e.b.ins().fsub(y, m);
-        let p = e.exp(d);
+        let p = e.exp_nonpositive(d);
+        let addr = e.step(row.dst, j, row.dst_stride);
         e.store(p, addr);
         let acc = if w == 1 { ssum } else { vsum };
         let old = e.b.use_var(acc);

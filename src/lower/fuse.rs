@@ -66,6 +66,9 @@ pub struct Fusion {
     pub constant: Vec<bool>,
     /// Values with exactly one use that are not outputs.
     pub single: Vec<bool>,
+    /// `linear`s of one input with weights of one shape (`q`, `k` and `v` of
+    /// self-attention), by their first: one GEMM over the concatenated weights computes all.
+    pub siblings: HashMap<ValueId, Vec<ValueId>>,
 }
 
 pub fn decide(program: &Program) -> Fusion {
@@ -93,11 +96,14 @@ pub fn decide(program: &Program) -> Fusion {
             f.visit(id);
         }
     }
+    let mut siblings = HashMap::new();
+    f.siblings(&program.body, &mut siblings);
     Fusion {
         absorbed: f.absorbed,
         fused: f.fused,
         constant: f.constant,
         single: f.single,
+        siblings,
     }
 }
 
@@ -183,6 +189,42 @@ impl Decider<'_> {
                 self.absorb_map_args(id);
             }
             _ => {}
+        }
+    }
+
+    /// Groups the `linear`s of each body (loop bodies apart) that read one input with
+    /// params of one shape as weights (and params as biases, all or none); the first of a
+    /// group computes it, the others are absorbed.
+    fn siblings(&mut self, body: &[ValueId], groups: &mut HashMap<ValueId, Vec<ValueId>>) {
+        let is_param = |d: &Self, v: ValueId| matches!(d.op(v), Op::Param(_));
+        let mut open: Vec<Vec<ValueId>> = Vec::new();
+        for &id in body {
+            if let Op::For { body, .. } = self.op(id) {
+                let body = body.clone();
+                self.siblings(&body, groups);
+                continue;
+            }
+            let args = self.args(id);
+            let fits = matches!(self.op(id), Op::Linear)
+                && !self.absorbed[id]
+                && args[1..].iter().all(|&a| is_param(self, a));
+            if !fits {
+                continue;
+            }
+            let same = |d: &Self, g: &[ValueId]| {
+                let first = d.args(g[0]);
+                first[0] == args[0] && first.len() == args.len() && d.same_shape(first[1], args[1])
+            };
+            match open.iter_mut().find(|g| same(self, g)) {
+                Some(g) => g.push(id),
+                None => open.push(vec![id]),
+            }
+        }
+        for g in open.into_iter().filter(|g| g.len() > 1) {
+            for &m in &g[1..] {
+                self.absorbed[m] = true;
+            }
+            groups.insert(g[0], g);
         }
     }
 

@@ -58,7 +58,7 @@ impl Executable {
             .map_err(internal)?;
         let compile_ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(Executable {
-            arena: Mutex::new(vec![0.0; plan.arena_len]),
+            arena: Mutex::new(vec![0.0; plan.arena_len + native::HUGE_PAGE]),
             scratch: Mutex::new(Vec::new()),
             plan,
             compiled,
@@ -151,7 +151,7 @@ impl Executable {
             params: params.iter().map(|t| t.data.as_slice()).collect(),
             inputs: inputs.iter().map(|t| t.data.as_slice()).collect(),
             derived,
-            arena: arena.as_mut_slice(),
+            arena: native::huge_pages(arena.as_mut_slice()),
             outputs: outputs.iter_mut().map(|(_, t)| t.data.as_mut_slice()).collect(),
             scratch: &scratch,
         };

@@ -103,6 +103,25 @@ pub extern "C" fn attnc_sgemm(
     }
 }
 
+/// Floats in a 2 MiB huge page.
+pub const HUGE_PAGE: usize = (2 << 20) / 4;
+
+/// The part of `mem` that starts on a 2 MiB boundary, asked to be backed by huge pages: the
+/// attention kernel reads rows of q, kᵀ and v that lie pages apart, which costs a TLB miss
+/// per row with 4 KiB pages. The caller allocates `HUGE_PAGE` floats more than it needs.
+pub fn huge_pages(mem: &mut [f32]) -> &mut [f32] {
+    let skip = mem.as_ptr().align_offset(HUGE_PAGE * 4).min(mem.len());
+    let aligned = &mut mem[skip..];
+    #[cfg(target_os = "linux")]
+    if aligned.len() >= HUGE_PAGE {
+        let len = aligned.len() / HUGE_PAGE * HUGE_PAGE * 4;
+        // SAFETY: the range is inside `aligned`, which this function borrows mutably;
+        // MADV_HUGEPAGE only changes how the kernel backs the pages, never their contents.
+        unsafe { libc::madvise(aligned.as_mut_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+    }
+    aligned
+}
+
 /// The signature of every kernel: `(args, scratch, begin, end)`.
 type KernelFn = unsafe extern "C" fn(*const *mut f32, *mut f32, i64, i64);
 
