@@ -224,6 +224,20 @@ impl KernelOp {
         }
     }
 
+    /// A rough count of the kernel's arithmetic (flops; ten per element for the others),
+    /// to tell a program worth spreading over threads from one that is not.
+    pub fn work(&self) -> f64 {
+        match self {
+            KernelOp::Gemm(g) => 2.0 * (g.batch.iter().product::<usize>() * g.m * g.n * g.k) as f64,
+            KernelOp::Attention(a) => {
+                let b = a.batch.iter().product::<usize>();
+                (2 * b * a.n * a.m * (a.dk + a.dv) + 30 * b * a.n * a.m) as f64
+            }
+            KernelOp::Softmax(s) => 30.0 * s.shape.iter().product::<usize>() as f64,
+            KernelOp::Map(m) => 10.0 * m.shape.iter().product::<usize>() as f64,
+        }
+    }
+
     /// Floats of per-thread scratch a task needs.
     pub fn scratch(&self) -> usize {
         match self {

@@ -431,16 +431,16 @@ impl<'p> Lowerer<'p> {
     /// kernel to `x` has one use), the kernel writes its result in `x`'s order instead
     /// (`(p @ v).transpose(1, 2).contiguous()`: attention writes `[B, N, H, Dk]` directly).
     fn relayout(&mut self, mut node: ValueId, x: &View) -> Option<View> {
+        // Every value that lives in x's buffer, from `node` back to the kernel that made
+        // it, must have this one use: then no other value sees the layout change.
         loop {
             if !self.fusion.single[node] {
                 return None;
             }
-            let n = self.program.node(node);
-            match n.op {
-                Op::Transpose(..) | Op::Permute(_) | Op::Unsqueeze(_) | Op::Squeeze(_) | Op::View(_) => {
-                    node = n.args[0];
-                }
-                _ => break,
+            let shares = |a: &ValueId| matches!(self.vals.get(a), Some(Val::Tensor(v)) if v.buf == x.buf);
+            match self.program.node(node).args.iter().find(|a| shares(a)) {
+                Some(&a) => node = a,
+                None => break,
             }
         }
         let buf = &self.plan.buffers[x.buf];

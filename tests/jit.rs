@@ -120,6 +120,10 @@ output r = r[1:4]
 output s = s
 output v = x @ w
 output c = sqrt(D)
+let y = x @ x.transpose(1, 2)
+let yt = y.reshape(B, N, N).transpose(0, 1).contiguous()
+output yt = yt
+output z = y + 1.0
 ";
     for dims in [[("B", 2), ("N", 3)], [("B", 1), ("N", 1)], [("B", 3), ("N", 5)]] {
         differential(&format!("{dims:?}"), &program(src, &dims), 3);
