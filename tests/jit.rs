@@ -130,6 +130,39 @@ output z = y + 1.0
     }
 }
 
+/// Runs `program` both ways on drawn tensors whose input `mask` is set by `keep(b, i, j)`.
+fn differential_masked(what: &str, program: &Program, keep: impl Fn(usize, usize, usize) -> bool) {
+    let mut bound = bind(program, &RunOptions::default()).unwrap();
+    let i = program.inputs.iter().position(|d| d.name == "mask").unwrap();
+    let mask = &mut bound.inputs[i];
+    let (n, m) = (mask.shape[1], mask.shape[2]);
+    for (flat, x) in mask.data.iter_mut().enumerate() {
+        let (b, i, j) = (flat / (n * m), flat / m % n, flat % m);
+        *x = f32::from(u8::from(keep(b, i, j)));
+    }
+    let want = interpret(program, &bound).unwrap();
+    let exe = Executable::compile(program, &bound.dims).unwrap();
+    let got = exe.run(&bound, &pool(2).unwrap()).unwrap();
+    for ((name, w), (_, g)) in want.iter().zip(&got) {
+        let error = relative_error(g, w);
+        assert!(error < 1e-5, "{what}: `{name}` off by {error}");
+    }
+}
+
+#[test]
+fn masks_fill_and_fully_masked_rows_come_out_uniform() {
+    // causal.attn without the probabilities as an output: the flash-style kernel.
+    let src = example("causal.attn").replace("output attn = p", "");
+    // Causal, with row 3 of batch 0 fully masked; 300 keys are two key blocks.
+    let keep = |b: usize, i: usize, j: usize| j <= i && !(b == 0 && i == 3);
+    for (n, d, h) in [(9, 12, 3), (300, 8, 2)] {
+        let dims = [("B", 2), ("N", n), ("D", d), ("H", h)];
+        differential_masked(&format!("flash N={n}"), &program(&src, &dims), keep);
+        // And the softmax kernel, where the probabilities are an output.
+        differential_masked(&format!("softmax N={n}"), &program(&example("causal.attn"), &dims), keep);
+    }
+}
+
 #[test]
 fn a_cache_compiles_each_shape_once() {
     let p = program(&example("self_attention.attn"), &[("D", 16), ("H", 4)]);
