@@ -136,10 +136,16 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Check { file, dims, format } => check(&file, &dims.dims, format),
-        Command::Ir { file, stage, dims } => match stage {
-            Stage::Typed => ir_typed(&file, &dims.dims),
-            Stage::Kernels | Stage::Clif => native::ir(&file, &dims.dims, stage == Stage::Clif),
-        },
+        Command::Ir {
+            file,
+            stage: Stage::Typed,
+            dims,
+        } => ir_typed(&file, &dims.dims),
+        Command::Ir {
+            file,
+            stage: stage @ (Stage::Kernels | Stage::Clif),
+            dims,
+        } => native::ir(&file, &dims.dims, stage == Stage::Clif),
         Command::Run(args) => run(&args),
         Command::Bench(args) => native::bench(&args),
     }

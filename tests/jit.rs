@@ -159,7 +159,11 @@ fn masks_fill_and_fully_masked_rows_come_out_uniform() {
         let dims = [("B", 2), ("N", n), ("D", d), ("H", h)];
         differential_masked(&format!("flash N={n}"), &program(&src, &dims), keep);
         // And the softmax kernel, where the probabilities are an output.
-        differential_masked(&format!("softmax N={n}"), &program(&example("causal.attn"), &dims), keep);
+        differential_masked(
+            &format!("softmax N={n}"),
+            &program(&example("causal.attn"), &dims),
+            keep,
+        );
     }
 }
 
