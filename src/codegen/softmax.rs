@@ -32,9 +32,18 @@ pub fn lanes(e: &mut Emit, len: Value, vector: bool, mut body: impl FnMut(&mut E
     let zero = e.int(0);
     let split = match vector {
         true => {
+            // Two vectors per trip while eight lanes remain: half the loop overhead, and
+            // two independent chains for the out-of-order core.
+            let mask8 = e.int(-(2 * LANES as i64));
+            let split8 = e.b.ins().band(len, mask8);
+            e.for_range(zero, split8, 2 * LANES as i64, |e, j| {
+                body(e, j, LANES);
+                let j4 = e.b.ins().iadd_imm_s(j, LANES as i64);
+                body(e, j4, LANES);
+            });
             let mask = e.int(-(LANES as i64));
             let split = e.b.ins().band(len, mask);
-            e.for_range(zero, split, LANES as i64, |e, j| body(e, j, LANES));
+            e.for_range(split8, split, LANES as i64, |e, j| body(e, j, LANES));
             split
         }
         false => zero,
