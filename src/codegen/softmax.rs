@@ -70,15 +70,49 @@ fn score(e: &mut Emit, row: &Row, j: Value, w: usize) -> Value {
     y
 }
 
-/// Pass 1: the row's maximum score (`-inf` when empty); nothing is stored.
+impl Row {
+    /// Whether pass 1 stores the scores (scaled or masked) for pass 2 to read: a store
+    /// per element instead of loading, comparing and selecting the mask twice.
+    fn stores_scores(&self) -> bool {
+        self.mask.is_some() || self.scale != 1.0
+    }
+
+    /// The row pass 2 reads: the stored scores, or the source as it is.
+    fn stored(&self) -> Row {
+        match self.stores_scores() {
+            true => Row {
+                len: self.len,
+                src: self.dst,
+                src_stride: self.dst_stride,
+                src_ro: false,
+                dst: self.dst,
+                dst_stride: self.dst_stride,
+                scale: 1.0,
+                mask: None,
+            },
+            false => Row {
+                mask: None,
+                ..*self
+            },
+        }
+    }
+}
+
+/// Pass 1: the row's maximum score (`-inf` when empty); stores the scores in `dst` when
+/// they are scaled or masked.
 pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
     let vector = row.vector();
     let ninf = e.splat(f32::NEG_INFINITY, LANES);
     let vmax = e.var(F32X4, ninf);
     let ninf1 = e.f32(f32::NEG_INFINITY);
     let smax = e.var(F32, ninf1);
+    let store = row.stores_scores();
     lanes(e, row.len, vector, |e, j, w| {
         let y = score(e, row, j, w);
+        if store {
+            let addr = e.step(row.dst, j, row.dst_stride);
+            e.store(y, addr);
+        }
         let acc = if w == 1 { smax } else { vmax };
         let old = e.b.use_var(acc);
         let new = e.max(old, y);
@@ -90,9 +124,11 @@ pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
     e.max(a, s)
 }
 
-/// Pass 2: `dst = exp(score - max)`; returns the row's sum. `max` is at least every
+/// Pass 2: `dst = exp(score - max)` (the scores as pass 1 left them); returns the row's
+/// sum. `max` is at least every
 /// score, so the exponent is never positive and `exp` needs no upper clamp.
 pub fn exp_sum(e: &mut Emit, row: &Row, max: Value) -> Value {
+    let row = &row.stored();
     let max = e.pin(max);
     let vector = row.vector();
     let zero = e.splat(0.0, LANES);
