@@ -18,8 +18,11 @@
 //! - a concatenation of params: as `concat` (one copy per part into a slice of one
 //!   buffer); its kernels read params only, so they land in the prologue by themselves.
 
+mod flops;
 mod fuse;
 mod memory;
+mod relayout;
+mod tiling;
 mod view;
 
 use crate::dims::Poly;
@@ -28,8 +31,10 @@ use crate::kernel::{
     Attention, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
     PlanError, Softmax,
 };
+pub use flops::source_flops;
 use fuse::{Fused, Fusion, Scale, SoftmaxPat};
 use std::collections::HashMap;
+use tiling::{attention_blocks, fold_batch_into_rows, gemm_blocks};
 pub use view::View;
 
 /// Lowers `program` for the dim values `dims` (by [`crate::dims::Sym`], as
@@ -57,54 +62,6 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
     memory::plan(&mut l.plan);
     l.plan.validate()?;
     Ok(l.plan)
-}
-
-/// 2·m·n·k summed over every `matmul` and `linear` of `program` (per loop iteration), what
-/// `attnc bench` divides by the time. Give it the source program, not the optimized one.
-pub fn source_flops(program: &Program, dims: &[Option<i64>]) -> f64 {
-    fn walk(program: &Program, body: &[ValueId], dims: &mut Vec<Option<i64>>) -> f64 {
-        let mut total = 0.0;
-        let eval = |dims: &[Option<i64>], p: &Poly| program.dims.eval(p, &|s| dims.get(s).copied().flatten());
-        for &id in body {
-            let node = program.node(id);
-            let numel = |dims: &[Option<i64>], v: ValueId| -> f64 {
-                program
-                    .tensor_type(v)
-                    .shape
-                    .iter()
-                    .map(|p| eval(dims, p).unwrap_or(0) as f64)
-                    .product()
-            };
-            let last = |dims: &[Option<i64>], v: ValueId| -> f64 {
-                let shape = &program.tensor_type(v).shape;
-                shape.last().map_or(1.0, |p| eval(dims, p).unwrap_or(0) as f64)
-            };
-            match &node.op {
-                // Every output element is a dot product over the inner dim.
-                Op::Linear | Op::MatMul => total += 2.0 * numel(dims, id) * last(dims, node.args[0]),
-                Op::For {
-                    var,
-                    start,
-                    end,
-                    body,
-                    ..
-                } => {
-                    let (s, e) = (eval(dims, start).unwrap_or(0), eval(dims, end).unwrap_or(0));
-                    for i in s..e {
-                        if *var < dims.len() {
-                            dims[*var] = Some(i);
-                        }
-                        total += walk(program, body, dims);
-                    }
-                }
-                _ => {}
-            }
-        }
-        total
-    }
-    let mut dims = dims.to_vec();
-    dims.resize(program.dims.len(), None);
-    walk(program, &program.body, &mut dims)
 }
 
 /// What a mask does to scores: where `mask op rhs` holds, the score becomes `fill`.
@@ -425,68 +382,6 @@ impl<'p> Lowerer<'p> {
     }
 
     // ---- kernels ------------------------------------------------------------------------
-
-    /// `x` made row-major without a copy: when `x` is a permutation of a whole temporary
-    /// that one kernel wrote and nothing else reads or will read (every value from that
-    /// kernel to `x` has one use), the kernel writes its result in `x`'s order instead
-    /// (`(p @ v).transpose(1, 2).contiguous()`: attention writes `[B, N, H, Dk]` directly).
-    fn relayout(&mut self, mut node: ValueId, x: &View) -> Option<View> {
-        // Every value that lives in x's buffer, from `node` back to the kernel that made
-        // it, must have this one use: then no other value sees the layout change.
-        loop {
-            if !self.fusion.single[node] {
-                return None;
-            }
-            let shares = |a: &ValueId| matches!(self.vals.get(a), Some(Val::Tensor(v)) if v.buf == x.buf);
-            match self.program.node(node).args.iter().find(|a| shares(a)) {
-                Some(&a) => node = a,
-                None => break,
-            }
-        }
-        let buf = &self.plan.buffers[x.buf];
-        let temp = matches!(buf.kind, BufferKind::Temp { .. });
-        if !temp || x.offset != 0 || x.numel() != buf.len {
-            return None;
-        }
-        let mut writers = Vec::new();
-        for (k, kernel) in self.plan.kernels.iter().enumerate() {
-            for (o, shape, written) in kernel.op.operands() {
-                match (o.buf == x.buf, written) {
-                    (true, true) => writers.push((k, shape)),
-                    (true, false) => return None,
-                    _ => {}
-                }
-            }
-        }
-        let [(k, shape)] = writers.as_slice() else {
-            return None;
-        };
-        let (k, mut shape) = (*k, shape.clone());
-        let target = view::row_major(&x.shape);
-        let mut op = self.plan.kernels[k].op.clone();
-        let mut out = op.operands().into_iter().find(|o| o.2)?.0.clone();
-        if out.offset != 0 {
-            return None;
-        }
-        // A GEMM whose batch was folded into its rows may need it back.
-        if let KernelOp::Gemm(g) = &mut op {
-            if remap(&shape, &out.strides, x, &target).is_none() {
-                unfold_rows(g, x)?;
-                shape = [g.batch.as_slice(), &[g.m, g.n]].concat();
-                out = g.c.clone();
-                g.block = gemm_blocks(g);
-            }
-        }
-        out.strides = remap(&shape, &out.strides, x, &target)?;
-        // The `gemm` crate writes a column-strided result at about half speed (measured:
-        // 0.61 vs 0.34 ms for S's key projection): a copy afterwards is cheaper.
-        if matches!(op, KernelOp::Gemm(_)) && out.strides.last() != Some(&1) {
-            return None;
-        }
-        op.set_output(out);
-        self.plan.kernels[k].op = op;
-        Some(View::whole(x.buf, x.shape.clone()))
-    }
 
     /// A row-major copy of `x`.
     fn copy(&mut self, x: &View, label: String) -> View {
@@ -888,108 +783,4 @@ fn loop_suffix(l: &Lowerer) -> String {
         true => String::new(),
         false => format!(" [{}]", parts.join(", ")),
     }
-}
-
-/// The strides that write, over an iteration space `shape` whose elements a kernel wrote
-/// at `strides` into a row-major buffer, the same elements in the order of the view `x` of
-/// that buffer (made row-major: `target`). Each iteration axis must cover whole axes of
-/// `x` that stay in order and adjacent in `target` (a mixed radix), so its new stride is
-/// a single number; `None` otherwise.
-fn remap(shape: &[usize], strides: &[usize], x: &View, target: &[usize]) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    for (&size, &stride) in shape.iter().zip(strides) {
-        if size == 1 {
-            out.push(0);
-            continue;
-        }
-        // The axes of x this axis spans, innermost first.
-        let (mut covered, mut first, mut next) = (1usize, None, 0usize);
-        while covered < size {
-            let j = (0..x.shape.len()).find(|&j| x.shape[j] > 1 && x.strides[j] == stride * covered)?;
-            match first {
-                None => first = Some(target[j]),
-                Some(_) if target[j] != next => return None,
-                Some(_) => {}
-            }
-            next = target[j] * x.shape[j];
-            covered *= x.shape[j];
-        }
-        if covered != size {
-            return None;
-        }
-        out.push(first.unwrap_or(0));
-    }
-    Some(out)
-}
-
-/// Undoes [`fold_batch_into_rows`] where the view `x` splits the rows: the rows become a
-/// batch axis over blocks of `z` rows, `z` the size of the axis of `x` along the rows.
-fn unfold_rows(g: &mut Gemm, x: &View) -> Option<()> {
-    let r = g.batch.len();
-    let c_rs = g.c.strides[r];
-    let j = (0..x.shape.len()).find(|&j| x.shape[j] > 1 && x.strides[j] == c_rs)?;
-    let z = x.shape[j];
-    if z >= g.m || !g.m.is_multiple_of(z) {
-        return None;
-    }
-    g.batch.push(g.m / z);
-    g.m = z;
-    let a_rs = g.a.strides[r];
-    g.a.strides.insert(r, z * a_rs);
-    g.b.strides.insert(r, 0);
-    g.c.strides.insert(r, z * c_rs);
-    Some(())
-}
-
-/// Folds trailing batch axes into the rows where `b` is broadcast along them and `a` and
-/// `c` are laid out row after row (`x [B, N, D] @ W` is one `[B·N, D]` product).
-fn fold_batch_into_rows(g: &mut Gemm) {
-    while let Some(&size) = g.batch.last() {
-        let r = g.batch.len();
-        let (a, b, c) = (&g.a.strides, &g.b.strides, &g.c.strides);
-        let fits = b[r - 1] == 0 && a[r - 1] == g.m * a[r] && c[r - 1] == g.m * c[r];
-        if !fits && size != 1 {
-            return;
-        }
-        g.m *= size;
-        g.batch.pop();
-        for op in [&mut g.a, &mut g.b, &mut g.c] {
-            op.strides.remove(r - 1);
-        }
-    }
-}
-
-/// Tiles of the result, chosen from the shape alone (never from the thread count, so that
-/// every thread count computes the same bits): while there are fewer than 4 tasks of more
-/// than 16 MFLOP each, halve the columns (down to 128) or the rows (down to 256). The
-/// `gemm` crate packs its operands on every call, so small tiles lose much of its speed
-/// (see BENCHMARKS.md): tiles stay large and few.
-fn gemm_blocks(g: &Gemm) -> (usize, usize) {
-    let batch: usize = g.batch.iter().product();
-    let (mut rb, mut cb) = (g.m.max(1), g.n.max(1));
-    let half = |x: usize| (x / 2).div_ceil(16) * 16;
-    loop {
-        let tasks = batch * g.m.div_ceil(rb) * g.n.div_ceil(cb);
-        let flops = 2.0 * (rb * cb * g.k) as f64;
-        if tasks >= 4 || flops < 16e6 {
-            return (rb, cb);
-        }
-        if cb > 256 && cb * 4 >= rb {
-            cb = half(cb);
-        } else if rb > 256 {
-            rb = half(rb);
-        } else if cb > 128 {
-            cb = half(cb);
-        } else {
-            return (rb, cb);
-        }
-    }
-}
-
-/// Query rows per task and keys per block of the attention kernel.
-/// Blocks of 32 to 128 rows and 64 to 512 keys measured within 5 % of each other at shapes
-/// M and L (64 keys and 32 rows were the slowest); 64 rows × 256 keys keep the scores tile
-/// at 64 KiB and give enough tasks for the threads.
-fn attention_blocks(n: usize, m: usize) -> (usize, usize) {
-    (n.clamp(1, 64), m.clamp(1, 256))
 }

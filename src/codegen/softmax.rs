@@ -90,10 +90,7 @@ impl Row {
                 scale: 1.0,
                 mask: None,
             },
-            false => Row {
-                mask: None,
-                ..*self
-            },
+            false => Row { mask: None, ..*self },
         }
     }
 }

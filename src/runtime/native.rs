@@ -245,7 +245,10 @@ pub fn execute(
         // for as long as the `Compiled` that the caller holds.
         .map(|&c| unsafe { std::mem::transmute::<*const u8, KernelFn>(c) })
         .collect();
-    let threads = pool.current_num_threads();
+    // One thread, or a program so small (shape T: a few µs of work) that waking the pool
+    // costs more than it saves: the caller runs every task. Tasks are the same either way.
+    let work: f64 = kernels.iter().map(|k| k.op.work()).sum();
+    let inline = pool.current_num_threads() == 1 || work < SMALL;
     let mut body = || {
         for (ki, (kernel, &f)) in kernels.iter().zip(&fns).enumerate() {
             let start = times.is_some().then(std::time::Instant::now);
@@ -267,7 +270,7 @@ pub fn execute(
                 // concurrent calls on different task ranges do not race.
                 unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
             };
-            let parallel = threads > 1 && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
+            let parallel = !inline && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
             if parallel {
                 (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
             } else if tasks > 0 {
@@ -278,10 +281,7 @@ pub fn execute(
             }
         }
     };
-    // One thread, or a program so small (shape T: a few µs of work) that waking the pool
-    // costs more than it saves: the caller runs every task. Tasks are the same either way.
-    let work: f64 = kernels.iter().map(|k| k.op.work()).sum();
-    match threads == 1 || work < SMALL {
+    match inline {
         true => body(),
         false => pool.install(&mut body),
     }
