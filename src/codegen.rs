@@ -34,7 +34,8 @@ pub const SGEMM_SYMBOL: &str = "attnc_sgemm";
 /// Compiled kernels: one code pointer per kernel of the plan, and the module that owns the
 /// code (it must outlive every call through the pointers).
 pub struct Compiled {
-    pub module: JITModule,
+    /// `None` only once the runtime has freed the code (when its executable is dropped).
+    pub module: Option<JITModule>,
     /// `prologue[i]` runs `plan.prologue[i]`.
     pub prologue: Vec<*const u8>,
     /// `code[i]` runs `plan.kernels[i]`.
@@ -191,7 +192,7 @@ impl Jit {
             .collect();
         let main = code.split_off(plan.prologue.len());
         Ok(Compiled {
-            module: self.module,
+            module: Some(self.module),
             prologue: code,
             code: main,
             functions: keys.len(),

@@ -164,6 +164,12 @@ impl Executable {
     }
 }
 
+impl Drop for Executable {
+    fn drop(&mut self) {
+        native::release(&mut self.compiled);
+    }
+}
+
 /// Executables of one program by the values of its dims: each shape compiles once.
 pub struct Cache<'p> {
     program: &'p Program,

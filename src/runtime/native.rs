@@ -126,6 +126,17 @@ pub fn huge_pages(mem: &mut [f32]) -> &mut [f32] {
     aligned
 }
 
+/// Frees the code of `compiled`: a JIT module keeps its memory until told.
+pub fn release(compiled: &mut crate::codegen::Compiled) {
+    compiled.code.clear();
+    compiled.prologue.clear();
+    if let Some(module) = compiled.module.take() {
+        // SAFETY: the pointers into this module's code were just cleared, and they were
+        // only ever used through `execute` by the executable that is being dropped.
+        unsafe { module.free_memory() };
+    }
+}
+
 /// The signature of every kernel: `(args, scratch, begin, end)`.
 type KernelFn = unsafe extern "C" fn(*const *mut f32, *mut f32, i64, i64);
 
