@@ -11,6 +11,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+mod native;
+
 #[derive(Parser)]
 #[command(
     name = "attnc",
@@ -67,6 +69,8 @@ enum Command {
         #[arg(long)]
         echo: bool,
     },
+    /// Time the compiled program: warm-up, then the median of repeated calls
+    Bench(native::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -91,12 +95,14 @@ struct RunArgs {
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
     /// Which backend runs the program
-    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    #[arg(long, value_enum, default_value_t = Backend::Jit)]
     backend: Backend,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Backend {
+    /// Native code: kernels specialized to the run's shapes, compiled with Cranelift
+    Jit,
     /// The reference interpreter: the ground truth, op by op
     Interp,
 }
@@ -121,6 +127,10 @@ enum Stage {
     Typed,
     /// The program after equality saturation: loops lifted, projections merged, ops fused
     Optimized,
+    /// The kernel plan for the given dims: kernels, their loops, buffers and bytes
+    Kernels,
+    /// The verified Cranelift IR of every kernel for the given dims
+    Clif,
 }
 
 fn parse_dim(s: &str) -> Result<DimOverride, String> {
@@ -163,6 +173,7 @@ pub fn main() -> i32 {
             overrides: dims.dims,
             echo,
         }),
+        Command::Bench(args) => native::bench(&args),
     }
 }
 
@@ -219,9 +230,12 @@ struct IrFlags {
 }
 
 fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
-    if stage == Stage::Typed && (flags.stats || flags.explain) {
+    if stage != Stage::Optimized && (flags.stats || flags.explain) {
         eprintln!("error: `--stats` and `--explain` apply to `--stage optimized` only");
         return 2;
+    }
+    if matches!(stage, Stage::Kernels | Stage::Clif) {
+        return native::ir(path, dims, stage == Stage::Clif);
     }
     let (src, checked) = match load(path, dims) {
         Ok(x) => x,
@@ -235,6 +249,7 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
         return 1;
     }
     match stage {
+        Stage::Kernels | Stage::Clif => unreachable!("handled above"),
         Stage::Typed => print!("{}", checked.program.to_text()),
         Stage::Optimized => {
             let optimized = attnc::opt::optimize(&checked.program);
@@ -277,7 +292,10 @@ fn run(args: &RunArgs) -> i32 {
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
         let bound_at = Instant::now();
-        let outputs = runtime::interpret(program, &bound)?;
+        let outputs = match args.backend {
+            Backend::Interp => runtime::interpret(program, &bound)?,
+            Backend::Jit => native::run(program, &bound, args.threads)?,
+        };
         Ok((outputs, bound_at))
     });
     let (outputs, bound_at) = match result {
@@ -306,8 +324,12 @@ fn run(args: &RunArgs) -> i32 {
     if let Some(path) = &args.output {
         println!("wrote {}", path.display());
     }
+    let backend = match args.backend {
+        Backend::Interp => "interp".to_string(),
+        Backend::Jit => native::describe(args.threads),
+    };
     println!(
-        "time: load {:.3} ms, run {:.3} ms (interp)",
+        "time: load {:.3} ms, run {:.3} ms ({backend})",
         ms(bound_at - start),
         ms(done - bound_at)
     );

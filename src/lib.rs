@@ -2,8 +2,10 @@
 //!
 //! The pipeline is the architecture, one module per stage, data flowing one way:
 //! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], shapes from [`dims`]) →
-//! [`runtime`]. Stages never print; they return values and [`diagnostic::Diagnostic`]s,
-//! which [`render`] turns into text or JSON for the CLI and the [`repl`].
+//! [`opt`] (e-graph) → [`lower`] ([`kernel`] plan) → [`codegen`] (Cranelift) → [`runtime`]
+//! (the JIT's executables, or the reference interpreter straight from the IR). Stages never
+//! print; they return values and [`diagnostic::Diagnostic`]s, which [`render`] turns into
+//! text or JSON for the CLI and the [`repl`].
 
 pub mod source;
 pub mod diagnostic;
@@ -12,9 +14,12 @@ pub mod ast;
 pub mod parser;
 pub mod dims;
 pub mod ir;
-pub mod runtime;
 pub mod check;
 pub mod opt;
+pub mod lower;
+pub mod kernel;
+pub mod codegen;
+pub mod runtime;
 pub mod suggest;
 pub mod driver;
 pub mod render;

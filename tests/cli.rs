@@ -201,3 +201,95 @@ fn optimizer_flags_need_the_optimized_stage() {
     let o = attnc(&["ir", "examples/mha.attn", "--stage", "typed", "--stats"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+const SMALL: [&str; 8] = ["--dim", "B=1", "--dim", "N=8", "--dim", "D=16", "--dim", "H=2"];
+
+#[test]
+fn run_uses_the_jit_by_default_and_agrees_with_the_interpreter() {
+    let args = |backend: &'static str| {
+        let mut a = vec!["run", "examples/mha.attn", "--backend", backend, "--dim", "M=5"];
+        a.extend(SMALL);
+        a
+    };
+    let (jit, interp) = (attnc(&args("jit")), attnc(&args("interp")));
+    assert_eq!(jit.status.code(), Some(0), "{}", stderr(&jit));
+    assert!(stdout(&jit).contains("(jit, "), "{}", stdout(&jit));
+    let mut default = args("jit");
+    default.drain(2..4);
+    assert!(stdout(&attnc(&default)).contains("(jit, "));
+    // Checksums print with 6 decimals; the backends agree to about 1e-6 here.
+    let sums = |o: &Output| -> Vec<f64> {
+        stdout(o)
+            .lines()
+            .filter_map(|l| l.split("checksum ").nth(1)?.trim().parse().ok())
+            .collect()
+    };
+    let (a, b) = (sums(&jit), sums(&interp));
+    assert_eq!(a.len(), 2);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-3 * (1.0 + y.abs()), "{x} vs {y}");
+    }
+}
+
+#[test]
+fn kernels_and_clif_stages_need_every_free_dim() {
+    for stage in ["kernels", "clif"] {
+        let o = attnc(&["ir", "examples/self_attention.attn", "--stage", stage]);
+        assert_eq!(o.status.code(), Some(1), "{stage}");
+        assert!(stderr(&o).contains("error[E0304]"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn the_kernel_plan_is_deterministic_and_shows_the_fused_kernels() {
+    let args = |file: &'static str, stage: &'static str| {
+        let mut a = vec!["ir", file, "--stage", stage];
+        a.extend(SMALL);
+        a
+    };
+    let a = attnc(&args("examples/self_attention.attn", "kernels"));
+    assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
+    assert_eq!(
+        a.stdout,
+        attnc(&args("examples/self_attention.attn", "kernels")).stdout
+    );
+    let plan = stdout(&a);
+    for want in [
+        "attention",
+        "gemm",
+        "bytes",
+        "prologue (once per weights)",
+        "output out",
+    ] {
+        assert!(plan.contains(want), "missing `{want}`:\n{plan}");
+    }
+    // With the probabilities an output, there is a softmax kernel and no flash attention.
+    let o = attnc(&args("examples/causal.attn", "kernels"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("softmax") && !stdout(&o).contains("attention `"));
+    let clif = attnc(&args("examples/self_attention.attn", "clif"));
+    assert_eq!(clif.status.code(), Some(0), "{}", stderr(&clif));
+    assert!(stdout(&clif).contains("function u1:"), "{}", stdout(&clif));
+    assert!(stdout(&clif).contains("; attention kernel of k"));
+}
+
+#[test]
+fn bench_json_has_every_key_and_positive_numbers() {
+    let mut args = vec![
+        "bench",
+        "examples/self_attention.attn",
+        "--format",
+        "json",
+        "--threads",
+        "2",
+    ];
+    args.extend(SMALL);
+    let o = attnc(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    for key in ["median_ms", "min_ms", "iters", "gflops", "compile_ms"] {
+        let x = v[key].as_f64().unwrap_or(-1.0);
+        assert!(x > 0.0, "`{key}` is {}", v[key]);
+    }
+    assert!(v["min_ms"].as_f64() <= v["median_ms"].as_f64());
+}

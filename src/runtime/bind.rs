@@ -48,6 +48,15 @@ pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
     })
 }
 
+/// The value of every dim from the declarations and `--dim` alone, reading no file: E0304
+/// when a free dim the program needs has none, E0209 when an assert is false.
+pub fn bind_dims(program: &Program) -> Result<Vec<Option<i64>>, RunError> {
+    let dims = Dims::new(program);
+    dims.require_needed()?;
+    dims.check_asserts()?;
+    Ok(dims.all_values())
+}
+
 /// Where a free dim's value came from, for messages.
 #[derive(Clone)]
 enum Origin {

@@ -2,7 +2,8 @@
 //!
 //! [`bind`] reads the weights and inputs (or draws [`defaults`]), binds every free dim from
 //! the inputs' shapes and reports the run-time errors E0209 and E0301–E0304; [`interpret`]
-//! evaluates the IR with the reference interpreter; [`save_outputs`] writes the results.
+//! evaluates the IR with the reference interpreter, [`jit`] with native code;
+//! [`save_outputs`] writes the results.
 //! Nothing here prints: errors are [`RunError`] values for the CLI to render.
 //!
 //! ```no_run
@@ -22,6 +23,8 @@ mod bind;
 pub mod defaults;
 pub mod files;
 mod interp;
+pub mod jit;
+mod native;
 mod ops;
 pub mod tensor;
 #[cfg(test)]
@@ -97,6 +100,12 @@ pub struct Bound {
 /// Reads or draws the params and inputs of `program` and binds its free dims.
 pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
     bind::bind(program, opts)
+}
+
+/// The value of every dim from declarations and `--dim` alone (no files read): what
+/// `attnc ir --stage kernels|clif` specializes for.
+pub fn bind_dims(program: &Program) -> Result<Vec<Option<i64>>, RunError> {
+    bind::bind_dims(program)
 }
 
 /// Runs `program` on `bound` with the reference interpreter; one contiguous tensor per

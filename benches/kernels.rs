@@ -1,0 +1,244 @@
+//! Kernel benchmarks: GEMM GFLOP/s (the `gemm` crate alone, and attnc's GEMM kernel with
+//! its bias prologue) beside the FMA peak, and the fused softmax's elements per second.
+//! `cargo bench --bench kernels`; single-threaded unless `ATTNC_THREADS` says otherwise;
+//! `ATTNC_NO_TILE=1` sends every tile to the `gemm` crate instead of the AVX-512 tile
+//! product. The `(64, 256, 64)` and `(64, 64, 256)` shapes are the attention kernel's tiles.
+//! Plain timing, no harness: warm-up, then the median of repeated calls.
+
+use attnc::ir::CmpOp;
+use attnc::kernel::{Buffer, BufferKind, Gemm, Kernel, KernelOp, MaskFill, Operand, Plan, Softmax};
+use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::{Bound, Tensor};
+use std::time::{Duration, Instant};
+
+/// The median seconds of `f` after a warm-up, over at least 0.5 s.
+fn time(mut f: impl FnMut()) -> f64 {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(100) {
+        f();
+    }
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 5 || start.elapsed() < Duration::from_millis(500) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn data(len: usize, seed: u32) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+fn buffer(kind: BufferKind, len: usize, name: &str) -> Buffer {
+    Buffer {
+        kind,
+        len,
+        name: name.into(),
+    }
+}
+
+fn op(buf: usize, strides: &[usize]) -> Operand {
+    Operand {
+        buf,
+        offset: 0,
+        strides: strides.to_vec(),
+    }
+}
+
+/// `gemm` crate alone: `c [m, n] = a [m, k] @ w [n, k]ᵀ`, one call.
+fn gemm_crate(m: usize, n: usize, k: usize) -> f64 {
+    let (a, w) = (data(m * k, 1), data(n * k, 2));
+    let mut c = vec![0.0f32; m * n];
+    let s = time(|| unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    });
+    2.0 * (m * n * k) as f64 / s / 1e9
+}
+
+/// `gemm` crate alone with `w` already transposed (`[k, n]` row-major).
+fn gemm_crate_rowmajor(m: usize, n: usize, k: usize) -> f64 {
+    let (a, w) = (data(m * k, 1), data(n * k, 2));
+    let mut c = vec![0.0f32; m * n];
+    let s = time(|| unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            1,
+            n as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    });
+    2.0 * (m * n * k) as f64 / s / 1e9
+}
+
+/// attnc's GEMM kernel: `linear` with bias, tiled as given; the weight as `[n, k]` read
+/// transposed, or (`prepacked`) as `[k, n]` (what the prologue makes of it).
+fn gemm_kernel(m: usize, n: usize, k: usize, block: (usize, usize), threads: usize, prepacked: bool) -> f64 {
+    let b = if prepacked { op(1, &[n, 1]) } else { op(1, &[1, k]) };
+    let plan = Plan {
+        buffers: vec![
+            buffer(BufferKind::Input(0), m * k, "x"),
+            buffer(BufferKind::Param(0), n * k, "w"),
+            buffer(BufferKind::Param(1), n, "b"),
+            buffer(BufferKind::Output(0), m * n, "y"),
+        ],
+        prologue: vec![],
+        kernels: vec![Kernel {
+            label: "linear".into(),
+            op: KernelOp::Gemm(Gemm {
+                batch: vec![],
+                m,
+                n,
+                k,
+                a: op(0, &[k, 1]),
+                b,
+                c: op(3, &[n, 1]),
+                alpha: 1.0,
+                bias: Some(op(2, &[1])),
+                block,
+            }),
+        }],
+        outputs: vec![("y".into(), 3, vec![m, n])],
+        arena_len: 0,
+        derived_len: 0,
+        flops: 0.0,
+    };
+    let bound = Bound {
+        params: vec![
+            Tensor::new(vec![n, k], data(n * k, 2)),
+            Tensor::new(vec![n], data(n, 3)),
+        ],
+        inputs: vec![Tensor::new(vec![m, k], data(m * k, 1))],
+        dims: vec![],
+    };
+    let exe = Executable::from_plan(plan).unwrap();
+    let pool = pool(threads).unwrap();
+    let mut out = Vec::new();
+    let prepared = exe.prepare(&bound.params, &pool).unwrap();
+    let s = time(|| {
+        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
+            .unwrap()
+    });
+    2.0 * (m * n * k) as f64 / s / 1e9
+}
+
+/// The fused scale + mask + softmax over `rows × len`, in elements per second.
+fn softmax(rows: usize, len: usize, threads: usize) -> f64 {
+    let plan = Plan {
+        buffers: vec![
+            buffer(BufferKind::Input(0), rows * len, "x"),
+            buffer(BufferKind::Input(1), len, "mask"),
+            buffer(BufferKind::Output(0), rows * len, "p"),
+        ],
+        prologue: vec![],
+        kernels: vec![Kernel {
+            label: "softmax".into(),
+            op: KernelOp::Softmax(Softmax {
+                shape: vec![rows, len],
+                x: op(0, &[len, 1]),
+                out: op(2, &[len, 1]),
+                scale: 0.125,
+                mask: Some(MaskFill {
+                    mask: op(1, &[0, 1]),
+                    op: CmpOp::Eq,
+                    rhs: 0.0,
+                    fill: -1e9,
+                }),
+                rows_per_task: (8192 / len).max(1),
+            }),
+        }],
+        outputs: vec![("p".into(), 2, vec![rows, len])],
+        arena_len: 0,
+        derived_len: 0,
+        flops: 0.0,
+    };
+    let bound = Bound {
+        params: vec![],
+        inputs: vec![
+            Tensor::new(vec![rows, len], data(rows * len, 1)),
+            Tensor::new(vec![len], vec![1.0; len]),
+        ],
+        dims: vec![],
+    };
+    let exe = Executable::from_plan(plan).unwrap();
+    let pool = pool(threads).unwrap();
+    let mut out = Vec::new();
+    let prepared = exe.prepare(&bound.params, &pool).unwrap();
+    let s = time(|| {
+        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
+            .unwrap()
+    });
+    (rows * len) as f64 / s
+}
+
+fn main() {
+    let threads: usize = std::env::var("ATTNC_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
+    println!("GEMM GFLOP/s, {threads} thread(s); FMA peak per core: 176 (AVX-512), 47.7 (128-bit)");
+    for &(m, n, k) in &[
+        (128, 512, 512),
+        (512, 512, 512),
+        (4096, 512, 512),
+        (2048, 1024, 1024),
+        (64, 256, 64),
+        (64, 64, 256),
+        (16, 64, 64),
+    ] {
+        println!(
+            "  {m:>5}x{n:<4}x{k:<4}  gemm crate {:6.1} (wT) {:6.1} (w [k, n])   attnc kernel {:6.1} (wT) {:6.1} (w [k, n]) {:6.1} (w [k, n], 128x128 tiles)",
+            gemm_crate(m, n, k),
+            gemm_crate_rowmajor(m, n, k),
+            gemm_kernel(m, n, k, (m, n), threads, false),
+            gemm_kernel(m, n, k, (m, n), threads, true),
+            gemm_kernel(m, n, k, (128.min(m), 128.min(n)), threads, true),
+        );
+    }
+    println!("softmax (scale, mask, max, exp, sum, normalize), {threads} thread(s)");
+    for &(rows, len) in &[(4096, 128), (4096, 512), (1024, 2048)] {
+        println!(
+            "  {rows:>5} rows x {len:<5}  {:6.2} G elements/s",
+            softmax(rows, len, threads) / 1e9
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! Code generation: every kernel of a [`Plan`] translated to Cranelift IR and compiled to
+//! machine code for this CPU (`attnc ir --stage clif` prints the IR).
+//!
+//! Every kernel has one signature, `fn(args: *const *mut f32, scratch: *mut f32,
+//! begin: i64, end: i64)`: it runs tasks `begin..end`; `args` holds one pointer per operand
+//! (buffer base plus the operand's offset, in the order of [`KernelOp::operands`]) and
+//! `scratch` the calling thread's scratch. Every size and stride is a constant in the code.
+//! Kernels that differ only in their operands' buffers and offsets share one function.
+//!
+//! GEMM tiles call `attnc_sgemm`, an `extern "C"` shim over the `gemm` crate (declared as
+//! an import and bound to the shim's address), so the JIT code does the loops, the
+//! prologues and the softmax arithmetic, and the microkernel does the tile products.
+
+mod attention;
+mod emit;
+mod gemm;
+mod map;
+mod softmax;
+
+use crate::kernel::{KernelOp, Plan};
+use cranelift_codegen::ir::types::{F32, I32, I64};
+use cranelift_codegen::ir::{AbiParam, Function, InstBuilder, Signature, UserFuncName};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
+use emit::Emit;
+
+/// The name JIT code calls the GEMM microkernel shim by.
+pub const SGEMM_SYMBOL: &str = "attnc_sgemm";
+
+/// Compiled kernels: one code pointer per kernel of the plan, and the module that owns the
+/// code (it must outlive every call through the pointers).
+pub struct Compiled {
+    /// `None` only once the runtime has freed the code (when its executable is dropped).
+    pub module: Option<JITModule>,
+    /// `prologue[i]` runs `plan.prologue[i]`.
+    pub prologue: Vec<*const u8>,
+    /// `code[i]` runs `plan.kernels[i]`.
+    pub code: Vec<*const u8>,
+    /// Distinct functions compiled (kernels with equal code share one).
+    pub functions: usize,
+}
+
+/// A code generator: the ISA of this CPU, a JIT module, and the contexts reused from one
+/// function to the next (as in cranelift-jit-demo).
+pub struct Jit {
+    /// Reused by every `FunctionBuilder`: the frontend's scratch state.
+    builder_ctx: FunctionBuilderContext,
+    /// The function being compiled, and the compiler's state for it.
+    ctx: Context,
+    /// Owns the generated code and resolves `attnc_sgemm`.
+    module: JITModule,
+    /// The microkernel shim as an import of the module.
+    sgemm: FuncId,
+}
+
+/// The host ISA, with the flags the JIT needs.
+pub fn isa(opt: &str) -> Result<OwnedTargetIsa, String> {
+    let mut flags = settings::builder();
+    let set = |f: &mut settings::Builder, k: &str, v: &str| f.set(k, v).map_err(|e| e.to_string());
+    set(&mut flags, "use_colocated_libcalls", "false")?;
+    set(&mut flags, "is_pic", "false")?;
+    set(&mut flags, "opt_level", opt)?;
+    set(&mut flags, "enable_verifier", "false")?;
+    let builder = cranelift_native::builder().map_err(|e| format!("this CPU is not supported: {e}"))?;
+    builder
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| e.to_string())
+}
+
+fn kernel_signature(module: &JITModule) -> Signature {
+    let mut sig = module.make_signature();
+    for _ in 0..4 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    sig
+}
+
+fn sgemm_signature(module: &JITModule) -> Signature {
+    let mut sig = module.make_signature();
+    for _ in 0..12 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    sig.params.push(AbiParam::new(F32));
+    sig.params.push(AbiParam::new(I32));
+    sig
+}
+
+impl Jit {
+    /// A generator whose code calls `sgemm` (the shim's address) for tile products.
+    pub fn new(sgemm: *const u8) -> Result<Jit, String> {
+        let mut builder = JITBuilder::with_isa(isa("speed")?, default_libcall_names());
+        builder.symbol(SGEMM_SYMBOL, sgemm);
+        let mut module = JITModule::new(builder);
+        let sig = sgemm_signature(&module);
+        let sgemm = module
+            .declare_function(SGEMM_SYMBOL, Linkage::Import, &sig)
+            .map_err(|e| e.to_string())?;
+        Ok(Jit {
+            builder_ctx: FunctionBuilderContext::new(),
+            ctx: module.make_context(),
+            module,
+            sgemm,
+        })
+    }
+
+    /// Builds the IR of one kernel into `self.ctx.func`.
+    fn translate(&mut self, op: &KernelOp, index: u32) {
+        self.module.clear_context(&mut self.ctx);
+        self.ctx.func.signature = kernel_signature(&self.module);
+        self.ctx.func.name = UserFuncName::user(1, index);
+        let config = self.module.target_config();
+        let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.builder_ctx);
+        let sgemm = self.module.declare_func_in_func(self.sgemm, b.func);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        // The entry block has no predecessors.
+        b.seal_block(entry);
+        let p = b.block_params(entry).to_vec();
+        let mut e = Emit {
+            b,
+            args: p[0],
+            scratch: p[1],
+            begin: p[2],
+            end: p[3],
+            sgemm,
+        };
+        match op {
+            KernelOp::Gemm(g) => gemm::translate(&mut e, g),
+            KernelOp::Softmax(s) => softmax::translate(&mut e, s),
+            KernelOp::Attention(a) => attention::translate(&mut e, a),
+            KernelOp::Map(m) => map::translate(&mut e, m),
+        }
+        e.b.ins().return_(&[]);
+        e.b.finalize(config);
+    }
+
+    /// The distinct kernels of `plan`: for each kernel (prologue first), the index of its
+    /// code in the list.
+    fn distinct(plan: &Plan) -> (Vec<KernelOp>, Vec<usize>) {
+        let mut keys: Vec<KernelOp> = Vec::new();
+        let mut which = Vec::new();
+        for k in plan.prologue.iter().chain(&plan.kernels) {
+            let key = k.op.code_key();
+            let i = match keys.iter().position(|x| *x == key) {
+                Some(i) => i,
+                None => {
+                    keys.push(key);
+                    keys.len() - 1
+                }
+            };
+            which.push(i);
+        }
+        (keys, which)
+    }
+
+    /// Compiles every kernel of `plan`.
+    pub fn compile(mut self, plan: &Plan) -> Result<Compiled, String> {
+        let (keys, which) = Jit::distinct(plan);
+        let sig = kernel_signature(&self.module);
+        let mut ids = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let id = self
+                .module
+                .declare_function(&format!("kernel{i}"), Linkage::Local, &sig)
+                .map_err(|e| e.to_string())?;
+            self.translate(key, id.as_u32());
+            let disasm = std::env::var_os("ATTNC_DISASM").is_some();
+            self.ctx.set_disasm(disasm);
+            self.module
+                .define_function(id, &mut self.ctx)
+                .map_err(|e| format!("kernel {i}: {e:?}"))?;
+            if let Some(vcode) = self
+                .ctx
+                .compiled_code()
+                .and_then(|c| c.vcode.as_ref())
+                .filter(|_| disasm)
+            {
+                eprintln!("; kernel{i} ({})\n{vcode}", key.kind());
+            }
+            ids.push(id);
+        }
+        self.module.clear_context(&mut self.ctx);
+        self.module.finalize_definitions().map_err(|e| e.to_string())?;
+        let mut code: Vec<*const u8> = which
+            .iter()
+            .map(|&i| self.module.get_finalized_function(ids[i]))
+            .collect();
+        let main = code.split_off(plan.prologue.len());
+        Ok(Compiled {
+            module: Some(self.module),
+            prologue: code,
+            code: main,
+            functions: keys.len(),
+        })
+    }
+
+    /// The verified Cranelift IR of every distinct kernel of `plan`, before optimization:
+    /// `(indices of the kernels that share it, prologue first, text)`.
+    pub fn clif(mut self, plan: &Plan) -> Result<Vec<(Vec<usize>, String)>, String> {
+        let (keys, which) = Jit::distinct(plan);
+        let flags = settings::Flags::new(settings::builder());
+        let mut out = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            self.translate(key, i as u32);
+            cranelift_codegen::verify_function(&self.ctx.func, &flags)
+                .map_err(|e| format!("kernel {i} does not verify: {e}"))?;
+            let users = (0..which.len()).filter(|&k| which[k] == i).collect();
+            out.push((users, display(&self.ctx.func)));
+        }
+        Ok(out)
+    }
+}
+
+fn display(f: &Function) -> String {
+    f.display().to_string()
+}

@@ -1,0 +1,145 @@
+//! The flash-style attention kernel. One task is a block of query rows of one batch index;
+//! it walks the keys in blocks: the scores tile `scale · q kᵀ` (microkernel) goes to
+//! scratch, each row is masked, its running maximum and sum updated and the tile turned into
+//! `exp(s - max)`; the output rows are rescaled by `exp(old max - new max)` and the tile
+//! times the value block is accumulated onto them (microkernel). At the end each row is
+//! divided by its sum. Memory: `rows · (keys per block + 2)` floats of scratch.
+
+use super::emit::Emit;
+use super::softmax::{exp_sum, scale_mask_max, scale_row, Row};
+use crate::kernel::Attention;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{F32, I32};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData};
+
+pub fn translate(e: &mut Emit, a: &Attention) {
+    let r = a.batch.len();
+    let (q_ptr, k_ptr, v_ptr, o_ptr) = (e.arg(0), e.arg(1), e.arg(2), e.arg(3));
+    let mask_ptr = a.mask.as_ref().map(|_| e.arg(4));
+    let (br, bc) = a.block;
+    let nb = a.n.div_ceil(br);
+    let (qs, ks, vs, os) = (&a.q.strides, &a.k.strides, &a.v.strides, &a.out.strides);
+    // Scratch: the running maximum and sum of each row, then the scores tile [br, bc].
+    let max_row = e.scratch;
+    let (off1, off2) = (e.int(br as i64), e.int(2 * br as i64));
+    let sum_row = e.at(e.scratch, off1);
+    let tile = e.at(e.scratch, off2);
+    let (begin, end) = (e.begin, e.end);
+    e.for_range(begin, end, 1, |e, t| {
+        let block = e.b.ins().urem_imm_u(t, nb as i64);
+        let bi = e.b.ins().udiv_imm_u(t, nb as i64);
+        let idx = e.unflatten(bi, &a.batch);
+        let i0 = e.b.ins().imul_imm_s(block, br as i64);
+        let n_all = e.int(a.n as i64);
+        let left = e.b.ins().isub(n_all, i0);
+        let br_v = e.int(br as i64);
+        let rows = e.min_usize(br_v, left);
+        let q = {
+            let o = e.dot(&idx, &qs[..r]);
+            let p = e.at(q_ptr, o);
+            e.step(p, i0, qs[r])
+        };
+        let k = {
+            let o = e.dot(&idx, &ks[..r]);
+            e.at(k_ptr, o)
+        };
+        let v = {
+            let o = e.dot(&idx, &vs[..r]);
+            e.at(v_ptr, o)
+        };
+        let out = {
+            let o = e.dot(&idx, &os[..r]);
+            let p = e.at(o_ptr, o);
+            e.step(p, i0, os[r])
+        };
+        let mask = match (&a.mask, mask_ptr) {
+            (Some(m), Some(p)) => {
+                let o = e.dot(&idx, &m.mask.strides[..r]);
+                let p = e.at(p, o);
+                Some((e.step(p, i0, m.mask.strides[r]), m))
+            }
+            _ => None,
+        };
+        let zero = e.int(0);
+        e.for_range(zero, rows, 1, |e, i| {
+            let ninf = e.f32(f32::NEG_INFINITY);
+            let at = e.step(max_row, i, 1);
+            e.store(ninf, at);
+            let z = e.f32(0.0);
+            let at = e.step(sum_row, i, 1);
+            e.store(z, at);
+        });
+        let m_all = e.int(a.m as i64);
+        e.for_range(zero, m_all, bc as i64, |e, j0| {
+            let left = e.b.ins().isub(m_all, j0);
+            let bc_v = e.int(bc as i64);
+            let cols = e.min_usize(bc_v, left);
+            // tile[i, j] = scale * Σ_p q[i, p] k[j0 + j, p]
+            let kb = e.step(k, j0, ks[r]);
+            let dk = e.int(a.dk as i64);
+            let [t_rs, t_cs, q_rs, q_cs, k_rs, k_cs] =
+                [bc, 1, qs[r], qs[r + 1], ks[r + 1], ks[r]].map(|s| e.int(s as i64));
+            let scale = e.f32(a.scale);
+            let no = e.b.ins().iconst(I32, 0);
+            e.sgemm([
+                rows, cols, dk, tile, t_rs, t_cs, q, q_rs, q_cs, kb, k_rs, k_cs, scale, no,
+            ]);
+            let later = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, j0, 0);
+            let zero = e.int(0);
+            e.for_range(zero, rows, 1, |e, i| {
+                let trow = e.step(tile, i, bc);
+                let mrow = mask.as_ref().map(|(p, m)| {
+                    let p = e.step(*p, i, m.mask.strides[r]);
+                    let p = e.step(p, j0, m.mask.strides[r + 1]);
+                    (p, m.mask.strides[r + 1], (*m).clone())
+                });
+                let row = Row {
+                    len: cols,
+                    src: trow,
+                    src_stride: 1,
+                    src_ro: false,
+                    dst: trow,
+                    dst_stride: 1,
+                    scale: 1.0,
+                    mask: mrow,
+                };
+                let row_max = scale_mask_max(e, &row);
+                let m_at = e.step(max_row, i, 1);
+                let s_at = e.step(sum_row, i, 1);
+                let m_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), m_at, 0);
+                let m_new = e.max(m_old, row_max);
+                let sum = exp_sum(e, &row, m_new);
+                let d = e.b.ins().fsub(m_old, m_new);
+                let corr = e.exp1(d);
+                let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
+                let l_new = e.b.ins().fma(l_old, corr, sum);
+                e.store(l_new, s_at);
+                e.store(m_new, m_at);
+                e.when(later, |e| {
+                    let orow = e.step(out, i, os[r]);
+                    let dv = e.int(a.dv as i64);
+                    scale_row(e, orow, dv, os[r + 1], corr);
+                });
+            });
+            // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
+            let vb = e.step(v, j0, vs[r]);
+            let dv = e.int(a.dv as i64);
+            let [o_rs, o_cs, t_rs, t_cs, v_rs, v_cs] =
+                [os[r], os[r + 1], bc, 1, vs[r], vs[r + 1]].map(|s| e.int(s as i64));
+            let one = e.f32(1.0);
+            let acc = e.b.ins().uextend(I32, later);
+            e.sgemm([
+                rows, dv, cols, out, o_rs, o_cs, tile, t_rs, t_cs, vb, v_rs, v_cs, one, acc,
+            ]);
+        });
+        e.for_range(zero, rows, 1, |e, i| {
+            let s_at = e.step(sum_row, i, 1);
+            let l = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
+            let one = e.f32(1.0);
+            let inv = e.b.ins().fdiv(one, l);
+            let orow = e.step(out, i, os[r]);
+            let dv = e.int(a.dv as i64);
+            scale_row(e, orow, dv, os[r + 1], inv);
+        });
+    });
+}

@@ -1,0 +1,345 @@
+//! The building blocks every kernel translator uses: counted loops, index arithmetic,
+//! loads and stores, and float math on f32 and f32x4 (Cranelift's x86-64 backend has
+//! 128-bit vectors only), including a vectorized `exp`.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64};
+use cranelift_codegen::ir::{
+    ConstantData, FuncRef, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value,
+};
+use cranelift_frontend::{FunctionBuilder, Variable};
+
+/// Lanes of a vector.
+pub const LANES: usize = 4;
+
+/// A kernel function being built: `fn(args, scratch, begin, end)`.
+pub struct Emit<'a> {
+    pub b: FunctionBuilder<'a>,
+    /// `*const *mut f32`: one pointer per operand, offsets already added.
+    pub args: Value,
+    /// `*mut f32`: this thread's scratch.
+    pub scratch: Value,
+    pub begin: Value,
+    pub end: Value,
+    /// The `attnc_sgemm` microkernel shim.
+    pub sgemm: FuncRef,
+}
+
+/// Memory that the kernel only reads: it may be loaded early or merged.
+fn readonly() -> MemFlagsData {
+    MemFlagsData::new().with_notrap().with_readonly().with_can_move()
+}
+
+/// Memory the kernel writes: never misaligned for its type, but vectors may be unaligned.
+fn plain() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+impl Emit<'_> {
+    pub fn int(&mut self, v: i64) -> Value {
+        self.b.ins().iconst(I64, v)
+    }
+
+    pub fn f32(&mut self, v: f32) -> Value {
+        self.b.ins().f32const(v)
+    }
+
+    /// `v` in every lane when `w` is 4, a plain f32 when 1. A vector constant comes from
+    /// the constant pool (one load, often folded into its user), not from a scalar
+    /// materialized and shuffled inside the loop.
+    pub fn splat(&mut self, v: f32, w: usize) -> Value {
+        match w {
+            1 => self.f32(v),
+            _ => self.vconst(F32X4, v.to_bits()),
+        }
+    }
+
+    /// A 128-bit constant with `bits` in each of its four 32-bit lanes.
+    fn vconst(&mut self, ty: Type, bits: u32) -> Value {
+        let bytes: Vec<u8> = (0..4).flat_map(|_| bits.to_le_bytes()).collect();
+        let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+        self.b.ins().vconst(ty, c)
+    }
+
+    /// The pointer of operand `i` of the kernel.
+    pub fn arg(&mut self, i: usize) -> Value {
+        self.b.ins().load(I64, readonly(), self.args, (i * 8) as i32)
+    }
+
+    /// `base + index * 4`: the address of element `index` of an f32 array.
+    pub fn at(&mut self, base: Value, index: Value) -> Value {
+        let bytes = self.b.ins().imul_imm_s(index, 4);
+        self.b.ins().iadd(base, bytes)
+    }
+
+    /// `base + (i * stride) * 4` with a constant stride.
+    pub fn step(&mut self, base: Value, i: Value, stride: usize) -> Value {
+        match stride {
+            0 => base,
+            _ => {
+                let bytes = self.b.ins().imul_imm_s(i, (stride * 4) as i64);
+                self.b.ins().iadd(base, bytes)
+            }
+        }
+    }
+
+    /// Loads `w` lanes (1 or 4) at `addr`, `stride` elements apart: stride 0 broadcasts one
+    /// element, stride 1 is one vector load, a longer stride gathers four scalars.
+    pub fn load(&mut self, addr: Value, w: usize, stride: usize, ro: bool) -> Value {
+        let flags = if ro { readonly() } else { plain() };
+        match (w, stride) {
+            (1, _) => self.b.ins().load(F32, flags, addr, 0),
+            (_, 0) => {
+                let s = self.b.ins().load(F32, flags, addr, 0);
+                self.b.ins().splat(F32X4, s)
+            }
+            (_, 1) => self.b.ins().load(F32X4, flags, addr, 0),
+            _ => {
+                let first = self.b.ins().load(F32, flags, addr, 0);
+                let mut v = self.b.ins().scalar_to_vector(F32X4, first);
+                for lane in 1..4u8 {
+                    let x = self
+                        .b
+                        .ins()
+                        .load(F32, flags, addr, (stride * 4 * lane as usize) as i32);
+                    v = self.b.ins().insertlane(v, x, lane);
+                }
+                v
+            }
+        }
+    }
+
+    pub fn store(&mut self, v: Value, addr: Value) {
+        self.b.ins().store(plain(), v, addr, 0);
+    }
+
+    pub fn min_usize(&mut self, a: Value, b: Value) -> Value {
+        let lt = self.b.ins().icmp(IntCC::SignedLessThan, a, b);
+        self.b.ins().select(lt, a, b)
+    }
+
+    /// `for i in lo..hi step step { body(i) }`: a header that tests, a body, an exit.
+    pub fn for_range(&mut self, lo: Value, hi: Value, step: i64, mut body: impl FnMut(&mut Self, Value)) {
+        let var = self.b.declare_var(I64);
+        self.b.def_var(var, lo);
+        let header = self.b.create_block();
+        let block = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().jump(header, &[]);
+        self.b.switch_to_block(header);
+        let i = self.b.use_var(var);
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, i, hi);
+        self.b.ins().brif(more, block, &[], exit, &[]);
+        self.b.switch_to_block(block);
+        // The body's only predecessor is the header, which is already filled.
+        self.b.seal_block(block);
+        body(self, i);
+        let next = self.b.ins().iadd_imm_s(i, step);
+        self.b.def_var(var, next);
+        self.b.ins().jump(header, &[]);
+        // Both of the header's predecessors (the entry jump, the back edge) exist now.
+        self.b.seal_block(header);
+        self.b.switch_to_block(exit);
+        // The exit's only predecessor is the header.
+        self.b.seal_block(exit);
+    }
+
+    /// `if cond { then() }`.
+    pub fn when(&mut self, cond: Value, mut then: impl FnMut(&mut Self)) {
+        let block = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.ins().brif(cond, block, &[], join, &[]);
+        self.b.switch_to_block(block);
+        // Only the branch above leads here.
+        self.b.seal_block(block);
+        then(self);
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
+        // Both predecessors, the branch and the end of `then`, exist now.
+        self.b.seal_block(join);
+    }
+
+    /// `v`, computed here and now. Cranelift's mid-end places a pure computation next to
+    /// its uses, even inside a loop (a horizontal max was recomputed for every vector of
+    /// the row); a trip through a stack slot ends the chain where it is emitted.
+    pub fn pin(&mut self, v: Value) -> Value {
+        let ty = self.b.func.dfg.value_type(v);
+        let data = StackSlotData::new(StackSlotKind::ExplicitSlot, ty.bytes(), 4);
+        let slot = self.b.create_sized_stack_slot(data);
+        self.b.ins().stack_store(I64, v, slot, 0);
+        self.b.ins().stack_load(I64, ty, slot, 0)
+    }
+
+    /// A mutable variable of type `ty` holding `init`.
+    pub fn var(&mut self, ty: Type, init: Value) -> Variable {
+        let v = self.b.declare_var(ty);
+        self.b.def_var(v, init);
+        v
+    }
+
+    /// The row-major multi-index of `flat` over `sizes` (constants), outermost first.
+    pub fn unflatten(&mut self, flat: Value, sizes: &[usize]) -> Vec<Value> {
+        let mut idx = vec![flat; sizes.len()];
+        let mut rest = flat;
+        for (i, &n) in sizes.iter().enumerate().rev() {
+            if i == 0 {
+                idx[0] = rest;
+                break;
+            }
+            idx[i] = self.b.ins().urem_imm_u(rest, n as i64);
+            rest = self.b.ins().udiv_imm_u(rest, n as i64);
+        }
+        idx
+    }
+
+    /// `Σ idx[i] * strides[i]` (elements).
+    pub fn dot(&mut self, idx: &[Value], strides: &[usize]) -> Value {
+        let mut acc = self.int(0);
+        for (&i, &s) in idx.iter().zip(strides) {
+            if s != 0 {
+                let t = self.b.ins().imul_imm_s(i, s as i64);
+                acc = self.b.ins().iadd(acc, t);
+            }
+        }
+        acc
+    }
+
+    // ---- float math on 1 or 4 lanes -----------------------------------------------------
+
+    fn is_vec(&self, v: Value) -> bool {
+        self.b.func.dfg.value_type(v) == F32X4
+    }
+
+    /// A comparison as an all-ones/all-zeros mask the width of `x` (f32x4), or a bool (f32).
+    pub fn cmp(&mut self, cc: FloatCC, x: Value, y: Value) -> Value {
+        let c = self.b.ins().fcmp(cc, x, y);
+        match self.is_vec(x) {
+            true => self.b.ins().bitcast(F32X4, MemFlagsData::new(), c),
+            false => c,
+        }
+    }
+
+    /// `cond ? a : b` with `cond` from [`Emit::cmp`].
+    pub fn pick(&mut self, cond: Value, a: Value, b: Value) -> Value {
+        match self.is_vec(a) {
+            true => self.b.ins().bitselect(cond, a, b),
+            false => self.b.ins().select(cond, a, b),
+        }
+    }
+
+    /// The larger of `a` and `b` (one `maxps`; no NaN handling).
+    pub fn max(&mut self, a: Value, b: Value) -> Value {
+        let gt = self.cmp(FloatCC::GreaterThan, a, b);
+        self.pick(gt, a, b)
+    }
+
+    /// The largest lane of a vector.
+    pub fn hmax(&mut self, v: Value) -> Value {
+        let lanes: Vec<Value> = (0..4u8).map(|i| self.b.ins().extractlane(v, i)).collect();
+        let a = self.max(lanes[0], lanes[1]);
+        let b = self.max(lanes[2], lanes[3]);
+        self.max(a, b)
+    }
+
+    /// The sum of the lanes of a vector.
+    pub fn hsum(&mut self, v: Value) -> Value {
+        let lanes: Vec<Value> = (0..4u8).map(|i| self.b.ins().extractlane(v, i)).collect();
+        let a = self.b.ins().fadd(lanes[0], lanes[1]);
+        let b = self.b.ins().fadd(lanes[2], lanes[3]);
+        self.b.ins().fadd(a, b)
+    }
+
+    /// `1.0` where the comparison holds, else `0.0`, the width of `x`.
+    pub fn cmp_value(&mut self, cc: FloatCC, x: Value, y: Value) -> Value {
+        let w = if self.is_vec(x) { 4 } else { 1 };
+        let c = self.cmp(cc, x, y);
+        let (one, zero) = (self.splat(1.0, w), self.splat(0.0, w));
+        self.pick(c, one, zero)
+    }
+
+    /// `e^x` on one lane, through the vector code.
+    pub fn exp1(&mut self, x: Value) -> Value {
+        let v = self.b.ins().splat(F32X4, x);
+        let e = self.exp4(v);
+        self.b.ins().extractlane(e, 0u8)
+    }
+
+    /// `e^x` on 1 or 4 lanes.
+    pub fn exp(&mut self, x: Value) -> Value {
+        match self.is_vec(x) {
+            true => self.exp4(x),
+            false => self.exp1(x),
+        }
+    }
+
+    /// `e^x` on f32x4, as Cephes' `expf`: `x = n ln2 + r` with `n` rounded by the 1.5·2^23
+    /// trick, `ln2` split in two for an exact reduction, a degree-5 polynomial for `e^r`,
+    /// and `2^n` built from the bits of `n`. `x` is clamped to [-88, 88]: at -88, `n` is
+    /// -127 and the bits of `2^n` are those of 0.0, so the result is exactly 0 there (as for
+    /// a masked score; the true value, 6e-39, is a denormal); above 88 it saturates at
+    /// `e^88` (softmax never gets there: it subtracts the maximum). Each `fma` takes a
+    /// single-use value first, which x86 may overwrite without a copy.
+    pub fn exp4(&mut self, x: Value) -> Value {
+        let hi = self.splat(88.0, 4);
+        let over = self.cmp(FloatCC::GreaterThan, x, hi);
+        let x = self.b.ins().bitselect(over, hi, x);
+        self.exp4_below(x)
+    }
+
+    /// `e^x` on 1 or 4 lanes for `x <= 88` (softmax's `x - max <= 0`): no upper clamp.
+    pub fn exp_nonpositive(&mut self, x: Value) -> Value {
+        match self.is_vec(x) {
+            true => self.exp4_below(x),
+            false => {
+                let v = self.b.ins().splat(F32X4, x);
+                let e = self.exp4_below(v);
+                self.b.ins().extractlane(e, 0u8)
+            }
+        }
+    }
+
+    /// [`Emit::exp4`] for `x <= 88`.
+    fn exp4_below(&mut self, x: Value) -> Value {
+        let lo = self.splat(-88.0, 4);
+        let under = self.cmp(FloatCC::LessThan, x, lo);
+        let x = self.b.ins().bitselect(under, lo, x);
+        let log2e = self.splat(std::f32::consts::LOG2_E, 4);
+        let magic = self.splat(12_582_912.0, 4); // 1.5 * 2^23
+        let t = self.b.ins().fma(log2e, x, magic);
+        let magic = self.splat(12_582_912.0, 4);
+        let n = self.b.ins().fsub(t, magic);
+        let c1 = self.splat(-0.693_359_4, 4);
+        let r = self.b.ins().fma(c1, n, x);
+        let c2 = self.splat(2.121_944_4e-4, 4);
+        let r = self.b.ins().fma(c2, n, r);
+        let coeffs = [
+            1.987_569_1e-4,
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            0.5,
+        ];
+        let mut p = self.splat(coeffs[0], 4);
+        for &c in &coeffs[1..] {
+            let c = self.splat(c, 4);
+            p = self.b.ins().fma(p, r, c);
+        }
+        let r2 = self.b.ins().fmul(r, r);
+        let y = self.b.ins().fma(p, r2, r);
+        let one = self.splat(1.0, 4);
+        let y = self.b.ins().fadd(y, one);
+        let bits = self.b.ins().bitcast(I32X4, MemFlagsData::new(), t);
+        let shift = self.b.ins().iconst(I32, 23);
+        let e = self.b.ins().ishl(bits, shift);
+        let bias = self.vconst(I32X4, 0x3f80_0000);
+        let e = self.b.ins().iadd(e, bias);
+        let pow = self.b.ins().bitcast(F32X4, MemFlagsData::new(), e);
+        self.b.ins().fmul(y, pow)
+    }
+
+    /// Calls `attnc_sgemm(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, b_rs, b_cs, alpha, acc)`.
+    pub fn sgemm(&mut self, args: [Value; 14]) {
+        self.b.ins().call(self.sgemm, &args);
+    }
+}

@@ -1,0 +1,83 @@
+//! The batched GEMM kernel: Cranelift walks the (batch, row block, column block) tasks,
+//! computes the tile's pointers, writes the bias prologue into the tile, and calls the
+//! microkernel shim for the tile product (accumulating onto the bias).
+
+use super::emit::Emit;
+use super::softmax::lanes;
+use crate::kernel::Gemm;
+use cranelift_codegen::ir::types::I32;
+use cranelift_codegen::ir::{InstBuilder, Value};
+
+pub fn translate(e: &mut Emit, g: &Gemm) {
+    let r = g.batch.len();
+    let (a_ptr, b_ptr, c_ptr) = (e.arg(0), e.arg(1), e.arg(2));
+    let bias_ptr = g.bias.as_ref().map(|_| e.arg(3));
+    let (rb, cb) = g.block;
+    let (nrb, ncb) = (g.m.div_ceil(rb), g.n.div_ceil(cb));
+    let (begin, end) = (e.begin, e.end);
+    e.for_range(begin, end, 1, |e, t| {
+        // t = ((batch index) * nrb + row block) * ncb + column block
+        let col = e.b.ins().urem_imm_u(t, ncb as i64);
+        let rest = e.b.ins().udiv_imm_u(t, ncb as i64);
+        let row = e.b.ins().urem_imm_u(rest, nrb as i64);
+        let bi = e.b.ins().udiv_imm_u(rest, nrb as i64);
+        let idx = e.unflatten(bi, &g.batch);
+        let i0 = e.b.ins().imul_imm_s(row, rb as i64);
+        let j0 = e.b.ins().imul_imm_s(col, cb as i64);
+        let m_all = e.int(g.m as i64);
+        let m_left = e.b.ins().isub(m_all, i0);
+        let rb_v = e.int(rb as i64);
+        let rows = e.min_usize(rb_v, m_left);
+        let n_all = e.int(g.n as i64);
+        let n_left = e.b.ins().isub(n_all, j0);
+        let cb_v = e.int(cb as i64);
+        let cols = e.min_usize(cb_v, n_left);
+        let (a_s, b_s, c_s) = (&g.a.strides, &g.b.strides, &g.c.strides);
+        let ao = e.dot(&idx, &a_s[..r]);
+        let a = e.at(a_ptr, ao);
+        let a = e.step(a, i0, a_s[r]);
+        let bo = e.dot(&idx, &b_s[..r]);
+        let b = e.at(b_ptr, bo);
+        let b = e.step(b, j0, b_s[r + 1]);
+        let co = e.dot(&idx, &c_s[..r]);
+        let c = e.at(c_ptr, co);
+        let c = e.step(c, i0, c_s[r]);
+        let c = e.step(c, j0, c_s[r + 1]);
+        let acc = match (&g.bias, bias_ptr) {
+            (Some(bias), Some(p)) => {
+                let bias_row = e.step(p, j0, bias.strides[0]);
+                bias_prologue(e, g, (c, rows, cols), (bias_row, bias.strides[0]));
+                1
+            }
+            _ => 0,
+        };
+        let k = e.int(g.k as i64);
+        let ints = [c_s[r], c_s[r + 1], a_s[r], a_s[r + 1], b_s[r], b_s[r + 1]].map(|s| e.int(s as i64));
+        let alpha = e.f32(g.alpha);
+        let acc = e.b.ins().iconst(I32, acc);
+        e.sgemm([
+            rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
+        ]);
+    });
+}
+
+/// `c[i, j] = bias[j]` over the tile, so the product accumulates onto it.
+fn bias_prologue(
+    e: &mut Emit,
+    g: &Gemm,
+    (c, rows, cols): (Value, Value, Value),
+    (bias, bias_stride): (Value, usize),
+) {
+    let r = g.batch.len();
+    let (c_rs, c_cs) = (g.c.strides[r], g.c.strides[r + 1]);
+    let zero = e.int(0);
+    e.for_range(zero, rows, 1, |e, i| {
+        let row = e.step(c, i, c_rs);
+        lanes(e, cols, c_cs == 1 && bias_stride == 1, |e, j, w| {
+            let src = e.step(bias, j, bias_stride);
+            let v = e.load(src, w, bias_stride, true);
+            let dst = e.step(row, j, c_cs);
+            e.store(v, dst);
+        });
+    });
+}

@@ -1,0 +1,212 @@
+//! The fused scale + mask + softmax kernel, and the row passes it shares with attention.
+
+use super::emit::{Emit, LANES};
+use super::map::float_cc;
+use crate::kernel::{MaskFill, Softmax};
+use cranelift_codegen::ir::types::{F32, F32X4};
+use cranelift_codegen::ir::{InstBuilder, Value};
+
+/// One row of scores being normalized: `len` elements at `src` (stride `src_stride`),
+/// written to `dst` (stride `dst_stride`, may equal `src`).
+pub struct Row {
+    pub len: Value,
+    pub src: Value,
+    pub src_stride: usize,
+    pub src_ro: bool,
+    pub dst: Value,
+    pub dst_stride: usize,
+    pub scale: f32,
+    /// The mask's row and stride, with what it does.
+    pub mask: Option<(Value, usize, MaskFill)>,
+}
+
+impl Row {
+    fn vector(&self) -> bool {
+        self.src_stride == 1 && self.dst_stride == 1 && self.mask.as_ref().is_none_or(|m| m.1 <= 1)
+    }
+}
+
+/// Calls `body(j, w)` for `j` in `0..len`, `w` = 4 lanes at a time where `vector`, then
+/// one lane at a time for the rest.
+pub fn lanes(e: &mut Emit, len: Value, vector: bool, mut body: impl FnMut(&mut Emit, Value, usize)) {
+    let zero = e.int(0);
+    let split = match vector {
+        true => {
+            // Two vectors per trip while eight lanes remain: half the loop overhead, and
+            // two independent chains for the out-of-order core.
+            let mask8 = e.int(-(2 * LANES as i64));
+            let split8 = e.b.ins().band(len, mask8);
+            e.for_range(zero, split8, 2 * LANES as i64, |e, j| {
+                body(e, j, LANES);
+                let j4 = e.b.ins().iadd_imm_s(j, LANES as i64);
+                body(e, j4, LANES);
+            });
+            let mask = e.int(-(LANES as i64));
+            let split = e.b.ins().band(len, mask);
+            e.for_range(split8, split, LANES as i64, |e, j| body(e, j, LANES));
+            split
+        }
+        false => zero,
+    };
+    e.for_range(split, len, 1, |e, j| body(e, j, 1));
+}
+
+/// The score at `j` on `w` lanes: `masked_fill(src * scale)`.
+fn score(e: &mut Emit, row: &Row, j: Value, w: usize) -> Value {
+    let addr = e.step(row.src, j, row.src_stride);
+    let mut y = e.load(addr, w, row.src_stride, row.src_ro);
+    if row.scale != 1.0 {
+        let s = e.splat(row.scale, w);
+        y = e.b.ins().fmul(y, s);
+    }
+    if let Some((mask, stride, m)) = &row.mask {
+        let addr = e.step(*mask, j, *stride);
+        let mv = e.load(addr, w, *stride, true);
+        let rhs = e.splat(m.rhs, w);
+        let hit = e.cmp(float_cc(m.op), mv, rhs);
+        let fill = e.splat(m.fill, w);
+        y = e.pick(hit, fill, y);
+    }
+    y
+}
+
+impl Row {
+    /// Whether pass 1 stores the scores (scaled or masked) for pass 2 to read: a store
+    /// per element instead of loading, comparing and selecting the mask twice.
+    fn stores_scores(&self) -> bool {
+        self.mask.is_some() || self.scale != 1.0
+    }
+
+    /// The row pass 2 reads: the stored scores, or the source as it is.
+    fn stored(&self) -> Row {
+        match self.stores_scores() {
+            true => Row {
+                len: self.len,
+                src: self.dst,
+                src_stride: self.dst_stride,
+                src_ro: false,
+                dst: self.dst,
+                dst_stride: self.dst_stride,
+                scale: 1.0,
+                mask: None,
+            },
+            false => Row { mask: None, ..*self },
+        }
+    }
+}
+
+/// Pass 1: the row's maximum score (`-inf` when empty); stores the scores in `dst` when
+/// they are scaled or masked.
+pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
+    let vector = row.vector();
+    let ninf = e.splat(f32::NEG_INFINITY, LANES);
+    let vmax = e.var(F32X4, ninf);
+    let ninf1 = e.f32(f32::NEG_INFINITY);
+    let smax = e.var(F32, ninf1);
+    let store = row.stores_scores();
+    lanes(e, row.len, vector, |e, j, w| {
+        let y = score(e, row, j, w);
+        if store {
+            let addr = e.step(row.dst, j, row.dst_stride);
+            e.store(y, addr);
+        }
+        let acc = if w == 1 { smax } else { vmax };
+        let old = e.b.use_var(acc);
+        let new = e.max(old, y);
+        e.b.def_var(acc, new);
+    });
+    let v = e.b.use_var(vmax);
+    let a = e.hmax(v);
+    let s = e.b.use_var(smax);
+    e.max(a, s)
+}
+
+/// Pass 2: `dst = exp(score - max)` (the scores as pass 1 left them); returns the row's
+/// sum. `max` is at least every
+/// score, so the exponent is never positive and `exp` needs no upper clamp.
+pub fn exp_sum(e: &mut Emit, row: &Row, max: Value) -> Value {
+    let row = &row.stored();
+    let max = e.pin(max);
+    let vector = row.vector();
+    let zero = e.splat(0.0, LANES);
+    let vsum = e.var(F32X4, zero);
+    let zero1 = e.f32(0.0);
+    let ssum = e.var(F32, zero1);
+    let vmax = e.b.ins().splat(F32X4, max);
+    lanes(e, row.len, vector, |e, j, w| {
+        let y = score(e, row, j, w);
+        let m = if w == 1 { max } else { vmax };
+        let d = e.b.ins().fsub(y, m);
+        let p = e.exp_nonpositive(d);
+        let addr = e.step(row.dst, j, row.dst_stride);
+        e.store(p, addr);
+        let acc = if w == 1 { ssum } else { vsum };
+        let old = e.b.use_var(acc);
+        let new = e.b.ins().fadd(old, p);
+        e.b.def_var(acc, new);
+    });
+    let v = e.b.use_var(vsum);
+    let a = e.hsum(v);
+    let s = e.b.use_var(ssum);
+    e.b.ins().fadd(a, s)
+}
+
+/// `dst[j] *= factor` over `len` elements of stride `stride`.
+pub fn scale_row(e: &mut Emit, dst: Value, len: Value, stride: usize, factor: Value) {
+    let factor = e.pin(factor);
+    let vf = e.b.ins().splat(F32X4, factor);
+    lanes(e, len, stride == 1, |e, j, w| {
+        let addr = e.step(dst, j, stride);
+        let y = e.load(addr, w, stride, false);
+        let f = if w == 1 { factor } else { vf };
+        let y = e.b.ins().fmul(y, f);
+        e.store(y, addr);
+    });
+}
+
+pub fn translate(e: &mut Emit, s: &Softmax) {
+    let (&len, outer) = s.shape.split_last().expect("softmax has an axis");
+    let rows: usize = outer.iter().product();
+    let last = s.shape.len() - 1;
+    let x_ptr = e.arg(0);
+    let out_ptr = e.arg(1);
+    let mask_ptr = s.mask.as_ref().map(|_| e.arg(2));
+    let rpt = s.rows_per_task as i64;
+    let (begin, end) = (e.begin, e.end);
+    e.for_range(begin, end, 1, |e, t| {
+        let r0 = e.b.ins().imul_imm_s(t, rpt);
+        let r1 = e.b.ins().iadd_imm_s(r0, rpt);
+        let total = e.int(rows as i64);
+        let r1 = e.min_usize(r1, total);
+        e.for_range(r0, r1, 1, |e, r| {
+            let idx = e.unflatten(r, outer);
+            let xo = e.dot(&idx, &s.x.strides[..last]);
+            let src = e.at(x_ptr, xo);
+            let oo = e.dot(&idx, &s.out.strides[..last]);
+            let dst = e.at(out_ptr, oo);
+            let mask = match (&s.mask, mask_ptr) {
+                (Some(m), Some(p)) => {
+                    let mo = e.dot(&idx, &m.mask.strides[..last]);
+                    Some((e.at(p, mo), m.mask.strides[last], m.clone()))
+                }
+                _ => None,
+            };
+            let len = e.int(len as i64);
+            let row = Row {
+                len,
+                src,
+                src_stride: s.x.strides[last],
+                src_ro: true,
+                dst,
+                dst_stride: s.out.strides[last],
+                scale: s.scale,
+                mask,
+            };
+            let max = scale_mask_max(e, &row);
+            let sum = exp_sum(e, &row, max);
+            let one = e.f32(1.0);
+            let inv = e.b.ins().fdiv(one, sum);
+            scale_row(e, dst, len, row.dst_stride, inv);
+        });
+    });
+}

@@ -1,0 +1,472 @@
+//! The kernel plan: what [`crate::lower`] makes of a program for one set of concrete dims,
+//! and what [`crate::codegen`] turns into machine code (`attnc ir --stage kernels`).
+//!
+//! A plan is a list of [`Buffer`]s and a sequence of [`Kernel`]s. Every size is concrete:
+//! a plan is specialized to one binding of the dims. A kernel reads and writes its buffers
+//! through [`Operand`]s, strided views given as an element offset and one stride per axis
+//! of the kernel's iteration space, so transposes, slices and broadcasts cost nothing.
+//!
+//! Each kernel is split into `tasks` independent pieces of work (a batch index, a block of
+//! rows, a block of columns); the runtime hands ranges of tasks to threads. A task's
+//! arithmetic never depends on which thread runs it or how the range was split, so every
+//! thread count gives the same bits.
+//!
+//! Four kernel kinds cover the typed IR and the optimizer's fused ops:
+//! [`Gemm`] (batched, any strides, `alpha`, a bias epilogue), [`Softmax`] (fused scale, mask
+//! fill and a numerically safe softmax along the last axis), [`Attention`] (flash style:
+//! blocked over keys with a running max and sum) and [`Map`] (a fused elementwise
+//! expression, which also does every layout copy).
+
+use crate::ir::{BinaryOp, CmpOp, UnaryOp};
+use std::fmt::{self, Write as _};
+
+mod text;
+
+/// Index of a buffer in [`Plan::buffers`].
+pub type BufId = usize;
+
+/// Where a buffer's memory comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BufferKind {
+    /// `Bound::params[i]`: read only.
+    Param(usize),
+    /// `Bound::inputs[i]`: read only.
+    Input(usize),
+    /// The program's output `i`, written by the plan and handed to the caller.
+    Output(usize),
+    /// A temporary at `offset` elements into the arena, live from kernel `live.0` (its first
+    /// writer) to kernel `live.1` (its last reader), inclusive.
+    Temp { offset: usize, live: (usize, usize) },
+    /// A value computed from params alone (a weight in the layout a GEMM prefers, a
+    /// concatenation of weights): written by the prologue, once per set of weights, at
+    /// `offset` elements into the prepared memory; read only by the main kernels.
+    Derived { offset: usize },
+}
+
+/// A float32 buffer of `len` elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    pub kind: BufferKind,
+    pub len: usize,
+    /// The name of the param, input or output; empty for temporaries.
+    pub name: String,
+}
+
+/// A strided view of a buffer over a kernel's iteration space: element `[i0, i1, ..]` is
+/// `buf[offset + i0 * strides[0] + i1 * strides[1] + ..]`. A stride of 0 broadcasts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operand {
+    pub buf: BufId,
+    pub offset: usize,
+    pub strides: Vec<usize>,
+}
+
+impl Operand {
+    /// The largest element index the operand reaches over `shape` (`None` for an empty
+    /// shape, which reaches nothing).
+    pub fn max_index(&self, shape: &[usize]) -> Option<usize> {
+        if shape.contains(&0) {
+            return None;
+        }
+        let reach = shape
+            .iter()
+            .zip(&self.strides)
+            .map(|(&n, &s)| (n - 1) * s)
+            .sum::<usize>();
+        Some(self.offset + reach)
+    }
+}
+
+/// A batched matrix product with an epilogue, for every batch index:
+/// `c[i, j] = alpha * Σ_p a[i, p] * b[p, j] + bias[j]`.
+///
+/// Operands are strided over `[batch.., rows, cols]`: `a` over `[batch.., m, k]`, `b` over
+/// `[batch.., k, n]`, `c` over `[batch.., m, n]`, `bias` over `[n]`. A transposed operand is
+/// just swapped strides (`linear` reads `W [n, k]` as `b` with strides `[1, k]`), and a
+/// broadcast batch axis has stride 0. The tile product calls the `gemm` crate's microkernels
+/// (AVX-512 when the CPU has it) through an `extern "C"` shim.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gemm {
+    pub batch: Vec<usize>,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: Operand,
+    pub b: Operand,
+    pub c: Operand,
+    pub alpha: f32,
+    pub bias: Option<Operand>,
+    /// Rows and columns of `c` per task.
+    pub block: (usize, usize),
+}
+
+/// Which elements a mask removes: where `mask op rhs` holds, the score becomes `fill`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MaskFill {
+    /// The mask, strided over the kernel's iteration space (0/1 floats).
+    pub mask: Operand,
+    pub op: CmpOp,
+    pub rhs: f32,
+    pub fill: f32,
+}
+
+/// `out = softmax(masked_fill(x * scale, mask), -1)` over the last axis of `shape`, one
+/// task per block of rows: the row maximum is subtracted before `exp`, so a row filled with
+/// -1e9 comes out uniform.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Softmax {
+    pub shape: Vec<usize>,
+    pub x: Operand,
+    pub out: Operand,
+    pub scale: f32,
+    pub mask: Option<MaskFill>,
+    pub rows_per_task: usize,
+}
+
+/// Attention without its probabilities, flash style: for every batch index,
+/// `out = softmax(masked_fill(scale * q @ kᵀ, mask), -1) @ v`.
+///
+/// `q` is strided over `[batch.., n, dk]`, `k` over `[batch.., m, dk]`, `v` over
+/// `[batch.., m, dv]`, `out` over `[batch.., n, dv]` and the mask over `[batch.., n, m]`.
+/// One task is a block of `block.0` query rows; keys are visited in blocks of `block.1`
+/// with a running maximum and sum per row, so the scores need `block.0 * block.1` floats of
+/// scratch, never `n * m`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attention {
+    pub batch: Vec<usize>,
+    pub n: usize,
+    pub m: usize,
+    pub dk: usize,
+    pub dv: usize,
+    pub q: Operand,
+    pub k: Operand,
+    pub v: Operand,
+    pub out: Operand,
+    pub scale: f32,
+    pub mask: Option<MaskFill>,
+    pub block: (usize, usize),
+}
+
+/// One node of a [`Map`] expression; operands index earlier nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// Element of `Map::inputs[i]`.
+    Input(usize),
+    Const(f32),
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    /// 1.0 where the comparison holds, else 0.0.
+    Compare(CmpOp, usize, usize),
+    /// `masked_fill`: `value` where `mask` is not 0, else `x` (args `mask, value, x`).
+    Select(usize, usize, usize),
+}
+
+/// `out[i..] = expr(inputs[0][i..], inputs[1][i..], ..)` over `shape`: fused elementwise
+/// arithmetic, and every layout copy (`contiguous`, `reshape`, `concat`, outputs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Map {
+    pub shape: Vec<usize>,
+    pub inputs: Vec<Operand>,
+    /// The expression in evaluation order; the last node is the result.
+    pub expr: Vec<Expr>,
+    pub out: Operand,
+    pub rows_per_task: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelOp {
+    Gemm(Gemm),
+    Softmax(Softmax),
+    Attention(Attention),
+    Map(Map),
+}
+
+/// One kernel: its op, a short label saying what in the program it computes, and how many
+/// independent tasks it splits into.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub label: String,
+    pub op: KernelOp,
+}
+
+/// The whole program for one set of dims.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub buffers: Vec<Buffer>,
+    /// Kernels that read params only: run once per set of weights ([`BufferKind::Derived`]).
+    pub prologue: Vec<Kernel>,
+    /// Kernels run on every call, in order.
+    pub kernels: Vec<Kernel>,
+    /// The output buffers, in the program's output order.
+    pub outputs: Vec<(String, BufId, Vec<usize>)>,
+    /// Elements of the arena that holds every temporary.
+    pub arena_len: usize,
+    /// Elements of the prepared memory that holds every derived buffer.
+    pub derived_len: usize,
+    /// 2·m·n·k summed over every matmul and linear of the source program.
+    pub flops: f64,
+}
+
+fn ceil_div(a: usize, b: usize) -> usize {
+    a.div_ceil(b.max(1))
+}
+
+impl KernelOp {
+    /// The number of independent tasks.
+    pub fn tasks(&self) -> usize {
+        match self {
+            KernelOp::Gemm(g) => {
+                g.batch.iter().product::<usize>() * ceil_div(g.m, g.block.0) * ceil_div(g.n, g.block.1)
+            }
+            KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
+            KernelOp::Attention(a) => a.batch.iter().product::<usize>() * ceil_div(a.n, a.block.0),
+            KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
+        }
+    }
+
+    /// A rough count of the kernel's arithmetic (flops; ten per element for the others),
+    /// to tell a program worth spreading over threads from one that is not.
+    pub fn work(&self) -> f64 {
+        match self {
+            KernelOp::Gemm(g) => 2.0 * (g.batch.iter().product::<usize>() * g.m * g.n * g.k) as f64,
+            KernelOp::Attention(a) => {
+                let b = a.batch.iter().product::<usize>();
+                (2 * b * a.n * a.m * (a.dk + a.dv) + 30 * b * a.n * a.m) as f64
+            }
+            KernelOp::Softmax(s) => 30.0 * s.shape.iter().product::<usize>() as f64,
+            KernelOp::Map(m) => 10.0 * m.shape.iter().product::<usize>() as f64,
+        }
+    }
+
+    /// Floats of per-thread scratch a task needs.
+    pub fn scratch(&self) -> usize {
+        match self {
+            KernelOp::Attention(a) => 2 * a.block.0 + a.block.0 * a.block.1,
+            _ => 0,
+        }
+    }
+
+    /// Every operand with the iteration shape it is read over, and whether it is written.
+    pub fn operands(&self) -> Vec<(&Operand, Vec<usize>, bool)> {
+        match self {
+            KernelOp::Gemm(g) => {
+                let with = |tail: [usize; 2]| [g.batch.as_slice(), &tail].concat();
+                let mut v = vec![
+                    (&g.a, with([g.m, g.k]), false),
+                    (&g.b, with([g.k, g.n]), false),
+                    (&g.c, with([g.m, g.n]), true),
+                ];
+                if let Some(bias) = &g.bias {
+                    v.push((bias, vec![g.n], false));
+                }
+                v
+            }
+            KernelOp::Softmax(s) => {
+                let mut v = vec![(&s.x, s.shape.clone(), false), (&s.out, s.shape.clone(), true)];
+                if let Some(mask) = &s.mask {
+                    v.push((&mask.mask, s.shape.clone(), false));
+                }
+                v
+            }
+            KernelOp::Attention(a) => {
+                let with = |tail: [usize; 2]| [a.batch.as_slice(), &tail].concat();
+                let mut v = vec![
+                    (&a.q, with([a.n, a.dk]), false),
+                    (&a.k, with([a.m, a.dk]), false),
+                    (&a.v, with([a.m, a.dv]), false),
+                    (&a.out, with([a.n, a.dv]), true),
+                ];
+                if let Some(mask) = &a.mask {
+                    v.push((&mask.mask, with([a.n, a.m]), false));
+                }
+                v
+            }
+            KernelOp::Map(m) => {
+                let mut v: Vec<_> = m.inputs.iter().map(|i| (i, m.shape.clone(), false)).collect();
+                v.push((&m.out, m.shape.clone(), true));
+                v
+            }
+        }
+    }
+
+    /// The same kernel with every operand's buffer and offset cleared: two kernels equal in
+    /// this form compile to the same code (offsets are added to the pointers at run time).
+    pub fn code_key(&self) -> KernelOp {
+        let mut k = self.clone();
+        let clear = |o: &mut Operand| {
+            o.buf = 0;
+            o.offset = 0;
+        };
+        match &mut k {
+            KernelOp::Gemm(g) => {
+                [&mut g.a, &mut g.b, &mut g.c].into_iter().for_each(clear);
+                g.bias.iter_mut().for_each(clear);
+            }
+            KernelOp::Softmax(s) => {
+                [&mut s.x, &mut s.out].into_iter().for_each(clear);
+                s.mask.iter_mut().for_each(|m| clear(&mut m.mask));
+            }
+            KernelOp::Attention(a) => {
+                [&mut a.q, &mut a.k, &mut a.v, &mut a.out]
+                    .into_iter()
+                    .for_each(clear);
+                a.mask.iter_mut().for_each(|m| clear(&mut m.mask));
+            }
+            KernelOp::Map(m) => {
+                m.inputs.iter_mut().for_each(clear);
+                clear(&mut m.out);
+            }
+        }
+        k
+    }
+
+    /// Replaces the operand the kernel writes.
+    pub fn set_output(&mut self, out: Operand) {
+        match self {
+            KernelOp::Gemm(g) => g.c = out,
+            KernelOp::Softmax(s) => s.out = out,
+            KernelOp::Attention(a) => a.out = out,
+            KernelOp::Map(m) => m.out = out,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            KernelOp::Gemm(_) => "gemm",
+            KernelOp::Softmax(_) => "softmax",
+            KernelOp::Attention(_) => "attention",
+            KernelOp::Map(_) => "map",
+        }
+    }
+}
+
+/// The number of rows of a shape whose last axis is the row (a rank-0 shape has one).
+pub fn rows(shape: &[usize]) -> usize {
+    shape.split_last().map_or(1, |(_, outer)| outer.iter().product())
+}
+
+/// A plan that breaks one of its invariants: a bug in the lowering, never the user's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanError(pub String);
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid kernel plan: {}", self.0)
+    }
+}
+
+impl Plan {
+    /// Checks the invariants the generated code relies on: every operand stays inside its
+    /// buffer for the whole iteration space, kernels write only temporaries and outputs,
+    /// and live temporaries never overlap in the arena. The runtime calls no kernel of a
+    /// plan that fails this.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let prologue = self.prologue.iter().map(|k| (true, k));
+        let kernels = prologue.chain(self.kernels.iter().map(|k| (false, k)));
+        let mut main_index = 0;
+        for (early, kernel) in kernels {
+            let ki = main_index;
+            if !early {
+                main_index += 1;
+            }
+            for (op, shape, written) in kernel.op.operands() {
+                let buf = self
+                    .buffers
+                    .get(op.buf)
+                    .ok_or_else(|| PlanError(format!("k{ki} names no buffer b{}", op.buf)))?;
+                if op.strides.len() != shape.len() {
+                    return Err(PlanError(format!(
+                        "k{ki}: operand of b{} has the wrong rank",
+                        op.buf
+                    )));
+                }
+                if let Some(max) = op.max_index(&shape) {
+                    if max >= buf.len {
+                        let what = format!("k{ki} reaches element {max} of b{} of {}", op.buf, buf.len);
+                        return Err(PlanError(what));
+                    }
+                }
+                if written && matches!(buf.kind, BufferKind::Param(_) | BufferKind::Input(_)) {
+                    return Err(PlanError(format!("k{ki} writes read-only b{}", op.buf)));
+                }
+                // Tasks write disjoint elements only if no written element repeats.
+                if written && shape.iter().zip(&op.strides).any(|(&n, &s)| n > 1 && s == 0) {
+                    return Err(PlanError(format!("k{ki} writes b{} through a broadcast", op.buf)));
+                }
+                match (early, &buf.kind, written) {
+                    (false, BufferKind::Temp { live, .. }, _) if ki < live.0 || ki > live.1 => {
+                        return Err(PlanError(format!("k{ki} uses b{} outside its life", op.buf)));
+                    }
+                    (false, BufferKind::Derived { offset }, _) if offset + buf.len > self.derived_len => {
+                        return Err(PlanError("a derived buffer ends past the prepared memory".into()));
+                    }
+                    (false, BufferKind::Derived { .. }, true) => {
+                        return Err(PlanError(format!("k{ki} writes derived b{}", op.buf)));
+                    }
+                    (true, BufferKind::Param(_), _) | (true, BufferKind::Derived { .. }, _) => {}
+                    (true, _, _) => {
+                        return Err(PlanError(format!("a prologue kernel touches b{}", op.buf)));
+                    }
+                    _ => {}
+                }
+            }
+            if let KernelOp::Map(m) = &kernel.op {
+                let bad = m.expr.iter().enumerate().any(|(i, e)| match *e {
+                    Expr::Input(j) => j >= m.inputs.len(),
+                    Expr::Const(_) => false,
+                    Expr::Unary(_, a) => a >= i,
+                    Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
+                    Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
+                });
+                if bad || m.expr.is_empty() {
+                    return Err(PlanError(format!("k{ki}: malformed expression")));
+                }
+            }
+        }
+        let temps: Vec<(usize, usize, (usize, usize))> = self
+            .buffers
+            .iter()
+            .filter_map(|b| match b.kind {
+                BufferKind::Temp { offset, live } => Some((offset, b.len, live)),
+                _ => None,
+            })
+            .collect();
+        for (i, &(o1, l1, (s1, e1))) in temps.iter().enumerate() {
+            if o1 + l1 > self.arena_len {
+                return Err(PlanError("a temporary ends past the arena".into()));
+            }
+            for &(o2, l2, (s2, e2)) in &temps[i + 1..] {
+                let space = o1 < o2 + l2 && o2 < o1 + l1;
+                let time = s1 <= e2 && s2 <= e1;
+                if space && time && l1 > 0 && l2 > 0 {
+                    return Err(PlanError("two live temporaries overlap".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Floats of scratch each thread needs.
+    pub fn scratch_len(&self) -> usize {
+        let all = self.prologue.iter().chain(&self.kernels);
+        all.map(|k| k.op.scratch()).max().unwrap_or(0)
+    }
+
+    /// The plan as deterministic text (`attnc ir --stage kernels`).
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "plan: {} kernels (+{} once per weights), arena {} bytes, prepared {} bytes, scratch {} bytes per thread, {:.6} GFLOP",
+            self.kernels.len(),
+            self.prologue.len(),
+            self.arena_len * 4,
+            self.derived_len * 4,
+            self.scratch_len() * 4,
+            self.flops / 1e9
+        );
+        text::buffers(self, &mut out);
+        text::kernels(self, &mut out);
+        out
+    }
+}

@@ -1,0 +1,166 @@
+//! The text form of a plan: one line per buffer, a few lines per kernel.
+
+use super::{BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
+use crate::ir::{BinaryOp, UnaryOp};
+use std::fmt::Write as _;
+
+pub fn buffers(plan: &Plan, out: &mut String) {
+    let _ = writeln!(out, "buffers:");
+    for (i, b) in plan.buffers.iter().enumerate() {
+        let what = match &b.kind {
+            BufferKind::Param(_) => format!("param  {}", b.name),
+            BufferKind::Input(_) => format!("input  {}", b.name),
+            BufferKind::Output(_) => format!("output {}", b.name),
+            BufferKind::Temp { offset, live } => {
+                format!(
+                    "temp   arena +{} bytes, live k{}..k{}",
+                    offset * 4,
+                    live.0,
+                    live.1
+                )
+            }
+            BufferKind::Derived { offset } => format!("derived prepared +{} bytes", offset * 4),
+        };
+        let _ = writeln!(out, "  b{i:<3} {:>10} bytes  {what}", b.len * 4);
+    }
+}
+
+fn operand(o: &Operand) -> String {
+    let strides: Vec<String> = o.strides.iter().map(|s| s.to_string()).collect();
+    format!("b{}+{} strides [{}]", o.buf, o.offset, strides.join(", "))
+}
+
+fn dims(d: &[usize]) -> String {
+    let parts: Vec<String> = d.iter().map(|s| s.to_string()).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+fn mask(out: &mut String, m: &Option<MaskFill>) {
+    if let Some(m) = m {
+        let _ = writeln!(
+            out,
+            "      mask {}: where mask {} {:?} fill {:?}",
+            operand(&m.mask),
+            m.op.symbol(),
+            m.rhs,
+            m.fill
+        );
+    }
+}
+
+pub fn kernels(plan: &Plan, out: &mut String) {
+    if !plan.prologue.is_empty() {
+        let _ = writeln!(out, "prologue (once per weights):");
+        list(&plan.prologue, "p", out);
+    }
+    let _ = writeln!(out, "kernels:");
+    list(&plan.kernels, "k", out);
+}
+
+fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
+    for (i, k) in kernels.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {prefix}{i} {} `{}`: {} tasks",
+            k.op.kind(),
+            k.label,
+            k.op.tasks()
+        );
+        match &k.op {
+            KernelOp::Gemm(g) => {
+                let _ = writeln!(
+                    out,
+                    "      for batch {} in tiles of {}x{}: c[m {}, n {}] = {:?} * a @ b over k {}{}",
+                    dims(&g.batch),
+                    g.block.0,
+                    g.block.1,
+                    g.m,
+                    g.n,
+                    g.alpha,
+                    g.k,
+                    if g.bias.is_some() { " + bias" } else { "" }
+                );
+                for (name, o) in [("a", &g.a), ("b", &g.b), ("c", &g.c)] {
+                    let _ = writeln!(out, "      {name} {}", operand(o));
+                }
+                if let Some(b) = &g.bias {
+                    let _ = writeln!(out, "      bias {}", operand(b));
+                }
+            }
+            KernelOp::Softmax(s) => {
+                let _ = writeln!(
+                    out,
+                    "      over {} by rows of {} ({} per task): out = softmax(x * {:?}{})",
+                    dims(&s.shape),
+                    s.shape.last().copied().unwrap_or(1),
+                    s.rows_per_task,
+                    s.scale,
+                    if s.mask.is_some() { ", masked" } else { "" }
+                );
+                let _ = writeln!(out, "      x {}", operand(&s.x));
+                let _ = writeln!(out, "      out {}", operand(&s.out));
+                mask(out, &s.mask);
+            }
+            KernelOp::Attention(a) => {
+                let _ = writeln!(
+                    out,
+                    "      for batch {} in blocks of {} rows x {} keys: out[n {}, dv {}] = softmax({:?} * q @ kT{}) @ v over dk {}, m {}",
+                    dims(&a.batch),
+                    a.block.0,
+                    a.block.1,
+                    a.n,
+                    a.dv,
+                    a.scale,
+                    if a.mask.is_some() { ", masked" } else { "" },
+                    a.dk,
+                    a.m
+                );
+                for (name, o) in [("q", &a.q), ("k", &a.k), ("v", &a.v), ("out", &a.out)] {
+                    let _ = writeln!(out, "      {name} {}", operand(o));
+                }
+                mask(out, &a.mask);
+            }
+            KernelOp::Map(m) => {
+                let _ = writeln!(
+                    out,
+                    "      over {} ({} rows per task): out = {}",
+                    dims(&m.shape),
+                    m.rows_per_task,
+                    expr_text(&m.expr, m.expr.len() - 1)
+                );
+                for (j, o) in m.inputs.iter().enumerate() {
+                    let _ = writeln!(out, "      in{j} {}", operand(o));
+                }
+                let _ = writeln!(out, "      out {}", operand(&m.out));
+            }
+        }
+    }
+}
+
+/// An expression as nested calls, e.g. `select(ne(in1, 0.0), -1e9, in0)`.
+pub fn expr_text(expr: &[Expr], i: usize) -> String {
+    let e = |j: usize| expr_text(expr, j);
+    match &expr[i] {
+        Expr::Input(j) => format!("in{j}"),
+        Expr::Const(c) => format!("{c:?}"),
+        Expr::Unary(op, a) => {
+            let name = match op {
+                UnaryOp::Neg => "neg",
+                UnaryOp::Sqrt => "sqrt",
+                UnaryOp::Exp => "exp",
+            };
+            format!("{name}({})", e(*a))
+        }
+        Expr::Binary(op, a, b) => {
+            let sym = match op {
+                BinaryOp::Add => "+",
+                BinaryOp::Sub => "-",
+                BinaryOp::Mul => "*",
+                BinaryOp::Div => "/",
+            };
+            format!("({} {sym} {})", e(*a), e(*b))
+        }
+        Expr::Compare(op, a, b) => format!("({} {} {})", e(*a), op.symbol(), e(*b)),
+        Expr::Select(m, v, x) => format!("select({}, {}, {})", e(*m), e(*v), e(*x)),
+    }
+}

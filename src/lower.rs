@@ -1,0 +1,911 @@
+//! Lowering: from a checked program (typed or optimized IR) and concrete dims to a
+//! [`Plan`] of kernels over buffers (`attnc ir --stage kernels`).
+//!
+//! Every value becomes a strided [`View`] of a buffer: view ops only change the view;
+//! compute ops get a kernel writing a fresh buffer; [`fuse`] decides beforehand which
+//! nodes a consumer's kernel absorbs. `for` loops are unrolled with their variable bound,
+//! one set of kernels per iteration. Last, [`memory`] moves kernels that read params only
+//! to the prologue and gives every temporary an offset in one arena, reusing the memory of
+//! temporaries that are dead.
+//!
+//! The entry points a fused op of the optimizer maps onto, each a method of the lowerer
+//! that takes the op's operands as IR values and its attributes as numbers:
+//! - a batched GEMM `alpha · op(a) @ op(b) + bias`: transpose the operand views
+//!   ([`View::transpose`] of the last two axes, free), then `gemm(id, &a, &b, alpha, bias)`;
+//! - a fused scale-mask-softmax: `softmax(id, axis, x, scale, Some(Masking { mask, op, rhs,
+//!   fill }))`;
+//! - a fused attention: `attention(id, [q, kt, v], scale, mask)`;
+//! - a concatenation of params: as `concat` (one copy per part into a slice of one
+//!   buffer); its kernels read params only, so they land in the prologue by themselves.
+
+mod flops;
+mod fuse;
+mod memory;
+mod relayout;
+mod tiling;
+mod view;
+
+use crate::dims::Poly;
+use crate::ir::{BinaryOp, Op, Program, UnaryOp, ValueId};
+use crate::kernel::{
+    Attention, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
+    PlanError, Softmax,
+};
+pub use flops::source_flops;
+use fuse::{Fused, Fusion, Scale, SoftmaxPat};
+use std::collections::HashMap;
+use tiling::{attention_blocks, fold_batch_into_rows, gemm_blocks};
+pub use view::View;
+
+/// Lowers `program` for the dim values `dims` (by [`crate::dims::Sym`], as
+/// [`crate::runtime::Bound::dims`] gives them). Errors are internal: a checked program with
+/// bound dims always lowers.
+pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError> {
+    let fusion = fuse::decide(program);
+    let mut l = Lowerer {
+        program,
+        fusion,
+        dims: dims.to_vec(),
+        vals: HashMap::new(),
+        derived: Default::default(),
+        plan: Plan::default(),
+    };
+    for (i, p) in program.params.iter().enumerate() {
+        l.source(BufferKind::Param(i), &p.name, &p.shape)?;
+    }
+    for (i, input) in program.inputs.iter().enumerate() {
+        l.source(BufferKind::Input(i), &input.name, &input.shape)?;
+    }
+    l.nodes(&program.body)?;
+    l.outputs()?;
+    l.plan.flops = source_flops(program, dims);
+    memory::plan(&mut l.plan);
+    l.plan.validate()?;
+    Ok(l.plan)
+}
+
+/// What a mask does to scores: where `mask op rhs` holds, the score becomes `fill`.
+#[derive(Clone, Copy, Debug)]
+struct Masking {
+    mask: ValueId,
+    op: crate::ir::CmpOp,
+    rhs: f32,
+    fill: f32,
+}
+
+impl Masking {
+    fn kernel(&self, mask: Operand) -> MaskFill {
+        MaskFill {
+            mask,
+            op: self.op,
+            rhs: self.rhs,
+            fill: self.fill,
+        }
+    }
+}
+
+/// The keys of an attention kernel: `kᵀ` as the source writes it (`q @ k.transpose(-2, -1)`),
+/// or `k` itself, as the optimizer's fused op takes it.
+#[derive(Clone, Copy, Debug)]
+enum KeyOperand {
+    Transposed(ValueId),
+    Keys(ValueId),
+}
+
+/// A lowered value.
+#[derive(Clone, Debug)]
+enum Val {
+    /// A rank-0 constant (literals, dims and arithmetic on them).
+    Const(f32),
+    Tensor(View),
+    Seq(Vec<View>),
+}
+
+struct Lowerer<'p> {
+    program: &'p Program,
+    fusion: Fusion,
+    /// Dim values, loop variables included while their loop is unrolled.
+    dims: Vec<Option<i64>>,
+    vals: HashMap<ValueId, Val>,
+    /// Buffers written by kernels that read params only (see `memory::hoist`).
+    derived: std::collections::HashSet<BufId>,
+    plan: Plan,
+}
+
+fn internal(what: String) -> PlanError {
+    PlanError(what)
+}
+
+impl<'p> Lowerer<'p> {
+    // ---- buffers, sizes and values ------------------------------------------------------
+
+    fn buffer(&mut self, kind: BufferKind, name: &str, len: usize) -> BufId {
+        self.plan.buffers.push(Buffer {
+            kind,
+            len,
+            name: name.to_string(),
+        });
+        self.plan.buffers.len() - 1
+    }
+
+    fn temp(&mut self, shape: Vec<usize>) -> View {
+        let len = shape.iter().product();
+        let buf = self.buffer(
+            BufferKind::Temp {
+                offset: 0,
+                live: (0, 0),
+            },
+            "",
+            len,
+        );
+        View::whole(buf, shape)
+    }
+
+    fn source(&mut self, kind: BufferKind, name: &str, shape: &[Poly]) -> Result<(), PlanError> {
+        let shape = self.sizes(shape)?;
+        self.buffer(kind, name, shape.iter().product());
+        Ok(())
+    }
+
+    fn size(&self, p: &Poly) -> Result<usize, PlanError> {
+        let v = self
+            .program
+            .dims
+            .eval(p, &|s| self.dims.get(s).copied().flatten());
+        v.and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
+            internal(format!(
+                "the size `{}` has no value",
+                self.program.dims.display(p)
+            ))
+        })
+    }
+
+    fn sizes(&self, ps: &[Poly]) -> Result<Vec<usize>, PlanError> {
+        ps.iter().map(|p| self.size(p)).collect()
+    }
+
+    /// The concrete shape of a node's type.
+    fn shape(&self, id: ValueId) -> Result<Vec<usize>, PlanError> {
+        self.sizes(&self.program.tensor_type(id).shape)
+    }
+
+    fn val(&self, id: ValueId) -> Result<&Val, PlanError> {
+        self.vals
+            .get(&id)
+            .ok_or_else(|| internal(format!("node {id} is used before it is lowered")))
+    }
+
+    fn constant(&self, id: ValueId) -> Result<f32, PlanError> {
+        match self.val(id)? {
+            Val::Const(c) => Ok(*c),
+            _ => Err(internal(format!("node {id} is not a constant"))),
+        }
+    }
+
+    /// The value as a view, materializing a constant.
+    fn view(&mut self, id: ValueId) -> Result<View, PlanError> {
+        match self.val(id)?.clone() {
+            Val::Tensor(v) => Ok(v),
+            Val::Const(c) => {
+                let out = self.temp(vec![]);
+                self.map(vec![], vec![Expr::Const(c)], &out, format!("const {c:?}"));
+                Ok(out)
+            }
+            Val::Seq(_) => Err(internal(format!("node {id} is a sequence"))),
+        }
+    }
+
+    fn kernel(&mut self, label: String, op: KernelOp) {
+        let ops = op.operands();
+        if ops.iter().filter(|o| !o.2).all(|o| self.param_derived(o.0.buf)) {
+            self.derived.extend(ops.iter().filter(|o| o.2).map(|o| o.0.buf));
+        }
+        self.plan.kernels.push(Kernel { label, op });
+    }
+
+    /// Whether a buffer holds a param or a value computed from params alone.
+    fn param_derived(&self, buf: BufId) -> bool {
+        matches!(self.plan.buffers[buf].kind, BufferKind::Param(_)) || self.derived.contains(&buf)
+    }
+
+    /// What a node is, for kernel labels: its op and a source-like description.
+    fn label(&self, id: ValueId) -> String {
+        let node = self.program.node(id);
+        let name = self
+            .program
+            .bindings
+            .iter()
+            .find(|b| b.value == id)
+            .map(|b| format!(" {}", b.name))
+            .unwrap_or_default();
+        let op = match &node.op {
+            Op::Linear => "linear",
+            Op::MatMul => "matmul",
+            Op::Softmax(_) => "softmax",
+            Op::Contiguous => "contiguous",
+            Op::Reshape(_) | Op::View(_) => "reshape",
+            Op::Concat(_) => "concat",
+            Op::Stack(_) => "stack",
+            Op::MaskedFill => "masked_fill",
+            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => "elementwise",
+            Op::Gemm { .. } => "gemm",
+            Op::MaskedSoftmax { .. } => "masked_softmax",
+            Op::Attention { .. } => "attention",
+            Op::Cat(_) => "cat",
+            _ => "value",
+        };
+        let lp = loop_suffix(self);
+        format!("%{id} {op}{name}{lp}")
+    }
+
+    // ---- the walk -----------------------------------------------------------------------
+
+    fn nodes(&mut self, body: &[ValueId]) -> Result<(), PlanError> {
+        for &id in body {
+            if self.fusion.absorbed[id] {
+                continue;
+            }
+            let val = self.node(id)?;
+            if let Val::Tensor(v) = &val {
+                let expected = self.shape(id)?;
+                if v.shape != expected {
+                    let what = format!(
+                        "node {id} lowered to shape {:?}, its type says {expected:?}",
+                        v.shape
+                    );
+                    return Err(internal(what));
+                }
+            }
+            self.vals.insert(id, val);
+        }
+        Ok(())
+    }
+
+    fn node(&mut self, id: ValueId) -> Result<Val, PlanError> {
+        let node = self.program.node(id);
+        let args = node.args.clone();
+        let arg = |i: usize| args[i];
+        if self.fusion.constant[id] {
+            return self.fold(id).map(Val::Const);
+        }
+        let bad = || internal(format!("node {id} does not fit its op"));
+        let tensor = |v: Option<View>| v.map(Val::Tensor).ok_or_else(bad);
+        match &node.op {
+            Op::Param(i) => Ok(Val::Tensor(View::whole(*i, self.shape(id)?))),
+            Op::Input(i) => Ok(Val::Tensor(View::whole(
+                self.program.params.len() + i,
+                self.shape(id)?,
+            ))),
+            Op::Literal(_) | Op::DimValue(_) => self.fold(id).map(Val::Const),
+            Op::Linear => match self.fusion.siblings.get(&id).cloned() {
+                Some(group) => self.linears(&group).map(Val::Tensor),
+                None => self.linear(id, &args).map(Val::Tensor),
+            },
+            Op::MatMul => match self.fusion.fused.get(&id).copied() {
+                Some(Fused::Attention { q, kt, v, softmax }) => {
+                    let (_, scale, mask) = self.resolve(softmax)?;
+                    let keys = KeyOperand::Transposed(kt);
+                    self.attention(id, [q, v], keys, scale, mask).map(Val::Tensor)
+                }
+                _ => self.matmul(id, arg(0), arg(1), 1.0).map(Val::Tensor),
+            },
+            Op::Transpose(a, b) => tensor(self.view(arg(0))?.transpose(*a, *b)),
+            Op::Permute(perm) => tensor(self.view(arg(0))?.permute(perm)),
+            Op::Unsqueeze(a) => tensor(self.view(arg(0))?.unsqueeze(*a)),
+            Op::Squeeze(a) => tensor(self.view(arg(0))?.squeeze(*a)),
+            Op::Slice { axis, start, end } => {
+                let (s, e) = (self.size(start)?, self.size(end)?);
+                tensor(self.view(arg(0))?.slice(*axis, s, e))
+            }
+            Op::Select { axis, index } => {
+                let i = self.size(index)?;
+                tensor(self.view(arg(0))?.select(*axis, i))
+            }
+            Op::View(sizes) | Op::Reshape(sizes) => {
+                let sizes = self.sizes(sizes)?;
+                let x = self.view(arg(0))?;
+                match x.reshape(&sizes) {
+                    Some(v) => Ok(Val::Tensor(v)),
+                    None => {
+                        let copy = self.copy(&x, self.label(id));
+                        tensor(copy.reshape(&sizes))
+                    }
+                }
+            }
+            Op::Contiguous => {
+                let x = self.view(arg(0))?;
+                if x.is_contiguous() {
+                    return Ok(Val::Tensor(x));
+                }
+                match self.relayout(arg(0), &x) {
+                    Some(v) => Ok(Val::Tensor(v)),
+                    None => Ok(Val::Tensor(self.copy(&x, self.label(id)))),
+                }
+            }
+            Op::Softmax(axis) => {
+                let pat = match self.fusion.fused.get(&id) {
+                    Some(Fused::Softmax(p)) => *p,
+                    _ => SoftmaxPat {
+                        x: arg(0),
+                        scale: None,
+                        mask: None,
+                    },
+                };
+                let (x, scale, mask) = self.resolve(pat)?;
+                self.softmax(id, *axis, x, scale, mask).map(Val::Tensor)
+            }
+            op if fuse::is_map(op) => match self.fusion.fused.get(&id).copied() {
+                Some(Fused::GemmAlpha { matmul, scale }) => {
+                    let alpha = self.scale(scale)?;
+                    let &[a, b] = self.program.node(matmul).args.as_slice() else {
+                        return Err(bad());
+                    };
+                    self.matmul(id, a, b, alpha).map(Val::Tensor)
+                }
+                _ => self.elementwise(id).map(Val::Tensor),
+            },
+            Op::For {
+                var,
+                start,
+                end,
+                body,
+                result,
+            } => {
+                let (s, e) = (self.size(start)?, self.size(end)?);
+                let saved = self.dims.get(*var).copied().flatten();
+                if *var >= self.dims.len() {
+                    self.dims.resize(*var + 1, None);
+                }
+                let mut items = Vec::new();
+                for i in s..e {
+                    self.dims[*var] = Some(i as i64);
+                    self.nodes(body)?;
+                    items.push(self.view(*result)?);
+                }
+                self.dims[*var] = saved;
+                Ok(Val::Seq(items))
+            }
+            Op::Concat(axis) => self.concat(id, arg(0), *axis, false).map(Val::Tensor),
+            Op::Stack(axis) => self.concat(id, arg(0), *axis, true).map(Val::Tensor),
+            Op::Gemm {
+                trans_a,
+                trans_b,
+                alpha,
+            } => self
+                .fused_gemm(id, &args, [*trans_a, *trans_b], *alpha as f32)
+                .map(Val::Tensor),
+            Op::MaskedSoftmax { scale, fill } => {
+                let mask = args.get(1).map(|&m| self.bool_masking(m, *fill));
+                let axis = self.shape(id)?.len().checked_sub(1).ok_or_else(bad)?;
+                self.softmax(id, axis, arg(0), *scale as f32, mask)
+                    .map(Val::Tensor)
+            }
+            Op::Attention { scale, fill } => {
+                let mask = args.get(3).map(|&m| self.bool_masking(m, *fill));
+                let k = KeyOperand::Keys(arg(1));
+                self.attention(id, [arg(0), arg(2)], k, *scale as f32, mask)
+                    .map(Val::Tensor)
+            }
+            Op::Cat(axis) => {
+                let items = args
+                    .iter()
+                    .map(|&a| self.view(a))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.join(id, items, *axis, false).map(Val::Tensor)
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    /// The optimizer's `gemm`: `alpha * (op(a) @ op(b) + bias)`, a transposed operand read
+    /// through its strides. The kernel adds the bias after scaling, so a bias under an
+    /// alpha other than 1 is scaled first (a param's, once, by the prologue).
+    fn fused_gemm(
+        &mut self,
+        id: ValueId,
+        args: &[ValueId],
+        trans: [bool; 2],
+        alpha: f32,
+    ) -> Result<View, PlanError> {
+        let bad = || internal(format!("node {id}: gemm operands do not fit"));
+        let operand = |l: &mut Self, v: ValueId, t: bool| -> Result<View, PlanError> {
+            let x = l.view(v)?;
+            let r = x.shape.len();
+            if !t {
+                return Ok(x);
+            }
+            r.checked_sub(2)
+                .and_then(|a| x.transpose(a, r - 1))
+                .ok_or_else(bad)
+        };
+        let a = operand(self, args[0], trans[0])?;
+        let mut b = operand(self, args[1], trans[1])?;
+        // As for `linear`: a weight read transposed is copied once into `[in, out]` order.
+        if self.param_derived(b.buf) && !b.is_contiguous() {
+            b = self.copy(&b, format!("{} (weight layout)", self.label(id)));
+        }
+        let bias = match args.get(2) {
+            None => None,
+            Some(&bias) if alpha == 1.0 => Some(self.view(bias)?.operand()),
+            Some(&bias) => {
+                let v = self.view(bias)?;
+                let scaled = self.temp(v.shape.clone());
+                let expr = vec![
+                    Expr::Input(0),
+                    Expr::Const(alpha),
+                    Expr::Binary(BinaryOp::Mul, 0, 1),
+                ];
+                self.map(
+                    vec![v.operand()],
+                    expr,
+                    &scaled,
+                    format!("{} (scaled bias)", self.label(id)),
+                );
+                Some(scaled.operand())
+            }
+        };
+        let out = self.gemm(id, &a, &b, alpha, bias)?;
+        out.reshape(&self.shape(id)?).ok_or_else(bad)
+    }
+
+    /// A bool mask of the optimizer's fused ops as the kernels' masking: a comparison with
+    /// a constant that fusion absorbed is tested inside the kernel; any other bool tensor
+    /// (stored as 0 or 1) masks where it is not 0.
+    fn bool_masking(&self, m: ValueId, fill: f64) -> Masking {
+        let node = self.program.node(m);
+        match (&node.op, node.args.as_slice()) {
+            (Op::Compare(op), &[x, c]) if self.fusion.absorbed[m] => Masking {
+                mask: x,
+                op: *op,
+                rhs: self.constant(c).unwrap_or(0.0),
+                fill: fill as f32,
+            },
+            _ => Masking {
+                mask: m,
+                op: crate::ir::CmpOp::Ne,
+                rhs: 0.0,
+                fill: fill as f32,
+            },
+        }
+    }
+
+    /// The value of a constant node, computed in f32 as the interpreter does.
+    fn fold(&self, id: ValueId) -> Result<f32, PlanError> {
+        let node = self.program.node(id);
+        let a = |i: usize| self.constant(node.args[i]);
+        Ok(match &node.op {
+            Op::Literal(v) => *v as f32,
+            Op::DimValue(p) => self.size(p)? as f32,
+            Op::Unary(UnaryOp::Neg) => -a(0)?,
+            Op::Unary(UnaryOp::Sqrt) => a(0)?.sqrt(),
+            Op::Unary(UnaryOp::Exp) => a(0)?.exp(),
+            Op::Binary(BinaryOp::Add) => a(0)? + a(1)?,
+            Op::Binary(BinaryOp::Sub) => a(0)? - a(1)?,
+            Op::Binary(BinaryOp::Mul) => a(0)? * a(1)?,
+            Op::Binary(BinaryOp::Div) => a(0)? / a(1)?,
+            _ => return Err(internal(format!("node {id} is not a constant"))),
+        })
+    }
+
+    fn scale(&self, s: Scale) -> Result<f32, PlanError> {
+        let c = self.constant(s.node)?;
+        Ok(if s.divide { 1.0 / c } else { c })
+    }
+
+    // ---- kernels ------------------------------------------------------------------------
+
+    /// A row-major copy of `x`.
+    fn copy(&mut self, x: &View, label: String) -> View {
+        let out = self.temp(x.shape.clone());
+        self.map(vec![x.operand()], vec![Expr::Input(0)], &out, label);
+        out
+    }
+
+    fn map(&mut self, inputs: Vec<Operand>, expr: Vec<Expr>, out: &View, label: String) {
+        let len = out.shape.last().copied().unwrap_or(1).max(1);
+        let m = Map {
+            shape: out.shape.clone(),
+            inputs,
+            expr,
+            out: out.operand(),
+            rows_per_task: (8192 / len).max(16),
+        };
+        self.kernel(label, KernelOp::Map(m));
+    }
+
+    /// An elementwise root and every elementwise producer fusion gave it, as one map.
+    fn elementwise(&mut self, id: ValueId) -> Result<View, PlanError> {
+        let shape = self.shape(id)?;
+        let mut inputs: Vec<Operand> = Vec::new();
+        let mut expr = Vec::new();
+        self.expr(id, id, &shape, &mut inputs, &mut expr)?;
+        let out = self.temp(shape);
+        self.map(inputs, expr, &out, self.label(id));
+        Ok(out)
+    }
+
+    /// Appends `id`'s expression to `expr`; returns its index.
+    fn expr(
+        &mut self,
+        root: ValueId,
+        id: ValueId,
+        shape: &[usize],
+        inputs: &mut Vec<Operand>,
+        expr: &mut Vec<Expr>,
+    ) -> Result<usize, PlanError> {
+        let node = self.program.node(id);
+        let inline = id == root || (self.fusion.absorbed[id] && fuse::is_map(&node.op));
+        let e = if self.fusion.constant[id] {
+            Expr::Const(self.constant(id)?)
+        } else if inline {
+            let args = node.args.clone();
+            let mut a = Vec::new();
+            for &x in &args {
+                a.push(self.expr(root, x, shape, inputs, expr)?);
+            }
+            match (&node.op, a.as_slice()) {
+                (Op::Unary(u), &[x]) => Expr::Unary(*u, x),
+                (Op::Binary(b), &[x, y]) => Expr::Binary(*b, x, y),
+                (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
+                (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
+                _ => return Err(internal(format!("node {id} is not elementwise"))),
+            }
+        } else {
+            let v = self.view(id)?;
+            let op = v
+                .expand(shape)
+                .ok_or_else(|| internal(format!("node {id} does not broadcast to {shape:?}")))?
+                .operand();
+            let i = match inputs.iter().position(|o| *o == op) {
+                Some(i) => i,
+                None => {
+                    inputs.push(op);
+                    inputs.len() - 1
+                }
+            };
+            Expr::Input(i)
+        };
+        expr.push(e);
+        Ok(expr.len() - 1)
+    }
+
+    /// `linear(x, w, b)`: a GEMM reading `w [n, k]` transposed through its strides.
+    fn linear(&mut self, id: ValueId, args: &[ValueId]) -> Result<View, PlanError> {
+        let x = self.view(args[0])?;
+        let w = self.view(args[1])?;
+        let bias = match args.get(2) {
+            Some(&b) => Some(self.view(b)?.operand()),
+            None => None,
+        };
+        let mut wt = w
+            .transpose(0, 1)
+            .ok_or_else(|| internal(format!("node {id}: the weight is not a matrix")))?;
+        // A weight read transposed makes the `gemm` crate pack it on every call; a copy in
+        // `[in, out]` order is made once per set of weights instead (the prologue).
+        if self.param_derived(wt.buf) && !wt.is_contiguous() {
+            wt = self.copy(&wt, format!("{} (weight layout)", self.label(id)));
+        }
+        let x2 = match x.shape.len() {
+            1 => x.unsqueeze(0),
+            _ => Some(x.clone()),
+        }
+        .ok_or_else(|| internal(format!("node {id}: bad input")))?;
+        let out = self.gemm(id, &x2, &wt, 1.0, bias)?;
+        let shape = self.shape(id)?;
+        out.reshape(&shape)
+            .ok_or_else(|| internal(format!("node {id}: result does not reshape")))
+    }
+
+    /// Sibling `linear`s (one input, weights of one shape) as one GEMM over their weights
+    /// concatenated in `[in, out]` order (made by the prologue), each a column slice of the
+    /// result; returns the first's value and records the others'.
+    fn linears(&mut self, group: &[ValueId]) -> Result<View, PlanError> {
+        let first = self.program.node(group[0]).args.clone();
+        let x = self.view(first[0])?;
+        let x2 = match x.shape.len() {
+            1 => x.unsqueeze(0),
+            _ => Some(x.clone()),
+        }
+        .ok_or_else(|| internal(format!("node {}: bad input", group[0])))?;
+        let w0 = self.view(first[1])?;
+        let (n, k) = (w0.shape[0], w0.shape[1]);
+        let total = n * group.len();
+        let weights = self.temp(vec![k, total]);
+        let bias = (first.len() == 3).then(|| self.temp(vec![total]));
+        let label = format!("{} (weights of {} linears)", self.label(group[0]), group.len());
+        let bad = |id: ValueId| internal(format!("node {id}: sibling linear does not fit"));
+        for (i, &id) in group.iter().enumerate() {
+            let args = self.program.node(id).args.clone();
+            let wt = self.view(args[1])?.transpose(0, 1).ok_or_else(|| bad(id))?;
+            let dest = weights.slice(1, i * n, (i + 1) * n).ok_or_else(|| bad(id))?;
+            if wt.shape != dest.shape {
+                return Err(bad(id));
+            }
+            self.map(vec![wt.operand()], vec![Expr::Input(0)], &dest, label.clone());
+            if let (Some(b), Some(&arg)) = (&bias, args.get(2)) {
+                let src = self.view(arg)?;
+                let dest = b.slice(0, i * n, (i + 1) * n).ok_or_else(|| bad(id))?;
+                self.map(vec![src.operand()], vec![Expr::Input(0)], &dest, label.clone());
+            }
+        }
+        let out = self.gemm(group[0], &x2, &weights, 1.0, bias.map(|b| b.operand()))?;
+        let last = out.shape.len() - 1;
+        let mut first_view = None;
+        for (i, &id) in group.iter().enumerate() {
+            let shape = self.shape(id)?;
+            let part = out.slice(last, i * n, (i + 1) * n).ok_or_else(|| bad(id))?;
+            let part = part.reshape(&shape).ok_or_else(|| bad(id))?;
+            match i {
+                0 => first_view = Some(part),
+                _ => {
+                    self.vals.insert(id, Val::Tensor(part));
+                }
+            }
+        }
+        first_view.ok_or_else(|| bad(group[0]))
+    }
+
+    /// `a @ b` with PyTorch's vector and broadcasting rules, times `alpha`.
+    fn matmul(&mut self, id: ValueId, a: ValueId, b: ValueId, alpha: f32) -> Result<View, PlanError> {
+        let (a, b) = (self.view(a)?, self.view(b)?);
+        let bad = || internal(format!("node {id}: operands do not multiply"));
+        let a2 = if a.shape.len() == 1 {
+            a.unsqueeze(0).ok_or_else(bad)?
+        } else {
+            a
+        };
+        let b2 = if b.shape.len() == 1 {
+            b.unsqueeze(1).ok_or_else(bad)?
+        } else {
+            b
+        };
+        let out = self.gemm(id, &a2, &b2, alpha, None)?;
+        let shape = self.shape(id)?;
+        out.reshape(&shape).ok_or_else(bad)
+    }
+
+    /// `alpha · a [.., m, k] @ b [.., k, n] (+ bias [n])` into a fresh `[batch.., m, n]`
+    /// (batch axes broadcast): the entry point for a batched GEMM. A transposed operand is
+    /// a transposed view; a batch that `b` is broadcast along is folded into the rows.
+    fn gemm(
+        &mut self,
+        id: ValueId,
+        a: &View,
+        b: &View,
+        alpha: f32,
+        bias: Option<Operand>,
+    ) -> Result<View, PlanError> {
+        let bad = || internal(format!("node {id}: operands do not multiply"));
+        let (ra, rb) = (a.shape.len(), b.shape.len());
+        let (m, k, n) = (a.shape[ra - 2], a.shape[ra - 1], b.shape[rb - 1]);
+        if b.shape[rb - 2] != k {
+            return Err(bad());
+        }
+        let batch = view::broadcast(&a.shape[..ra - 2], &b.shape[..rb - 2]).ok_or_else(bad)?;
+        let a = a.expand(&[batch.as_slice(), &[m, k]].concat()).ok_or_else(bad)?;
+        let b = b.expand(&[batch.as_slice(), &[k, n]].concat()).ok_or_else(bad)?;
+        let c = self.temp([batch.as_slice(), &[m, n]].concat());
+        let mut g = Gemm {
+            batch,
+            m,
+            n,
+            k,
+            a: a.operand(),
+            b: b.operand(),
+            c: c.operand(),
+            alpha,
+            bias,
+            block: (m, n),
+        };
+        fold_batch_into_rows(&mut g);
+        g.block = gemm_blocks(&g);
+        self.kernel(self.label(id), KernelOp::Gemm(g));
+        Ok(c)
+    }
+
+    /// The constants of a softmax pattern: `(x, scale, masking)`.
+    fn resolve(&self, pat: SoftmaxPat) -> Result<(ValueId, f32, Option<Masking>), PlanError> {
+        let scale = pat.scale.map(|s| self.scale(s)).transpose()?.unwrap_or(1.0);
+        let mask = match pat.mask {
+            Some(m) => Some(Masking {
+                mask: m.mask,
+                op: m.op,
+                rhs: self.constant(m.rhs)?,
+                fill: self.constant(m.fill)?,
+            }),
+            None => None,
+        };
+        Ok((pat.x, scale, mask))
+    }
+
+    /// The mask's kernel operand over `shape` (it broadcasts), and what it does.
+    fn mask_fill(
+        &mut self,
+        m: Option<Masking>,
+        shape: &[usize],
+    ) -> Result<Option<(View, Masking)>, PlanError> {
+        let Some(m) = m else { return Ok(None) };
+        let v = self.view(m.mask)?;
+        let v = v
+            .expand(shape)
+            .ok_or_else(|| internal(format!("the mask does not broadcast to {shape:?}")))?;
+        Ok(Some((v, m)))
+    }
+
+    /// `softmax(masked_fill(x * scale, mask op rhs, fill), axis)` into a fresh buffer: the
+    /// entry point for a fused scale-mask-softmax op (`mask` broadcasts to `x`).
+    fn softmax(
+        &mut self,
+        id: ValueId,
+        axis: usize,
+        x: ValueId,
+        scale: f32,
+        mask: Option<Masking>,
+    ) -> Result<View, PlanError> {
+        let x = self.view(x)?;
+        let shape = x.shape.clone();
+        let mask = self.mask_fill(mask, &shape)?;
+        let out = self.temp(shape.clone());
+        // Move the softmax axis last in every operand; the buffers keep their layout.
+        let mut perm: Vec<usize> = (0..shape.len()).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let bad = || internal(format!("node {id}: bad softmax axis"));
+        let permuted = |v: &View| v.permute(&perm).map(|v| v.operand()).ok_or_else(bad);
+        let mask = match &mask {
+            Some((v, m)) => Some(m.kernel(permuted(v)?)),
+            None => None,
+        };
+        let len = shape.get(axis).copied().ok_or_else(bad)?.max(1);
+        let s = Softmax {
+            shape: perm.iter().map(|&p| shape[p]).collect(),
+            x: permuted(&x)?,
+            out: permuted(&out)?,
+            scale,
+            mask,
+            rows_per_task: (8192 / len).max(1),
+        };
+        self.kernel(self.label(id), KernelOp::Softmax(s));
+        Ok(out)
+    }
+
+    /// `softmax(masked_fill(scale * q @ kt, mask op rhs, fill), -1) @ v` into a fresh
+    /// buffer of node `id`'s shape, flash style: the entry point for a fused attention op.
+    /// `q [.., n, dk]`, `kt [.., dk, m]` (kᵀ, as the source writes it), `v [.., m, dv]` and
+    /// the mask (to `[.., n, m]`) broadcast over the batch axes of the result.
+    fn attention(
+        &mut self,
+        id: ValueId,
+        [q, v]: [ValueId; 2],
+        keys: KeyOperand,
+        scale: f32,
+        mask: Option<Masking>,
+    ) -> Result<View, PlanError> {
+        let out_shape = self.shape(id)?;
+        let bad = || internal(format!("node {id}: attention operands do not fit"));
+        let r = out_shape.len();
+        let batch = out_shape[..r - 2].to_vec();
+        let (q, v) = (self.view(q)?, self.view(v)?);
+        let (kt_id, mut kt) = match keys {
+            KeyOperand::Transposed(kt) => (kt, self.view(kt)?),
+            KeyOperand::Keys(k) => {
+                let k_view = self.view(k)?;
+                let rk = k_view.shape.len();
+                let kt = rk.checked_sub(2).and_then(|a| k_view.transpose(a, rk - 1));
+                (k, kt.ok_or_else(bad)?)
+            }
+        };
+        // The tile product wants kᵀ key-contiguous: the projection writes it so where it
+        // can, else one layout copy (not one per tile).
+        if kt.strides.last().is_some_and(|&s| s != 1) && kt.numel() > 1 {
+            kt = match self.relayout(kt_id, &kt) {
+                Some(v) => v,
+                None => self.copy(&kt, format!("{} (kT layout)", self.label(id))),
+            };
+        }
+        let (n, dv) = (out_shape[r - 2], out_shape[r - 1]);
+        let dk = *q.shape.last().ok_or_else(bad)?;
+        let m = *kt.shape.last().ok_or_else(bad)?;
+        let with = |tail: [usize; 2]| [batch.as_slice(), &tail].concat();
+        let q = q.expand(&with([n, dk])).ok_or_else(bad)?;
+        let k = kt
+            .expand(&with([dk, m]))
+            .and_then(|k| k.transpose(r - 2, r - 1))
+            .ok_or_else(bad)?;
+        let v = v.expand(&with([m, dv])).ok_or_else(bad)?;
+        let mask = self
+            .mask_fill(mask, &with([n, m]))?
+            .map(|(view, mp)| mp.kernel(view.operand()));
+        let out = self.temp(out_shape.clone());
+        let a = Attention {
+            batch,
+            n,
+            m,
+            dk,
+            dv,
+            q: q.operand(),
+            k: k.operand(),
+            v: v.operand(),
+            out: out.operand(),
+            scale,
+            mask,
+            block: attention_blocks(n, m),
+        };
+        self.kernel(self.label(id), KernelOp::Attention(a));
+        Ok(out)
+    }
+
+    /// `concat(seq, axis)` (or `stack`): one copy per item into its slice of the result.
+    fn concat(&mut self, id: ValueId, seq: ValueId, axis: usize, stack: bool) -> Result<View, PlanError> {
+        let Val::Seq(items) = self.val(seq)?.clone() else {
+            return Err(internal(format!("node {id}: not a sequence")));
+        };
+        self.join(id, items, axis, stack)
+    }
+
+    /// `items` joined along `axis` (a new one when stacking) into node `id`'s buffer.
+    fn join(&mut self, id: ValueId, items: Vec<View>, axis: usize, stack: bool) -> Result<View, PlanError> {
+        let shape = self.shape(id)?;
+        let out = self.temp(shape.clone());
+        let bad = || internal(format!("node {id}: items do not fit"));
+        if items.is_empty() || shape.contains(&0) {
+            if !shape.contains(&0) {
+                self.map(vec![], vec![Expr::Const(0.0)], &out, self.label(id));
+            }
+            return Ok(out);
+        }
+        let mut start = 0;
+        for item in items {
+            let item = if stack {
+                item.unsqueeze(axis).ok_or_else(bad)?
+            } else {
+                item
+            };
+            let len = *item.shape.get(axis).ok_or_else(bad)?;
+            let dest = out.slice(axis, start, start + len).ok_or_else(bad)?;
+            if dest.shape != item.shape {
+                return Err(bad());
+            }
+            self.map(vec![item.operand()], vec![Expr::Input(0)], &dest, self.label(id));
+            start += len;
+        }
+        Ok(out)
+    }
+
+    /// Every output gets a buffer of its own: the temporary that holds it when it is whole
+    /// and row-major, a copy otherwise.
+    fn outputs(&mut self) -> Result<(), PlanError> {
+        for (i, o) in self.program.outputs.iter().enumerate() {
+            let v = self.view(o.value)?;
+            let buf = &self.plan.buffers[v.buf];
+            let whole = v.offset == 0 && v.is_contiguous() && v.numel() == buf.len;
+            let own = whole && matches!(buf.kind, BufferKind::Temp { .. });
+            let buf = if own {
+                v.buf
+            } else {
+                let dest = self.temp(v.shape.clone());
+                let label = format!("output {}", o.name);
+                self.map(vec![v.operand()], vec![Expr::Input(0)], &dest, label);
+                dest.buf
+            };
+            self.plan.buffers[buf].kind = BufferKind::Output(i);
+            self.plan.buffers[buf].name = o.name.clone();
+            self.plan.outputs.push((o.name.clone(), buf, v.shape.clone()));
+        }
+        Ok(())
+    }
+}
+
+fn loop_suffix(l: &Lowerer) -> String {
+    let mut parts = Vec::new();
+    for (s, info) in l.program.dims.iter() {
+        if let crate::dims::DimKind::Loop { .. } = info.kind {
+            if let Some(Some(v)) = l.dims.get(s) {
+                parts.push(format!("{}={v}", info.name));
+            }
+        }
+    }
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!(" [{}]", parts.join(", ")),
+    }
+}

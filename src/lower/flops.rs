@@ -1,0 +1,52 @@
+//! The FLOP count `attnc bench` divides by its time.
+
+use crate::dims::Poly;
+use crate::ir::{Op, Program, ValueId};
+
+/// 2·m·n·k summed over every `matmul` and `linear` of `program` (per loop iteration), what
+/// `attnc bench` divides by the time. Give it the source program, not the optimized one.
+pub fn source_flops(program: &Program, dims: &[Option<i64>]) -> f64 {
+    fn walk(program: &Program, body: &[ValueId], dims: &mut Vec<Option<i64>>) -> f64 {
+        let mut total = 0.0;
+        let eval = |dims: &[Option<i64>], p: &Poly| program.dims.eval(p, &|s| dims.get(s).copied().flatten());
+        for &id in body {
+            let node = program.node(id);
+            let numel = |dims: &[Option<i64>], v: ValueId| -> f64 {
+                program
+                    .tensor_type(v)
+                    .shape
+                    .iter()
+                    .map(|p| eval(dims, p).unwrap_or(0) as f64)
+                    .product()
+            };
+            let last = |dims: &[Option<i64>], v: ValueId| -> f64 {
+                let shape = &program.tensor_type(v).shape;
+                shape.last().map_or(1.0, |p| eval(dims, p).unwrap_or(0) as f64)
+            };
+            match &node.op {
+                // Every output element is a dot product over the inner dim.
+                Op::Linear | Op::MatMul => total += 2.0 * numel(dims, id) * last(dims, node.args[0]),
+                Op::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                    ..
+                } => {
+                    let (s, e) = (eval(dims, start).unwrap_or(0), eval(dims, end).unwrap_or(0));
+                    for i in s..e {
+                        if *var < dims.len() {
+                            dims[*var] = Some(i);
+                        }
+                        total += walk(program, body, dims);
+                    }
+                }
+                _ => {}
+            }
+        }
+        total
+    }
+    let mut dims = dims.to_vec();
+    dims.resize(program.dims.len(), None);
+    walk(program, &program.body, &mut dims)
+}

@@ -1,0 +1,395 @@
+//! Fusion decisions, made once on the IR before anything is lowered: which nodes a
+//! consumer's kernel absorbs, so that they never get a kernel (or a buffer) of their own.
+//!
+//! The patterns, each only where the absorbed values have no other use and are not outputs:
+//! - `softmax(masked_fill(x * s, mask op c, fill))` (either part optional, `x / s` too):
+//!   one [`crate::kernel::Softmax`] kernel.
+//! - `softmax(..(q @ kᵀ)..) @ v` over the last axis: one flash-style
+//!   [`crate::kernel::Attention`] kernel; the probabilities are never stored.
+//! - `(a @ b) / s`, `(a @ b) * s`: the scale becomes the GEMM's `alpha`.
+//! - elementwise ops (`+ - * /`, `neg sqrt exp`, comparisons, `masked_fill`) feeding
+//!   elementwise ops: one [`crate::kernel::Map`] kernel per tree.
+//!
+//! Rank-0 values computed from literals and dims alone (`sqrt(Dk)`) are constants.
+
+use crate::dims::DimTable;
+use crate::ir::{BinaryOp, CmpOp, Op, Program, ValueId};
+use std::collections::HashMap;
+
+/// A constant scale: multiply by `node`'s value, or divide by it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scale {
+    pub node: ValueId,
+    pub divide: bool,
+}
+
+/// `masked_fill(.., mask op rhs, fill)` with `rhs` and `fill` constants.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MaskPat {
+    pub mask: ValueId,
+    pub op: CmpOp,
+    pub rhs: ValueId,
+    pub fill: ValueId,
+}
+
+/// What a softmax absorbs: `softmax(masked_fill(x * scale, mask))`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SoftmaxPat {
+    pub x: ValueId,
+    pub scale: Option<Scale>,
+    pub mask: Option<MaskPat>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fused {
+    Softmax(SoftmaxPat),
+    /// On the `p @ v` matmul: `q @ kt` are the scores' operands.
+    Attention {
+        q: ValueId,
+        kt: ValueId,
+        v: ValueId,
+        softmax: SoftmaxPat,
+    },
+    /// On a `/ s` or `* s` node: the matmul whose alpha it becomes.
+    GemmAlpha {
+        matmul: ValueId,
+        scale: Scale,
+    },
+}
+
+/// The decisions for a whole program.
+pub struct Fusion {
+    /// Nodes computed inside a consumer's kernel.
+    pub absorbed: Vec<bool>,
+    pub fused: HashMap<ValueId, Fused>,
+    /// Rank-0 values that are constants.
+    pub constant: Vec<bool>,
+    /// Values with exactly one use that are not outputs.
+    pub single: Vec<bool>,
+    /// `linear`s of one input with weights of one shape (`q`, `k` and `v` of
+    /// self-attention), by their first: one GEMM over the concatenated weights computes all.
+    pub siblings: HashMap<ValueId, Vec<ValueId>>,
+}
+
+pub fn decide(program: &Program) -> Fusion {
+    let n = program.nodes.len();
+    let mut uses = vec![0usize; n];
+    let mut order = Vec::new();
+    collect(program, &program.body, &mut uses, &mut order);
+    for o in &program.outputs {
+        uses[o.value] += 2; // an output is never absorbed
+    }
+    let mut constant = vec![false; n];
+    for &id in &order {
+        constant[id] = is_constant(program, id, &constant);
+    }
+    let mut f = Decider {
+        program,
+        dims: &program.dims,
+        single: uses.iter().map(|&u| u == 1).collect(),
+        constant,
+        absorbed: vec![false; n],
+        fused: HashMap::new(),
+    };
+    for &id in order.iter().rev() {
+        if !f.absorbed[id] {
+            f.visit(id);
+        }
+    }
+    let mut siblings = HashMap::new();
+    f.siblings(&program.body, &mut siblings);
+    Fusion {
+        absorbed: f.absorbed,
+        fused: f.fused,
+        constant: f.constant,
+        single: f.single,
+        siblings,
+    }
+}
+
+/// Counts uses and lists every node in evaluation order, loop bodies included.
+fn collect(program: &Program, body: &[ValueId], uses: &mut [usize], order: &mut Vec<ValueId>) {
+    for &id in body {
+        let node = program.node(id);
+        for &a in &node.args {
+            uses[a] += 1;
+        }
+        if let Op::For { body, result, .. } = &node.op {
+            collect(program, body, uses, order);
+            uses[*result] += 2; // each item is a value of the sequence
+        }
+        order.push(id);
+    }
+}
+
+fn is_constant(program: &Program, id: ValueId, constant: &[bool]) -> bool {
+    let node = program.node(id);
+    if program.tensor_type(id).rank() != 0 {
+        return false;
+    }
+    match node.op {
+        Op::Literal(_) | Op::DimValue(_) => true,
+        Op::Unary(_) | Op::Binary(_) => node.args.iter().all(|&a| constant[a]),
+        _ => false,
+    }
+}
+
+/// Whether the op is elementwise arithmetic a [`crate::kernel::Map`] computes.
+pub fn is_map(op: &Op) -> bool {
+    matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::MaskedFill)
+}
+
+struct Decider<'p> {
+    program: &'p Program,
+    dims: &'p DimTable,
+    single: Vec<bool>,
+    constant: Vec<bool>,
+    absorbed: Vec<bool>,
+    fused: HashMap<ValueId, Fused>,
+}
+
+impl Decider<'_> {
+    fn op(&self, id: ValueId) -> &Op {
+        &self.program.node(id).op
+    }
+
+    fn args(&self, id: ValueId) -> &[ValueId] {
+        &self.program.node(id).args
+    }
+
+    fn same_shape(&self, a: ValueId, b: ValueId) -> bool {
+        let (x, y) = (
+            &self.program.tensor_type(a).shape,
+            &self.program.tensor_type(b).shape,
+        );
+        x.len() == y.len() && x.iter().zip(y).all(|(p, q)| self.dims.equal(p, q))
+    }
+
+    /// Single use, not an output, not yet taken by another pattern.
+    fn free(&self, id: ValueId) -> bool {
+        self.single[id] && !self.absorbed[id] && !self.constant[id]
+    }
+
+    fn visit(&mut self, id: ValueId) {
+        match self.op(id) {
+            Op::MatMul => {
+                if let Some(f) = self.attention(id) {
+                    self.fused.insert(id, f);
+                }
+            }
+            Op::MaskedSoftmax { .. } | Op::Attention { .. } => self.absorb_mask_compare(id),
+            Op::Softmax(_) if !self.fused.contains_key(&id) => {
+                let pat = self.softmax(id);
+                self.fused.insert(id, Fused::Softmax(pat));
+            }
+            op if is_map(op) && !self.constant[id] => {
+                if let Some(scale) = self.scaled_matmul(id) {
+                    self.fused.insert(id, scale);
+                    return;
+                }
+                self.absorb_map_args(id);
+            }
+            _ => {}
+        }
+    }
+
+    /// The optimizer's fused softmax and attention take a bool mask (their last argument
+    /// after the tensors); a comparison with a constant that nothing else reads is tested
+    /// inside their kernel instead of in a kernel of its own.
+    fn absorb_mask_compare(&mut self, id: ValueId) {
+        let tensors = match self.op(id) {
+            Op::Attention { .. } => 3,
+            _ => 1,
+        };
+        let Some(&m) = self.args(id).get(tensors) else {
+            return;
+        };
+        if let (Op::Compare(_), &[_, c]) = (self.op(m), self.args(m)) {
+            if self.free(m) && self.constant[c] {
+                self.absorbed[m] = true;
+            }
+        }
+    }
+
+    /// Groups the `linear`s of each body (loop bodies apart) that read one input with
+    /// params of one shape as weights (and params as biases, all or none); the first of a
+    /// group computes it, the others are absorbed.
+    fn siblings(&mut self, body: &[ValueId], groups: &mut HashMap<ValueId, Vec<ValueId>>) {
+        let is_param = |d: &Self, v: ValueId| matches!(d.op(v), Op::Param(_));
+        let mut open: Vec<Vec<ValueId>> = Vec::new();
+        for &id in body {
+            if let Op::For { body, .. } = self.op(id) {
+                let body = body.clone();
+                self.siblings(&body, groups);
+                continue;
+            }
+            let args = self.args(id);
+            let fits = matches!(self.op(id), Op::Linear)
+                && !self.absorbed[id]
+                && args[1..].iter().all(|&a| is_param(self, a));
+            if !fits {
+                continue;
+            }
+            let same = |d: &Self, g: &[ValueId]| {
+                let first = d.args(g[0]);
+                first[0] == args[0] && first.len() == args.len() && d.same_shape(first[1], args[1])
+            };
+            match open.iter_mut().find(|g| same(self, g)) {
+                Some(g) => g.push(id),
+                None => open.push(vec![id]),
+            }
+        }
+        for g in open.into_iter().filter(|g| g.len() > 1) {
+            for &m in &g[1..] {
+                self.absorbed[m] = true;
+            }
+            groups.insert(g[0], g);
+        }
+    }
+
+    /// Absorbs the elementwise producers of an elementwise root, recursively.
+    fn absorb_map_args(&mut self, id: ValueId) {
+        for a in self.args(id).to_vec() {
+            if self.free(a) && is_map(self.op(a)) {
+                self.absorbed[a] = true;
+                self.absorb_map_args(a);
+            }
+        }
+    }
+
+    /// A constant scale applied to `id`'s first operand: `x / c`, `x * c`, `c * x`.
+    fn scale_of(&self, id: ValueId) -> Option<(ValueId, Scale)> {
+        let args = self.args(id);
+        match (self.op(id), args) {
+            (Op::Binary(BinaryOp::Div), &[x, c]) if self.constant[c] => Some((
+                x,
+                Scale {
+                    node: c,
+                    divide: true,
+                },
+            )),
+            (Op::Binary(BinaryOp::Mul), &[x, c]) if self.constant[c] => Some((
+                x,
+                Scale {
+                    node: c,
+                    divide: false,
+                },
+            )),
+            (Op::Binary(BinaryOp::Mul), &[c, x]) if self.constant[c] => Some((
+                x,
+                Scale {
+                    node: c,
+                    divide: false,
+                },
+            )),
+            _ => None,
+        }
+    }
+
+    fn scaled_matmul(&self, id: ValueId) -> Option<Fused> {
+        let (x, scale) = self.scale_of(id)?;
+        let ok = matches!(self.op(x), Op::MatMul) && self.free(x) && self.same_shape(x, id);
+        ok.then_some(Fused::GemmAlpha { matmul: x, scale })
+    }
+
+    /// Peels `masked_fill` and a scale off a softmax's operand, absorbing them.
+    fn softmax(&mut self, id: ValueId) -> SoftmaxPat {
+        let mut pat = SoftmaxPat {
+            x: self.args(id)[0],
+            scale: None,
+            mask: None,
+        };
+        if let Some((x, mask)) = self.mask_fill(pat.x) {
+            self.absorbed[pat.x] = true;
+            self.absorbed[mask.compare] = true;
+            pat.mask = Some(mask.pat);
+            pat.x = x;
+        }
+        if let Some((x, scale)) = self.scale_of(pat.x) {
+            if self.free(pat.x) && self.same_shape(x, pat.x) {
+                self.absorbed[pat.x] = true;
+                pat.scale = Some(scale);
+                pat.x = x;
+            }
+        }
+        pat
+    }
+
+    /// `masked_fill(x, mask op c, fill)` whose result has the shape of `x`.
+    fn mask_fill(&self, id: ValueId) -> Option<(ValueId, FoundMask)> {
+        let &[x, cond, fill] = self.args(id) else {
+            return None;
+        };
+        let ok = matches!(self.op(id), Op::MaskedFill)
+            && self.free(id)
+            && self.free(cond)
+            && self.constant[fill]
+            && self.same_shape(x, id);
+        if !ok {
+            return None;
+        }
+        let Op::Compare(op) = *self.op(cond) else {
+            return None;
+        };
+        let &[l, r] = self.args(cond) else {
+            return None;
+        };
+        let (mask, op, rhs) = match (self.constant[l], self.constant[r]) {
+            (false, true) => (l, op, r),
+            (true, false) => (r, flip(op), l),
+            _ => return None,
+        };
+        let pat = MaskPat { mask, op, rhs, fill };
+        Some((x, FoundMask { pat, compare: cond }))
+    }
+
+    /// `softmax(..(q @ kt)..) @ v` over the last axis, with every operand at least a matrix.
+    fn attention(&mut self, id: ValueId) -> Option<Fused> {
+        let &[p, v] = self.args(id) else {
+            return None;
+        };
+        let Op::Softmax(axis) = *self.op(p) else {
+            return None;
+        };
+        let rank = |x: ValueId| self.program.tensor_type(x).rank();
+        if !self.free(p) || axis + 1 != rank(p) || rank(v) < 2 {
+            return None;
+        }
+        let pat = self.softmax(p);
+        let scores = pat.x;
+        let ok = matches!(self.op(scores), Op::MatMul) && self.free(scores);
+        let &[q, kt] = self.args(scores) else {
+            return None;
+        };
+        if !ok || rank(q) < 2 || rank(kt) < 2 {
+            // Not attention after all: the softmax keeps what it absorbed.
+            self.fused.insert(p, Fused::Softmax(pat));
+            return None;
+        }
+        self.absorbed[p] = true;
+        self.absorbed[scores] = true;
+        Some(Fused::Attention {
+            q,
+            kt,
+            v,
+            softmax: pat,
+        })
+    }
+}
+
+struct FoundMask {
+    pat: MaskPat,
+    compare: ValueId,
+}
+
+/// `c op x` as `x op' c`.
+fn flip(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Eq => CmpOp::Eq,
+        CmpOp::Ne => CmpOp::Ne,
+        CmpOp::Lt => CmpOp::Gt,
+        CmpOp::Le => CmpOp::Ge,
+        CmpOp::Gt => CmpOp::Lt,
+        CmpOp::Ge => CmpOp::Le,
+    }
+}

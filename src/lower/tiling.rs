@@ -1,0 +1,56 @@
+//! How GEMMs and attention are cut into tasks: from the shape alone, never from the thread
+//! count, so that every thread count computes the same bits.
+
+use crate::kernel::Gemm;
+
+/// Folds trailing batch axes into the rows where `b` is broadcast along them and `a` and
+/// `c` are laid out row after row (`x [B, N, D] @ W` is one `[B·N, D]` product).
+pub fn fold_batch_into_rows(g: &mut Gemm) {
+    while let Some(&size) = g.batch.last() {
+        let r = g.batch.len();
+        let (a, b, c) = (&g.a.strides, &g.b.strides, &g.c.strides);
+        let fits = b[r - 1] == 0 && a[r - 1] == g.m * a[r] && c[r - 1] == g.m * c[r];
+        if !fits && size != 1 {
+            return;
+        }
+        g.m *= size;
+        g.batch.pop();
+        for op in [&mut g.a, &mut g.b, &mut g.c] {
+            op.strides.remove(r - 1);
+        }
+    }
+}
+
+/// Tiles of the result, chosen from the shape alone (never from the thread count, so that
+/// every thread count computes the same bits): while there are fewer than 4 tasks of more
+/// than 16 MFLOP each, halve the columns (down to 128) or the rows (down to 256). The
+/// `gemm` crate packs its operands on every call, so small tiles lose much of its speed
+/// (see BENCHMARKS.md): tiles stay large and few.
+pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
+    let batch: usize = g.batch.iter().product();
+    let (mut rb, mut cb) = (g.m.max(1), g.n.max(1));
+    let half = |x: usize| (x / 2).div_ceil(16) * 16;
+    loop {
+        let tasks = batch * g.m.div_ceil(rb) * g.n.div_ceil(cb);
+        let flops = 2.0 * (rb * cb * g.k) as f64;
+        if tasks >= 4 || flops < 16e6 {
+            return (rb, cb);
+        }
+        if cb > 256 && cb * 4 >= rb {
+            cb = half(cb);
+        } else if rb > 256 {
+            rb = half(rb);
+        } else if cb > 128 {
+            cb = half(cb);
+        } else {
+            return (rb, cb);
+        }
+    }
+}
+
+/// Query rows per task and keys per block of the attention kernel. At L, blocks of 64 to
+/// 128 rows and 128 to 512 keys measured within 6 % of each other (64 keys: 15 % slower);
+/// 64 rows × 256 keys keep the scores tile at 64 KiB and give enough tasks for the threads.
+pub fn attention_blocks(n: usize, m: usize) -> (usize, usize) {
+    (n.clamp(1, 64), m.clamp(1, 256))
+}

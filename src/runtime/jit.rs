@@ -1,0 +1,218 @@
+//! The native backend: a program lowered and compiled for one set of dims (an
+//! [`Executable`]), run on a rayon pool; and a [`Cache`] of executables by dims, so that a
+//! program is compiled once per shape.
+
+use super::native::{self, Derived, Memory};
+use super::{Bound, RunError, Tensor};
+use crate::codegen::{Compiled, Jit};
+use crate::ir::Program;
+use crate::kernel::Plan;
+use crate::lower;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// The derived buffers of an executable for one set of weights: what its prologue computed
+/// (weights in the layout its GEMMs prefer, concatenations of weights).
+pub struct Prepared {
+    derived: Vec<f32>,
+}
+
+/// A program compiled for one binding of its dims.
+pub struct Executable {
+    pub plan: Plan,
+    compiled: Compiled,
+    /// Milliseconds spent lowering and generating code.
+    pub compile_ms: f64,
+    arena: Mutex<Vec<f32>>,
+    /// Scratch per pool thread (grown to the pool's size on first use), plus one.
+    scratch: Mutex<Vec<Mutex<Vec<f32>>>>,
+}
+
+fn internal(what: impl std::fmt::Display) -> RunError {
+    RunError::new(None, format!("internal error in the native backend: {what}"))
+        .with_hint("report this, and run with `--backend interp` meanwhile")
+}
+
+impl Executable {
+    /// Lowers and compiles `program` for the dim values `dims` (as in [`Bound::dims`]).
+    pub fn compile(program: &Program, dims: &[Option<i64>]) -> Result<Executable, RunError> {
+        let start = Instant::now();
+        let plan = lower::lower(program, dims).map_err(internal)?;
+        Executable::from_plan_since(plan, start)
+    }
+
+    /// Compiles a plan made by hand (kernel tests and benchmarks). Its params and inputs
+    /// are the `Bound`'s by index, as for a program.
+    pub fn from_plan(plan: Plan) -> Result<Executable, RunError> {
+        Executable::from_plan_since(plan, Instant::now())
+    }
+
+    /// Every executable's plan is validated here, once: the runtime calls kernels of valid
+    /// plans only.
+    fn from_plan_since(plan: Plan, start: Instant) -> Result<Executable, RunError> {
+        plan.validate().map_err(internal)?;
+        let compiled = Jit::new(sgemm_address())
+            .and_then(|jit| jit.compile(&plan))
+            .map_err(internal)?;
+        let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(Executable {
+            arena: Mutex::new(vec![0.0; plan.arena_len + native::HUGE_PAGE]),
+            scratch: Mutex::new(Vec::new()),
+            plan,
+            compiled,
+            compile_ms,
+        })
+    }
+
+    /// Distinct functions compiled for the plan's kernels.
+    pub fn functions(&self) -> usize {
+        self.compiled.functions
+    }
+
+    /// Runs the prologue on `params` (the weights, as in [`Bound::params`]): do this once
+    /// per set of weights, then [`Executable::run_prepared`] as often as needed.
+    pub fn prepare(&self, params: &[Tensor], pool: &rayon::ThreadPool) -> Result<Prepared, RunError> {
+        let mut prepared = Prepared {
+            derived: vec![0.0; self.plan.derived_len],
+        };
+        let derived = Derived::Write(&mut prepared.derived);
+        self.execute(true, params, &[], derived, pool, &mut [], None)?;
+        Ok(prepared)
+    }
+
+    /// Runs on `bound` with `pool`'s threads, the prologue included; one contiguous tensor
+    /// per output, in declaration order.
+    pub fn run(&self, bound: &Bound, pool: &rayon::ThreadPool) -> Result<Vec<(String, Tensor)>, RunError> {
+        let prepared = self.prepare(&bound.params, pool)?;
+        let mut outputs = Vec::new();
+        self.run_prepared(bound, &prepared, pool, &mut outputs, None)?;
+        Ok(outputs)
+    }
+
+    /// Runs the main kernels on `bound`, with `prepared` made by [`Executable::prepare`]
+    /// from the same `bound.params`. Reuses the tensors of `outputs` when they have the
+    /// right shapes (what a benchmark loop or a server does). With `times` (one per main
+    /// kernel), adds each kernel's wall time in seconds to it.
+    pub fn run_prepared(
+        &self,
+        bound: &Bound,
+        prepared: &Prepared,
+        pool: &rayon::ThreadPool,
+        outputs: &mut Vec<(String, Tensor)>,
+        times: Option<&mut [f64]>,
+    ) -> Result<(), RunError> {
+        let fits = outputs.len() == self.plan.outputs.len()
+            && outputs
+                .iter()
+                .zip(&self.plan.outputs)
+                .all(|((n, t), (name, _, shape))| n == name && t.shape == *shape);
+        if !fits {
+            *outputs = self
+                .plan
+                .outputs
+                .iter()
+                .map(|(name, _, shape)| {
+                    let len = shape.iter().product();
+                    (name.clone(), Tensor::new(shape.clone(), vec![0.0; len]))
+                })
+                .collect();
+        }
+        let derived = Derived::Read(&prepared.derived);
+        self.execute(false, &bound.params, &bound.inputs, derived, pool, outputs, times)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &self,
+        prologue: bool,
+        params: &[Tensor],
+        inputs: &[Tensor],
+        derived: Derived,
+        pool: &rayon::ThreadPool,
+        outputs: &mut [(String, Tensor)],
+        times: Option<&mut [f64]>,
+    ) -> Result<(), RunError> {
+        let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let need = self.plan.scratch_len().max(1);
+        let slots = pool.current_num_threads() + 1;
+        if scratch.len() < slots {
+            scratch.resize_with(slots, || Mutex::new(Vec::new()));
+        }
+        for s in scratch.iter() {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            if s.len() < need {
+                s.resize(need, 0.0);
+            }
+        }
+        let mem = Memory {
+            params: params.iter().map(|t| t.data.as_slice()).collect(),
+            inputs: inputs.iter().map(|t| t.data.as_slice()).collect(),
+            derived,
+            arena: native::huge_pages(arena.as_mut_slice()),
+            outputs: outputs.iter_mut().map(|(_, t)| t.data.as_mut_slice()).collect(),
+            scratch: &scratch,
+        };
+        let code = if prologue {
+            &self.compiled.prologue
+        } else {
+            &self.compiled.code
+        };
+        native::execute(&self.plan, prologue, code, mem, pool, times).map_err(internal)
+    }
+}
+
+impl Drop for Executable {
+    fn drop(&mut self) {
+        native::release(&mut self.compiled);
+    }
+}
+
+/// Executables of one program by the values of its dims: each shape compiles once.
+pub struct Cache<'p> {
+    program: &'p Program,
+    compiled: HashMap<Vec<Option<i64>>, Rc<Executable>>,
+}
+
+impl<'p> Cache<'p> {
+    pub fn new(program: &'p Program) -> Cache<'p> {
+        Cache {
+            program,
+            compiled: HashMap::new(),
+        }
+    }
+
+    /// The executable for `dims`, compiled on first use.
+    pub fn get(&mut self, dims: &[Option<i64>]) -> Result<Rc<Executable>, RunError> {
+        if let Some(e) = self.compiled.get(dims) {
+            return Ok(e.clone());
+        }
+        let e = Rc::new(Executable::compile(self.program, dims)?);
+        self.compiled.insert(dims.to_vec(), e.clone());
+        Ok(e)
+    }
+
+    /// How many shapes have been compiled.
+    pub fn len(&self) -> usize {
+        self.compiled.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.compiled.is_empty()
+    }
+}
+
+/// The address of the GEMM shim JIT code calls, for [`Jit::new`].
+pub fn sgemm_address() -> *const u8 {
+    native::attnc_sgemm as *const u8
+}
+
+/// A pool of `threads` workers (at least one).
+pub fn pool(threads: usize) -> Result<rayon::ThreadPool, RunError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+        .map_err(|e| RunError::new(None, format!("cannot start {threads} threads: {e}")))
+}

@@ -1,0 +1,300 @@
+//! The only `unsafe` of attnc: calling JIT-compiled kernels through function pointers, and
+//! the `extern "C"` GEMM microkernel shim they call.
+//!
+//! The invariant every block below relies on: a kernel only touches memory through the
+//! operand pointers it is given, within the iteration space of its [`KernelOp`], and
+//! [`Plan::validate`] has proved that space inside each operand's buffer. [`execute`] checks
+//! that every buffer it passes has exactly the plan's length before it calls anything, and
+//! that the scratch is as large as the plan asks.
+
+use crate::kernel::{BufferKind, KernelOp, Plan};
+use rayon::prelude::*;
+use std::sync::{Mutex, OnceLock};
+
+#[cfg(target_arch = "x86_64")]
+mod tile;
+
+/// Whether the AVX-512 tile product runs on this CPU (checked once).
+fn use_tile() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    let detect = tile::available;
+    #[cfg(not(target_arch = "x86_64"))]
+    let detect = || false;
+    *AVAILABLE.get_or_init(|| detect() && std::env::var_os("ATTNC_NO_TILE").is_none())
+}
+
+/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ c[i, j] when acc != 0)` for an `m × n` tile
+/// with a `k`-long inner dim; every matrix strided (row and column stride in elements).
+/// Called by JIT code. Where `b` and `c` have unit column strides, `k` is at most 256 and
+/// the CPU has AVX-512, the tile product of [`tile`] runs it without packing (the attention
+/// kernel's tiles: it measured as fast as `gemm` there, and slower for long `k`);
+/// otherwise the `gemm` crate, which picks its AVX-512, AVX2/FMA or scalar kernels at run
+/// time. The choice depends on the shape and the CPU only, never on the thread.
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn attnc_sgemm(
+    m: i64,
+    n: i64,
+    k: i64,
+    c: *mut f32,
+    c_rs: i64,
+    c_cs: i64,
+    a: *const f32,
+    a_rs: i64,
+    a_cs: i64,
+    b: *const f32,
+    b_rs: i64,
+    b_cs: i64,
+    alpha: f32,
+    acc: i32,
+) {
+    if m <= 0 || n <= 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if b_cs == 1
+        && c_cs == 1
+        && a_rs >= 0
+        && b_rs >= 0
+        && c_rs >= 0
+        && a_cs >= 0
+        && k > 0
+        && k <= 256
+        && use_tile()
+    {
+        let u = |x: i64| x as usize;
+        // SAFETY: AVX-512F is available (checked); the tile is inside its buffers as below.
+        unsafe {
+            tile::sgemm(
+                (u(m), u(n), u(k)),
+                (c, u(c_rs)),
+                (a, u(a_rs), u(a_cs)),
+                (b, u(b_rs)),
+                alpha,
+                acc != 0,
+            )
+        };
+        return;
+    }
+    // SAFETY: the JIT code passes pointers and strides of tiles that `Plan::validate`
+    // proved inside their buffers (or inside the scratch, sized by `KernelOp::scratch`).
+    unsafe {
+        gemm::gemm(
+            m as usize,
+            n as usize,
+            k.max(0) as usize,
+            c,
+            c_cs as isize,
+            c_rs as isize,
+            acc != 0,
+            a,
+            a_cs as isize,
+            a_rs as isize,
+            b,
+            b_cs as isize,
+            b_rs as isize,
+            1.0,
+            alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// Below this much arithmetic a call runs on the calling thread alone (measured at shape T,
+/// 0.6 MFLOP: 11 µs on one thread, 29 µs handed to a pool of two).
+const SMALL: f64 = 4e6;
+
+/// Floats in a 2 MiB huge page.
+pub const HUGE_PAGE: usize = (2 << 20) / 4;
+
+/// The part of `mem` that starts on a 2 MiB boundary, asked to be backed by huge pages: the
+/// attention kernel reads rows of q, kᵀ and v that lie pages apart, which costs a TLB miss
+/// per row with 4 KiB pages. The caller allocates `HUGE_PAGE` floats more than it needs.
+pub fn huge_pages(mem: &mut [f32]) -> &mut [f32] {
+    let skip = mem.as_ptr().align_offset(HUGE_PAGE * 4).min(mem.len());
+    let aligned = &mut mem[skip..];
+    #[cfg(target_os = "linux")]
+    if aligned.len() >= HUGE_PAGE {
+        let len = aligned.len() / HUGE_PAGE * HUGE_PAGE * 4;
+        // SAFETY: the range is inside `aligned`, which this function borrows mutably;
+        // MADV_HUGEPAGE only changes how the kernel backs the pages, never their contents.
+        unsafe { libc::madvise(aligned.as_mut_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+    }
+    aligned
+}
+
+/// Frees the code of `compiled`: a JIT module keeps its memory until told.
+pub fn release(compiled: &mut crate::codegen::Compiled) {
+    compiled.code.clear();
+    compiled.prologue.clear();
+    if let Some(module) = compiled.module.take() {
+        // SAFETY: the pointers into this module's code were just cleared, and they were
+        // only ever used through `execute` by the executable that is being dropped.
+        unsafe { module.free_memory() };
+    }
+}
+
+/// The signature of every kernel: `(args, scratch, begin, end)`.
+type KernelFn = unsafe extern "C" fn(*const *mut f32, *mut f32, i64, i64);
+
+/// The operand pointers of one kernel call.
+struct Args(Vec<*mut f32>);
+
+// SAFETY: the pointers are only read by kernels, which write disjoint tasks' elements; the
+// memory they point to outlives `execute`, which owns or borrows it for its whole run.
+unsafe impl Send for Args {}
+unsafe impl Sync for Args {}
+
+impl Args {
+    fn ptr(&self, i: usize) -> *mut f32 {
+        self.0[i]
+    }
+
+    fn table(&self) -> *const *mut f32 {
+        self.0.as_ptr()
+    }
+}
+
+/// The derived buffers: written by the prologue, read by the main kernels.
+pub enum Derived<'a> {
+    Write(&'a mut [f32]),
+    Read(&'a [f32]),
+}
+
+/// The memory of one run: read-only sources, the arena, the outputs, and scratch per thread.
+pub struct Memory<'a> {
+    pub params: Vec<&'a [f32]>,
+    pub inputs: Vec<&'a [f32]>,
+    pub derived: Derived<'a>,
+    pub arena: &'a mut [f32],
+    pub outputs: Vec<&'a mut [f32]>,
+    /// One scratch per pool thread, plus one for the calling thread.
+    pub scratch: &'a [Mutex<Vec<f32>>],
+}
+
+/// Runs every kernel of `plan` in order, the tasks of each spread over `pool`'s threads.
+/// `plan` must be valid ([`Plan::validate`]; the executable checks it once, when it is
+/// compiled) and `code[i]` the compiled `plan.kernels[i]`. Errors when a buffer's length differs
+/// from the plan's (nothing has run then).
+/// With `times`, adds each kernel's wall time in seconds to `times[kernel]`.
+/// `prologue` selects the kernels run: the prologue's, or the main ones.
+pub fn execute(
+    plan: &Plan,
+    prologue: bool,
+    code: &[*const u8],
+    mem: Memory,
+    pool: &rayon::ThreadPool,
+    mut times: Option<&mut [f64]>,
+) -> Result<(), String> {
+    let kernels = if prologue { &plan.prologue } else { &plan.kernels };
+    if code.len() != kernels.len() {
+        return Err("the compiled code does not match the plan".into());
+    }
+    let Memory {
+        params,
+        inputs,
+        derived,
+        arena,
+        mut outputs,
+        scratch,
+    } = mem;
+    let writes = matches!(derived, Derived::Write(_));
+    let (derived_ptr, derived_len) = match derived {
+        Derived::Write(d) => (d.as_mut_ptr(), d.len()),
+        // Main kernels never write a derived buffer (validated), so this memory is only read.
+        Derived::Read(d) => (d.as_ptr() as *mut f32, d.len()),
+    };
+    if prologue != writes {
+        return Err("the prologue writes the derived buffers, the main kernels read them".into());
+    }
+    if arena.len() < plan.arena_len || derived_len < plan.derived_len {
+        return Err("the arena is smaller than the plan".into());
+    }
+    let need = plan.scratch_len();
+    if scratch.is_empty() || scratch.iter().any(|s| s.lock().map_or(true, |s| s.len() < need)) {
+        return Err("the scratch is smaller than the plan".into());
+    }
+    let arena_ptr = arena.as_mut_ptr();
+    let mut used = vec![false; plan.buffers.len()];
+    for k in kernels {
+        for (o, _, _) in k.op.operands() {
+            used[o.buf] = true;
+        }
+    }
+    let mut bases = Vec::with_capacity(plan.buffers.len());
+    for (b, used) in plan.buffers.iter().zip(used) {
+        if !used {
+            bases.push(std::ptr::null_mut());
+            continue;
+        }
+        let (ptr, len) = match b.kind {
+            BufferKind::Param(i) => params.get(i).map(|s| (s.as_ptr() as *mut f32, s.len())),
+            BufferKind::Input(i) => inputs.get(i).map(|s| (s.as_ptr() as *mut f32, s.len())),
+            BufferKind::Output(i) => outputs.get_mut(i).map(|s| (s.as_mut_ptr(), s.len())),
+            // SAFETY: `offset + len <= arena_len <= arena.len()` (validated), so the
+            // pointer stays inside the arena.
+            BufferKind::Temp { offset, .. } => Some((unsafe { arena_ptr.add(offset) }, b.len)),
+            // SAFETY: `offset + len <= derived_len <= derived.len()` (validated).
+            BufferKind::Derived { offset } => Some((unsafe { derived_ptr.add(offset) }, b.len)),
+        }
+        .ok_or_else(|| format!("no memory for buffer `{}`", b.name))?;
+        if len != b.len {
+            return Err(format!(
+                "buffer `{}` has {len} elements, the plan {}",
+                b.name, b.len
+            ));
+        }
+        bases.push(ptr);
+    }
+    let bases = Args(bases);
+    let fns: Vec<KernelFn> = code
+        .iter()
+        // SAFETY: each pointer is a finalized function of the signature `KernelFn`, alive
+        // for as long as the `Compiled` that the caller holds.
+        .map(|&c| unsafe { std::mem::transmute::<*const u8, KernelFn>(c) })
+        .collect();
+    // One thread, or a program so small (shape T: a few µs of work) that waking the pool
+    // costs more than it saves: the caller runs every task. Tasks are the same either way.
+    let work: f64 = kernels.iter().map(|k| k.op.work()).sum();
+    let inline = pool.current_num_threads() == 1 || work < SMALL;
+    let mut body = || {
+        for (ki, (kernel, &f)) in kernels.iter().zip(&fns).enumerate() {
+            let start = times.is_some().then(std::time::Instant::now);
+            let args = Args(
+                kernel
+                    .op
+                    .operands()
+                    .iter()
+                    // SAFETY: the offset is inside the buffer (validated).
+                    .map(|(o, _, _)| unsafe { bases.ptr(o.buf).add(o.offset) })
+                    .collect(),
+            );
+            let tasks = kernel.op.tasks() as i64;
+            let run = |begin: i64, end: i64| {
+                let slot =
+                    rayon::current_thread_index().map_or(scratch.len() - 1, |i| i.min(scratch.len() - 1));
+                let mut s = scratch[slot].lock().unwrap_or_else(|e| e.into_inner());
+                // SAFETY: see the module's invariant; tasks write disjoint elements, so
+                // concurrent calls on different task ranges do not race.
+                unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
+            };
+            let parallel = !inline && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
+            if parallel {
+                (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
+            } else if tasks > 0 {
+                run(0, tasks);
+            }
+            if let (Some(times), Some(start)) = (times.as_deref_mut(), start) {
+                times[ki] += start.elapsed().as_secs_f64();
+            }
+        }
+    };
+    match inline {
+        true => body(),
+        false => pool.install(&mut body),
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! Snapshots of the Cranelift IR of one small kernel of each kind, kept apart from the
+//! other snapshots so that a Cranelift upgrade churns only these. Each plan is made by hand
+//! at tiny sizes, so a snapshot shows the structure of the code (loops, the microkernel
+//! call, the exp polynomial), not the program around it.
+
+use attnc::codegen::Jit;
+use attnc::ir::{BinaryOp, CmpOp, UnaryOp};
+use attnc::kernel::{
+    Attention, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan, Softmax,
+};
+use attnc::runtime::jit::sgemm_address;
+
+fn buffer(kind: BufferKind, len: usize) -> Buffer {
+    Buffer {
+        kind,
+        len,
+        name: String::new(),
+    }
+}
+
+fn op(buf: usize, strides: &[usize]) -> Operand {
+    Operand {
+        buf,
+        offset: 0,
+        strides: strides.to_vec(),
+    }
+}
+
+/// A plan of one kernel over inputs of the given lengths and one output.
+fn plan(inputs: &[usize], out: usize, kernel: KernelOp) -> Plan {
+    let mut buffers: Vec<Buffer> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| buffer(BufferKind::Input(i), len))
+        .collect();
+    buffers.push(buffer(BufferKind::Output(0), out));
+    let p = Plan {
+        buffers,
+        prologue: vec![],
+        kernels: vec![Kernel {
+            label: "test".into(),
+            op: kernel,
+        }],
+        outputs: vec![],
+        arena_len: 0,
+        derived_len: 0,
+        flops: 0.0,
+    };
+    p.validate().expect("a valid plan");
+    p
+}
+
+fn clif(plan: &Plan) -> String {
+    let jit = Jit::new(sgemm_address()).unwrap();
+    let funcs = jit.clif(plan).unwrap();
+    assert_eq!(funcs.len(), 1);
+    funcs[0].1.clone()
+}
+
+#[test]
+fn gemm_with_bias_calls_the_microkernel_per_tile() {
+    let g = Gemm {
+        batch: vec![2],
+        m: 3,
+        n: 8,
+        k: 5,
+        a: op(0, &[15, 5, 1]),
+        b: op(1, &[0, 1, 5]),
+        c: op(3, &[24, 8, 1]),
+        alpha: 0.5,
+        bias: Some(op(2, &[1])),
+        block: (3, 4),
+    };
+    let p = plan(&[30, 40, 8], 48, KernelOp::Gemm(g));
+    insta::assert_snapshot!(clif(&p));
+}
+
+#[test]
+fn softmax_scales_masks_and_normalizes_rows() {
+    let s = Softmax {
+        shape: vec![2, 6],
+        x: op(0, &[6, 1]),
+        out: op(2, &[6, 1]),
+        scale: 0.5,
+        mask: Some(MaskFill {
+            mask: op(1, &[0, 1]),
+            op: CmpOp::Eq,
+            rhs: 0.0,
+            fill: -1e9,
+        }),
+        rows_per_task: 1,
+    };
+    let p = plan(&[12, 6], 12, KernelOp::Softmax(s));
+    insta::assert_snapshot!(clif(&p));
+}
+
+#[test]
+fn attention_keeps_a_running_max_and_sum() {
+    let a = Attention {
+        batch: vec![2],
+        n: 3,
+        m: 5,
+        dk: 4,
+        dv: 4,
+        q: op(0, &[12, 4, 1]),
+        k: op(1, &[20, 1, 5]),
+        v: op(2, &[20, 4, 1]),
+        out: op(3, &[12, 4, 1]),
+        scale: 0.5,
+        mask: None,
+        block: (2, 4),
+    };
+    let p = plan(&[24, 40, 40], 24, KernelOp::Attention(a));
+    insta::assert_snapshot!(clif(&p));
+}
+
+#[test]
+fn map_fuses_an_elementwise_expression() {
+    let expr = vec![
+        Expr::Input(0),
+        Expr::Input(1),
+        Expr::Binary(BinaryOp::Mul, 0, 1),
+        Expr::Unary(UnaryOp::Exp, 2),
+        Expr::Const(0.0),
+        Expr::Compare(CmpOp::Gt, 0, 4),
+        Expr::Select(5, 4, 3),
+    ];
+    let m = Map {
+        shape: vec![3, 5],
+        inputs: vec![op(0, &[5, 1]), op(1, &[0, 1])],
+        expr,
+        out: op(2, &[5, 1]),
+        rows_per_task: 2,
+    };
+    let p = plan(&[15, 5], 15, KernelOp::Map(m));
+    insta::assert_snapshot!(clif(&p));
+}

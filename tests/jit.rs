@@ -1,0 +1,270 @@
+//! Differential tests of the native backend: every example at ordinary and odd shapes, run
+//! by the JIT on one and on two threads and by the reference interpreter, must agree within
+//! 1e-5 of the largest element (and the two thread counts bit for bit); the PyTorch fixtures
+//! must come out right through the JIT.
+
+use attnc::check::DimOverride;
+use attnc::driver::check_source;
+use attnc::ir::Program;
+use attnc::runtime::files::TensorFile;
+use attnc::runtime::jit::{pool, Cache, Executable};
+use attnc::runtime::{bind, interpret, RunOptions, Tensor};
+use std::path::{Path, PathBuf};
+
+fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
+    std::fs::read_to_string(path).expect("example is readable")
+}
+
+/// `src` checked with those of `dims` that it declares.
+fn program(src: &str, dims: &[(&str, i64)]) -> Program {
+    let declared = check_source(src, &[]).unwrap().program;
+    let overrides: Vec<DimOverride> = dims
+        .iter()
+        .filter(|(n, _)| declared.dims.lookup(n).is_some())
+        .map(|&(n, v)| DimOverride {
+            name: n.to_string(),
+            value: v,
+        })
+        .collect();
+    let checked = check_source(src, &overrides).unwrap();
+    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+    checked.program
+}
+
+/// The largest difference, relative to the largest element of `want`.
+fn relative_error(got: &Tensor, want: &Tensor) -> f32 {
+    assert_eq!(got.shape, want.shape);
+    let scale = want
+        .data
+        .iter()
+        .fold(0f32, |m, x| m.max(x.abs()))
+        .max(f32::MIN_POSITIVE);
+    let diff = got
+        .data
+        .iter()
+        .zip(&want.data)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    if got.data.iter().any(|x| x.is_nan()) {
+        return f32::INFINITY;
+    }
+    diff / scale
+}
+
+/// The native code of `program` as checked and as optimized: both paths must agree with
+/// the interpreter (`attnc run` takes the optimized one).
+fn executables(program: &Program, dims: &[Option<i64>]) -> [(&'static str, Executable); 2] {
+    let optimized = attnc::opt::optimize(program).program;
+    [
+        ("typed", Executable::compile(program, dims).unwrap()),
+        ("optimized", Executable::compile(&optimized, dims).unwrap()),
+    ]
+}
+
+/// Runs `program` with drawn tensors both ways and compares.
+fn differential(what: &str, program: &Program, seed: u64) {
+    let opts = RunOptions {
+        seed,
+        ..RunOptions::default()
+    };
+    let bound = bind(program, &opts).unwrap();
+    let want = interpret(program, &bound).unwrap();
+    for (path, exe) in executables(program, &bound.dims) {
+        let one = exe.run(&bound, &pool(1).unwrap()).unwrap();
+        let two = exe.run(&bound, &pool(2).unwrap()).unwrap();
+        assert_eq!(want.len(), one.len(), "{what} ({path}): outputs");
+        for (((name, w), (_, a)), (_, b)) in want.iter().zip(&one).zip(&two) {
+            let error = relative_error(a, w);
+            assert!(error < 1e-5, "{what} ({path}): `{name}` off by {error}");
+            assert_eq!(
+                a.data, b.data,
+                "{what} ({path}): `{name}` differs between 1 and 2 threads"
+            );
+        }
+    }
+}
+
+const SHAPES: &[&[(&str, i64)]] = &[
+    &[("B", 1), ("N", 1), ("M", 1), ("D", 12), ("H", 3)],
+    &[("B", 3), ("N", 7), ("M", 5), ("D", 12), ("H", 3)],
+    &[("B", 2), ("N", 33), ("M", 33), ("D", 20), ("H", 4)],
+    &[("B", 1), ("N", 7), ("M", 9), ("D", 16), ("H", 4)],
+    &[("B", 3), ("N", 1), ("M", 33), ("D", 36), ("H", 3)],
+];
+
+#[test]
+fn every_example_agrees_with_the_interpreter_at_odd_shapes() {
+    for name in ["mha.attn", "mha_heads.attn", "self_attention.attn", "causal.attn"] {
+        let src = example(name);
+        for (i, dims) in SHAPES.iter().enumerate() {
+            differential(&format!("{name} {dims:?}"), &program(&src, dims), i as u64);
+        }
+    }
+}
+
+#[test]
+fn long_sequences_use_several_row_and_key_blocks() {
+    let dims = [("B", 1), ("N", 300), ("M", 270), ("D", 8), ("H", 2)];
+    for name in ["mha.attn", "self_attention.attn"] {
+        differential(name, &program(&example(name), &dims), 7);
+    }
+    let dims = [("B", 2), ("N", 200), ("D", 64), ("H", 2)];
+    differential(
+        "tiled projections",
+        &program(&example("self_attention.attn"), &dims),
+        8,
+    );
+}
+
+#[test]
+fn elementwise_broadcasts_scalars_and_views_run_natively() {
+    let src = "\
+dim B, N
+dim D = 6
+input x: [B, N, D]
+input y: [N, 1]
+param w: [D]
+let a = exp(-x) * 2.0 + sqrt(D) - x / y
+let m = a.masked_fill(x > 0.5, 3.0)
+let t = m.transpose(0, 2).contiguous()
+let r = t.reshape(D, -1)
+let s = (x @ x.transpose(1, 2)).softmax(1)
+output t = t
+output r = r[1:4]
+output s = s
+output v = x @ w
+output c = sqrt(D)
+let y = x @ x.transpose(1, 2)
+let yt = y.reshape(B, N, N).transpose(0, 1).contiguous()
+output yt = yt
+output z = y + 1.0
+";
+    for dims in [[("B", 2), ("N", 3)], [("B", 1), ("N", 1)], [("B", 3), ("N", 5)]] {
+        differential(&format!("{dims:?}"), &program(src, &dims), 3);
+    }
+}
+
+/// Runs `program` both ways on drawn tensors whose input `mask` is set by `keep(b, i, j)`.
+fn differential_masked(what: &str, program: &Program, keep: impl Fn(usize, usize, usize) -> bool) {
+    let mut bound = bind(program, &RunOptions::default()).unwrap();
+    let i = program.inputs.iter().position(|d| d.name == "mask").unwrap();
+    let mask = &mut bound.inputs[i];
+    let (n, m) = (mask.shape[1], mask.shape[2]);
+    for (flat, x) in mask.data.iter_mut().enumerate() {
+        let (b, i, j) = (flat / (n * m), flat / m % n, flat % m);
+        *x = f32::from(u8::from(keep(b, i, j)));
+    }
+    let want = interpret(program, &bound).unwrap();
+    for (path, exe) in executables(program, &bound.dims) {
+        let got = exe.run(&bound, &pool(2).unwrap()).unwrap();
+        for ((name, w), (_, g)) in want.iter().zip(&got) {
+            let error = relative_error(g, w);
+            assert!(error < 1e-5, "{what} ({path}): `{name}` off by {error}");
+        }
+    }
+}
+
+#[test]
+fn masks_fill_and_fully_masked_rows_come_out_uniform() {
+    // causal.attn without the probabilities as an output: the flash-style kernel.
+    let src = example("causal.attn").replace("output attn = p", "");
+    // Causal, with row 3 of batch 0 fully masked; 300 keys are two key blocks.
+    let keep = |b: usize, i: usize, j: usize| j <= i && !(b == 0 && i == 3);
+    for (n, d, h) in [(9, 12, 3), (300, 8, 2)] {
+        let dims = [("B", 2), ("N", n), ("D", d), ("H", h)];
+        differential_masked(&format!("flash N={n}"), &program(&src, &dims), keep);
+        // And the softmax kernel, where the probabilities are an output.
+        differential_masked(
+            &format!("softmax N={n}"),
+            &program(&example("causal.attn"), &dims),
+            keep,
+        );
+    }
+}
+
+#[test]
+fn a_cache_compiles_each_shape_once() {
+    let p = program(&example("self_attention.attn"), &[("D", 16), ("H", 4)]);
+    let mut cache = Cache::new(&p);
+    let dims = |n: i64| {
+        let mut d: Vec<Option<i64>> = vec![None; p.dims.len()];
+        for (s, info) in p.dims.iter() {
+            d[s] = match info.name.as_str() {
+                "B" => Some(1),
+                "N" => Some(n),
+                "D" => Some(16),
+                "H" => Some(4),
+                "Dk" => Some(4),
+                _ => None,
+            };
+        }
+        d
+    };
+    let a = cache.get(&dims(3)).unwrap();
+    let b = cache.get(&dims(3)).unwrap();
+    cache.get(&dims(4)).unwrap();
+    assert!(std::rc::Rc::ptr_eq(&a, &b));
+    assert_eq!(cache.len(), 2);
+}
+
+fn fixture(name: &str) -> PathBuf {
+    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
+    let dir = if beside.is_dir() {
+        beside
+    } else {
+        "/work/shared/fixtures".into()
+    };
+    dir.join(name)
+}
+
+/// The fixture's module without a mask.
+const NO_MASK: &str = "\
+dim B, N
+dim D = 12, H = 3
+dim Dk = D / H
+param Wq: [D, D] = \"linears.0.weight\"
+param bq: [D]    = \"linears.0.bias\"
+param Wk: [D, D] = \"linears.1.weight\"
+param bk: [D]    = \"linears.1.bias\"
+param Wv: [D, D] = \"linears.2.weight\"
+param bv: [D]    = \"linears.2.bias\"
+param Wo: [D, D] = \"linears.3.weight\"
+param bo: [D]    = \"linears.3.bias\"
+input query: [B, N, D]
+input key:   [B, N, D]
+input value: [B, N, D]
+let q = linear(query, Wq, bq).view(B, -1, H, Dk).transpose(1, 2)
+let k = linear(key,   Wk, bk).view(B, -1, H, Dk).transpose(1, 2)
+let v = linear(value, Wv, bv).view(B, -1, H, Dk).transpose(1, 2)
+let attn = (q @ k.transpose(-2, -1) / sqrt(Dk)).softmax(-1)
+let x = (attn @ v).transpose(1, 2).contiguous().view(B, -1, H * Dk)
+output out  = linear(x, Wo, bo)
+output attn = attn
+";
+
+fn check_fixture(program: &Program, name: &str) {
+    let opts = RunOptions {
+        weights: Some(fixture(&format!("weights_{name}.safetensors"))),
+        inputs: Some(fixture(&format!("inputs_{name}.safetensors"))),
+        seed: 0,
+    };
+    let bound = bind(program, &opts).unwrap();
+    let expected = TensorFile::open(&fixture(&format!("expected_{name}.safetensors"))).unwrap();
+    for (path, exe) in executables(program, &bound.dims) {
+        for (out, got) in exe.run(&bound, &pool(2).unwrap()).unwrap() {
+            let want = expected.get(&out).unwrap().tensor.unwrap();
+            let error = relative_error(&got, &want);
+            assert!(error < 1e-5, "{name} ({path}): `{out}` off by {error}");
+        }
+    }
+}
+
+#[test]
+fn the_jit_reproduces_the_pytorch_fixtures() {
+    let mha = example("mha.attn");
+    check_fixture(&program(&mha, &[("D", 16), ("H", 4)]), "pad_b2_n7_d16_h4");
+    check_fixture(&program(&example("causal.attn"), &[]), "causal_b3_n9_d32_h8");
+    check_fixture(&program(NO_MASK, &[]), "nomask_b1_n5_d12_h3");
+    let heads = example("mha_heads.attn");
+    check_fixture(&program(&heads, &[("D", 16), ("H", 4)]), "pad_b2_n7_d16_h4");
+}
