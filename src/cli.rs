@@ -292,13 +292,16 @@ fn run(args: &RunArgs) -> i32 {
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
         let bound_at = Instant::now();
-        let outputs = match args.backend {
-            Backend::Interp => runtime::interpret(program, &bound)?,
-            Backend::Jit => native::run(program, &bound, args.threads)?,
+        let (outputs, compile_ms) = match args.backend {
+            Backend::Interp => (runtime::interpret(program, &bound)?, None),
+            Backend::Jit => {
+                let (outputs, compile_ms) = native::run(program, &bound, args.threads)?;
+                (outputs, Some(compile_ms))
+            }
         };
-        Ok((outputs, bound_at))
+        Ok((outputs, bound_at, compile_ms))
     });
-    let (outputs, bound_at) = match result {
+    let (outputs, bound_at, compile_ms) = match result {
         Ok(x) => x,
         Err(e) => {
             eprintln!("{e}");
@@ -328,11 +331,18 @@ fn run(args: &RunArgs) -> i32 {
         Backend::Interp => "interp".to_string(),
         Backend::Jit => native::describe(args.threads),
     };
-    println!(
-        "time: load {:.3} ms, run {:.3} ms ({backend})",
-        ms(bound_at - start),
-        ms(done - bound_at)
-    );
+    let run_ms = ms(done - bound_at);
+    match compile_ms {
+        Some(c) => println!(
+            "time: load {:.3} ms, compile {c:.3} ms, run {:.3} ms ({backend})",
+            ms(bound_at - start),
+            run_ms - c
+        ),
+        None => println!(
+            "time: load {:.3} ms, run {run_ms:.3} ms ({backend})",
+            ms(bound_at - start)
+        ),
+    }
     0
 }
 

@@ -8,15 +8,15 @@
 //! to the prologue and gives every temporary an offset in one arena, reusing the memory of
 //! temporaries that are dead.
 //!
-//! The entry points a fused op of the optimizer maps onto, each a method of the lowerer
-//! that takes the op's operands as IR values and its attributes as numbers:
-//! - a batched GEMM `alpha · op(a) @ op(b) + bias`: transpose the operand views
-//!   ([`View::transpose`] of the last two axes, free), then `gemm(id, &a, &b, alpha, bias)`;
-//! - a fused scale-mask-softmax: `softmax(id, axis, x, scale, Some(Masking { mask, op, rhs,
-//!   fill }))`;
-//! - a fused attention: `attention(id, [q, kt, v], scale, mask)`;
-//! - a concatenation of params: as `concat` (one copy per part into a slice of one
-//!   buffer); its kernels read params only, so they land in the prologue by themselves.
+//! The optimizer's fused ops map onto the same kernels as the patterns [`fuse`] finds in
+//! a typed program:
+//! - `gemm` (`alpha · (op(a) @ op(b) + bias)`): the operands as views, transposed where a
+//!   flag says so (free), then the batched GEMM kernel;
+//! - `masked_softmax`: the softmax kernel with its scale and mask fill (a comparison with a
+//!   constant is tested inside the kernel);
+//! - `attention`: the flash-style attention kernel, never holding the scores;
+//! - `cat`: one copy per part into a slice of one buffer; its kernels read params only, so
+//!   they land in the prologue by themselves.
 
 mod flops;
 mod fuse;

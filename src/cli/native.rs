@@ -36,10 +36,15 @@ pub fn describe(t: Option<u16>) -> String {
     format!("jit, {} threads", threads(t))
 }
 
-/// Compiles `program` for `bound`'s dims and runs it.
-pub fn run(program: &Program, bound: &Bound, t: Option<u16>) -> Result<Vec<(String, Tensor)>, RunError> {
-    let (exe, _) = compile(program, &bound.dims)?;
-    exe.run(bound, &pool(threads(t))?)
+/// Compiles `program` for `bound`'s dims and runs it; the outputs, and the ms that
+/// compiling took.
+pub fn run(
+    program: &Program,
+    bound: &Bound,
+    t: Option<u16>,
+) -> Result<(Vec<(String, Tensor)>, f64), RunError> {
+    let (exe, compile_ms) = compile(program, &bound.dims)?;
+    Ok((exe.run(bound, &pool(threads(t))?)?, compile_ms))
 }
 
 /// The native code of `program`: optimized (the e-graph pass), then lowered and compiled
