@@ -1,22 +1,9 @@
 //! Golden tests of the `attnc` binary: exit codes, output formats, usage errors.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn attnc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_attnc"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::{attnc, stderr, stdout};
 
 #[test]
 fn check_prints_every_binding_of_the_main_example() {

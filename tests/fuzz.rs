@@ -6,21 +6,8 @@ use attnc::render;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-/// xorshift64*: deterministic, so a failure reproduces from its case number.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+mod common;
+use common::Rng;
 
 /// Fragments a mutation may insert: the tokens most likely to reach odd checker paths.
 const FRAGMENTS: &[&str] = &[

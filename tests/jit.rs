@@ -3,53 +3,14 @@
 //! 1e-5 of the largest element (and the two thread counts bit for bit); the PyTorch fixtures
 //! must come out right through the JIT.
 
-use attnc::check::DimOverride;
-use attnc::driver::check_source;
 use attnc::ir::Program;
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::jit::{pool, Cache, Executable};
-use attnc::runtime::{bind, interpret, RunOptions, Tensor};
+use attnc::runtime::{bind, interpret, RunOptions};
 use std::path::{Path, PathBuf};
 
-fn example(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
-    std::fs::read_to_string(path).expect("example is readable")
-}
-
-/// `src` checked with those of `dims` that it declares.
-fn program(src: &str, dims: &[(&str, i64)]) -> Program {
-    let declared = check_source(src, &[]).unwrap().program;
-    let overrides: Vec<DimOverride> = dims
-        .iter()
-        .filter(|(n, _)| declared.dims.lookup(n).is_some())
-        .map(|&(n, v)| DimOverride {
-            name: n.to_string(),
-            value: v,
-        })
-        .collect();
-    let checked = check_source(src, &overrides).unwrap();
-    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
-    checked.program
-}
-
-/// The largest difference, relative to the largest element of `want`.
-fn relative_error(got: &Tensor, want: &Tensor) -> f32 {
-    assert_eq!(got.shape, want.shape);
-    let scale = want
-        .data
-        .iter()
-        .fold(0f32, |m, x| m.max(x.abs()))
-        .max(f32::MIN_POSITIVE);
-    let diff = got
-        .data
-        .iter()
-        .zip(&want.data)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    if got.data.iter().any(|x| x.is_nan()) {
-        return f32::INFINITY;
-    }
-    diff / scale
-}
+mod common;
+use common::{example, program, relative_error};
 
 /// The native code of `program` as checked and as optimized: both paths must agree with
 /// the interpreter (`attnc run` takes the optimized one).

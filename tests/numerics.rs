@@ -2,10 +2,10 @@
 //! reference interpreter gives the same outputs for the optimized program as for the
 //! source, within 1e-5 of the largest element.
 
-use attnc::check::DimOverride;
-use attnc::driver::check_source;
-use attnc::ir::Program;
-use attnc::runtime::{bind, interpret, RunOptions, Tensor};
+use attnc::runtime::{bind, interpret, RunOptions};
+
+mod common;
+use common::{program, relative_error};
 
 /// The sizes tried: every one a program declares is used (D and H replace constants).
 const SIZES: &[&[(&str, i64)]] = &[
@@ -33,43 +33,11 @@ fn examples() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The program checked with those of `sizes` that it declares.
-fn checked(src: &str, sizes: &[(&str, i64)]) -> Program {
-    let plain = check_source(src, &[]).unwrap().program;
-    let overrides: Vec<DimOverride> = sizes
-        .iter()
-        .filter(|(name, _)| plain.dims.lookup(name).is_some())
-        .map(|&(name, value)| DimOverride {
-            name: name.into(),
-            value,
-        })
-        .collect();
-    let checked = check_source(src, &overrides).unwrap();
-    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
-    checked.program
-}
-
-/// The largest difference relative to the largest element of `want`.
-fn relative_error(got: &Tensor, want: &Tensor) -> f32 {
-    assert_eq!(got.shape, want.shape);
-    let scale = want
-        .data
-        .iter()
-        .fold(0f32, |m, x| m.max(x.abs()))
-        .max(f32::MIN_POSITIVE);
-    let diff = got
-        .data
-        .iter()
-        .zip(&want.data)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    diff / scale
-}
-
 #[test]
 fn optimized_programs_compute_what_their_sources_compute() {
     for (name, src) in examples() {
         for sizes in SIZES {
-            let source = checked(&src, sizes);
+            let source = program(&src, sizes);
             let optimized = attnc::opt::optimize(&source);
             assert!(
                 optimized.stats.fallback.is_none(),
@@ -133,7 +101,7 @@ const PROGRAMS: &[&str] = &[
 #[test]
 fn other_programs_compute_the_same_optimized() {
     for (i, src) in PROGRAMS.iter().enumerate() {
-        let source = checked(src, &[("B", 2), ("N", 3)]);
+        let source = program(src, &[("B", 2), ("N", 3)]);
         let optimized = attnc::opt::optimize(&source);
         if src.contains("1..H") {
             assert!(

@@ -8,6 +8,9 @@
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
+mod common;
+use common::Rng;
+
 const PROMPT: &str = "attn> ";
 
 /// Run `attnc repl --echo ARGS` on `input`; (exit code, stdout and stderr as one text).
@@ -76,22 +79,6 @@ fn an_unreadable_file_argument_is_reported_and_the_session_goes_on() {
 fn bad_dim_arguments_are_usage_errors() {
     let (code, _) = repl(&["--dim", "B=0"], b"");
     assert_eq!(code, Some(2));
-}
-
-/// xorshift64*: deterministic, so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 /// A line of an example, of a session script, a command or random bytes, mutated.

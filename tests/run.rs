@@ -4,22 +4,13 @@
 use attnc::runtime::files::{save, TensorFile};
 use attnc::runtime::Tensor;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
+use common::{attnc, relative_error, stderr};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
-}
-
-fn attnc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_attnc"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A fresh scratch directory for one test.
@@ -35,22 +26,6 @@ fn tensor(file: &Path, key: &str) -> Tensor {
     f.get(key)
         .and_then(|e| e.tensor)
         .unwrap_or_else(|| panic!("{key} in {}", file.display()))
-}
-
-/// The largest difference relative to the largest element of `expected`.
-fn rel_error(got: &Tensor, expected: &Tensor) -> f32 {
-    assert_eq!(got.shape, expected.shape);
-    let scale = expected
-        .data
-        .iter()
-        .fold(0f32, |m, x| m.max(x.abs()))
-        .max(f32::MIN_POSITIVE);
-    let diff = got
-        .data
-        .iter()
-        .zip(&expected.data)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    diff / scale
 }
 
 /// The inputs of fixture `name`, with an all-ones `[B, 1, N]` mask added where it has none.
@@ -100,7 +75,7 @@ fn reproduce(example: &str, name: &str, d: &str, h: &str) {
     let mut compared = 0;
     for key in ["out", "attn"] {
         if produced.get(key).is_some() {
-            let err = rel_error(&tensor(&out, key), &tensor(&expected, key));
+            let err = relative_error(&tensor(&out, key), &tensor(&expected, key));
             assert!(err <= 1e-5, "{example} on {name}: `{key}` is off by {err:e}");
             compared += 1;
         }

@@ -1,0 +1,84 @@
+//! Helpers shared by the integration tests: each test crate uses some of them.
+#![allow(dead_code)]
+
+use attnc::check::DimOverride;
+use attnc::driver::check_source;
+use attnc::ir::Program;
+use attnc::runtime::Tensor;
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Run the `attnc` binary in the crate's directory.
+pub fn attnc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attnc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The text of `examples/NAME`.
+pub fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
+    std::fs::read_to_string(path).expect("example is readable")
+}
+
+/// `src` checked with those of `dims` that it declares (`D` and `H` replace constants).
+pub fn program(src: &str, dims: &[(&str, i64)]) -> Program {
+    let declared = check_source(src, &[]).unwrap().program;
+    let overrides: Vec<DimOverride> = dims
+        .iter()
+        .filter(|(n, _)| declared.dims.lookup(n).is_some())
+        .map(|&(n, v)| DimOverride {
+            name: n.to_string(),
+            value: v,
+        })
+        .collect();
+    let checked = check_source(src, &overrides).unwrap();
+    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+    checked.program
+}
+
+/// The largest difference, relative to the largest element of `want`; infinite when `got`
+/// has a NaN.
+pub fn relative_error(got: &Tensor, want: &Tensor) -> f32 {
+    assert_eq!(got.shape, want.shape);
+    if got.data.iter().any(|x| x.is_nan()) {
+        return f32::INFINITY;
+    }
+    let scale = want
+        .data
+        .iter()
+        .fold(0f32, |m, x| m.max(x.abs()))
+        .max(f32::MIN_POSITIVE);
+    let diff = got
+        .data
+        .iter()
+        .zip(&want.data)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    diff / scale
+}
+
+/// xorshift64*: deterministic, so a failure reproduces from its case number.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
