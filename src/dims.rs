@@ -660,14 +660,8 @@ impl DimTable {
     pub fn display(&self, p: &Poly) -> String {
         match self.name_of(p) {
             Some(name) => name.to_string(),
-            None => self.display_normal(p),
+            None => self.display_folding(p, self.dims.len()),
         }
-    }
-
-    /// Text of the normal form itself, with derived dims folded into its terms but the
-    /// whole never replaced by a name (how a derived dim's definition prints).
-    pub fn display_normal(&self, p: &Poly) -> String {
-        self.display_folding(p, self.dims.len())
     }
 
     /// The definition of derived dim `s`, folding only dims declared before it

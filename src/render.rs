@@ -79,7 +79,7 @@ fn to_codespan<Id>(d: &Diagnostic, locate: impl Fn(Span) -> (Id, Range<usize>)) 
 }
 
 /// One diagnostic as the spec's JSON object.
-pub fn diagnostic_json(src: &str, d: &Diagnostic) -> Value {
+fn diagnostic_json(src: &str, d: &Diagnostic) -> Value {
     let (line, column) = line_col(src, d.span.start);
     json!({
         "code": d.code.to_string(),
