@@ -169,13 +169,7 @@ fn a_cache_compiles_each_shape_once() {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
-    let dir = if beside.is_dir() {
-        beside
-    } else {
-        "/work/shared/fixtures".into()
-    };
-    dir.join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 /// The fixture's module without a mask.

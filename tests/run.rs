@@ -10,7 +10,7 @@ mod common;
 use common::{attnc, relative_error, stderr};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 /// A fresh scratch directory for one test.

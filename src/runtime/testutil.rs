@@ -176,15 +176,10 @@ impl Builder {
     }
 }
 
-/// A reference fixture: under `$CARGO_MANIFEST_DIR/../shared/fixtures` in the final
-/// repository, under `/work/shared/fixtures` from a worktree elsewhere.
+/// A reference fixture, kept in the repository under `tests/fixtures` (its README says where
+/// the files came from and how to make them again).
 pub fn fixture(name: &str) -> std::path::PathBuf {
-    let beside = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
-    let dir = match beside.is_dir() {
-        true => beside,
-        false => "/work/shared/fixtures".into(),
-    };
-    dir.join(name)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 /// Which mask the attention program takes, as in the fixtures.
