@@ -24,6 +24,7 @@ mod index_mask;
 mod text;
 
 pub use index_mask::{Affine, IndexMask, Keep, Tile, TileCounts, Truth};
+pub use text::byte_size;
 
 /// Index of a buffer in [`Plan::buffers`].
 pub type BufId = usize;
@@ -276,6 +277,38 @@ impl KernelOp {
             KernelOp::Softmax(s) => 30.0 * s.shape.iter().product::<usize>() as f64,
             KernelOp::Map(m) => 10.0 * m.shape.iter().product::<usize>() as f64,
         }
+    }
+
+    /// The arithmetic of the kernel's matrix products (2 per multiply-add; attention's two
+    /// products counted dense, masked pairs included, as the peers count them); 0 for the
+    /// kernels without one.
+    pub fn flops(&self) -> f64 {
+        match self {
+            KernelOp::Gemm(g) => 2.0 * (g.batch.iter().product::<usize>() * g.m * g.n * g.k) as f64,
+            KernelOp::Attention(a) => {
+                let b = a.batch.iter().product::<usize>();
+                2.0 * (b * a.n * a.m * (a.dk + a.dv)) as f64
+            }
+            KernelOp::Softmax(_) | KernelOp::Map(_) => 0.0,
+        }
+    }
+
+    /// The bytes the kernel reads and writes, each element counted once (what it moves
+    /// between memory and the cores at best): for each operand, the elements its strides
+    /// reach, so a broadcast axis counts once.
+    pub fn bytes(&self) -> usize {
+        self.operands()
+            .iter()
+            .map(|(op, shape, _)| {
+                let reached: usize = shape
+                    .iter()
+                    .zip(&op.strides)
+                    .filter(|&(_, &s)| s != 0)
+                    .map(|(&n, _)| n)
+                    .product();
+                reached * 4
+            })
+            .sum()
     }
 
     /// Floats of per-thread scratch a task needs.
