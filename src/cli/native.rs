@@ -1,6 +1,6 @@
 //! The native backend's commands: `run --backend jit`, `bench`, `ir --stage kernels|clif`.
 
-use super::{load, render, DimArgs, Format};
+use super::{load, render, DimArgs, Format, MemoryArgs};
 use attnc::check::DimOverride;
 use attnc::codegen::Jit;
 use attnc::ir::Program;
@@ -16,9 +16,11 @@ pub struct BenchArgs {
     file: PathBuf,
     #[command(flatten)]
     dims: DimArgs,
-    /// Worker threads (default: one per core)
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Worker threads, 1 to 1024 (default: one per core)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
+    #[command(flatten)]
+    memory: MemoryArgs,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -42,17 +44,18 @@ pub fn run(
     program: &Program,
     bound: &Bound,
     t: Option<u16>,
+    budget: u64,
 ) -> Result<(Vec<(String, Tensor)>, f64), RunError> {
-    let (exe, compile_ms) = compile(program, &bound.dims)?;
+    let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
     Ok((exe.run(bound, &pool(threads(t))?)?, compile_ms))
 }
 
 /// The native code of `program`: optimized (the e-graph pass), then lowered and compiled
 /// for these dims; with the time all of it took, in ms.
-fn compile(program: &Program, dims: &[Option<i64>]) -> Result<(Executable, f64), RunError> {
+fn compile(program: &Program, dims: &[Option<i64>], budget: u64) -> Result<(Executable, f64), RunError> {
     let start = Instant::now();
     let optimized = attnc::opt::optimize(program).program;
-    let exe = Executable::compile(&optimized, dims)?;
+    let exe = Executable::compile_within(&optimized, dims, budget)?;
     Ok((exe, start.elapsed().as_secs_f64() * 1e3))
 }
 
@@ -70,15 +73,16 @@ fn checked(path: &Path, dims: &[DimOverride]) -> Result<Program, i32> {
 }
 
 /// `attnc ir --stage kernels|clif`: the plan, or the Cranelift IR of every kernel.
-pub fn ir(path: &Path, dims: &[DimOverride], clif: bool) -> i32 {
+pub fn ir(path: &Path, dims: &[DimOverride], clif: bool, budget: u64) -> i32 {
     let program = match checked(path, dims) {
         Ok(p) => p,
         Err(code) => return code,
     };
     let result = runtime::bind_dims(&program).and_then(|dims| {
         let internal = |e: String| RunError::new(None, format!("internal error: {e}"));
+        runtime::budget::program(&program, &dims, budget)?;
         let optimized = attnc::opt::optimize(&program).program;
-        let plan = lower::lower(&optimized, &dims).map_err(|e| internal(e.to_string()))?;
+        let plan = runtime::jit::plan(&optimized, &dims, budget)?;
         if !clif {
             return Ok(plan.to_text());
         }
@@ -115,7 +119,7 @@ pub fn bench(args: &BenchArgs) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    match measure(&program, threads(args.threads)) {
+    match measure(&program, threads(args.threads), args.memory.budget()) {
         Ok(m) => {
             match args.format {
                 Format::Json => println!(
@@ -159,11 +163,11 @@ fn profile(
     outputs: &mut Vec<(String, Tensor)>,
     iters: usize,
 ) -> Result<(), RunError> {
-    let mut times = vec![0.0; exe.plan.kernels.len()];
+    let mut times = vec![0.0; exe.plan().kernels.len()];
     for _ in 0..iters {
         exe.run_prepared(bound, prepared, pool, outputs, Some(&mut times))?;
     }
-    for (k, t) in exe.plan.kernels.iter().zip(&times) {
+    for (k, t) in exe.plan().kernels.iter().zip(&times) {
         let ms = t / iters as f64 * 1e3;
         eprintln!(
             "{ms:9.4} ms  {} `{}` ({} tasks)",
@@ -187,9 +191,13 @@ struct Measured {
     threads: usize,
 }
 
-fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
-    let bound = runtime::bind(program, &RunOptions::default())?;
-    let (exe, compile_ms) = compile(program, &bound.dims)?;
+fn measure(program: &Program, threads: usize, budget: u64) -> Result<Measured, RunError> {
+    let opts = RunOptions {
+        max_memory: Some(budget),
+        ..RunOptions::default()
+    };
+    let bound = runtime::bind(program, &opts)?;
+    let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
     let pool = pool(threads)?;
     let start = Instant::now();
     let prepared = exe.prepare(&bound.params, &pool)?;
@@ -223,7 +231,7 @@ fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
         gflops: flops / (median_ms * 1e-3) / 1e9,
         compile_ms,
         prepare_ms,
-        kernels: exe.plan.kernels.len(),
+        kernels: exe.plan().kernels.len(),
         functions: exe.functions(),
         threads,
     })
