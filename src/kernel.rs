@@ -397,7 +397,8 @@ impl Plan {
                     return Err(PlanError(format!("k{ki} writes read-only b{}", op.buf)));
                 }
                 // Tasks write disjoint elements only if no written element repeats.
-                if written && shape.iter().zip(&op.strides).any(|(&n, &s)| n > 1 && s == 0) {
+                let empty = shape.contains(&0);
+                if written && !empty && shape.iter().zip(&op.strides).any(|(&n, &s)| n > 1 && s == 0) {
                     return Err(PlanError(format!("k{ki} writes b{} through a broadcast", op.buf)));
                 }
                 match (early, &buf.kind, written) {

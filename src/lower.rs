@@ -207,6 +207,14 @@ impl<'p> Lowerer<'p> {
 
     fn kernel(&mut self, label: String, op: KernelOp) {
         let ops = op.operands();
+        // A kernel that writes no element (a derived size of 0: an empty slice, `N - 1` at
+        // N = 1) is an empty step of the plan: nothing to compute, no call.
+        if ops
+            .iter()
+            .any(|(_, shape, written)| *written && shape.contains(&0))
+        {
+            return;
+        }
         if ops.iter().filter(|o| !o.2).all(|o| self.param_derived(o.0.buf)) {
             self.derived.extend(ops.iter().filter(|o| o.2).map(|o| o.0.buf));
         }

@@ -3,6 +3,9 @@
 
 use std::process::Output;
 
+use attnc::runtime::files::save;
+use attnc::runtime::Tensor;
+
 mod common;
 use common::{attnc, stderr, stdout};
 
@@ -123,4 +126,55 @@ fn max_memory_and_threads_have_usage_limits() {
     }
     let o = with(&base, &["--threads", "1024"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn derived_sizes_of_0_run_on_both_backends() {
+    for n in ["1", "3"] {
+        let mut printed = Vec::new();
+        for backend in ["jit", "interp"] {
+            let args = ["run", "tests/limits/empty_slices.attn", "--dim", "B=2", "--dim"];
+            let o = with(&args, &[&format!("N={n}") as &str, "--backend", backend]);
+            assert_eq!(o.status.code(), Some(0), "{backend}: {}", stderr(&o));
+            let out = stdout(&o);
+            printed.push(out.lines().take(2).map(String::from).collect::<Vec<_>>());
+        }
+        assert_eq!(printed[0], printed[1]);
+        let y = format!("y  [2, {n}, 0]  checksum 0.000000");
+        assert!(printed[0][0].contains(&y), "{:?}", printed[0]);
+    }
+}
+
+#[test]
+fn an_input_with_a_free_dim_of_0_is_e0301() {
+    let dir = std::env::temp_dir().join(format!("attnc-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let inputs = dir.join("empty_input.safetensors");
+    let x = Tensor::new(vec![2, 0, 4], vec![]);
+    save(&inputs, &[("x".to_string(), x)]).unwrap();
+    let o = attnc(&[
+        "run",
+        "tests/limits/empty_slices.attn",
+        "--inputs",
+        inputs.to_str().unwrap(),
+    ]);
+    expect(
+        &o,
+        1,
+        &[
+            "error[E0301]",
+            "input `x` has size 0 on axis 1",
+            "`N`",
+            "at least 1",
+        ],
+    );
+    let o = attnc(&[
+        "run",
+        "tests/limits/empty_slices.attn",
+        "--dim",
+        "B=0",
+        "--dim",
+        "N=2",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

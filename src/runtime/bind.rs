@@ -125,6 +125,13 @@ impl<'p> Dims<'p> {
     }
 
     fn bind_free(&mut self, s: Sym, size: i64, input: &str, axis: usize) -> Result<(), RunError> {
+        if size == 0 {
+            let message = format!(
+                "input `{input}` has size 0 on axis {axis}, the free dim `{}`; a free dim is at least 1",
+                self.name(s)
+            );
+            return Err(RunError::new(Some(Code::E0301), message));
+        }
         let from = match (self.values[s], &self.origins[s]) {
             (None, _) => {
                 self.values[s] = Some(size);

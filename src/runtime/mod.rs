@@ -131,5 +131,6 @@ pub fn save_outputs(path: &Path, outputs: &[(String, Tensor)]) -> Result<(), Run
 
 /// The sum of a tensor's elements, accumulated in f64 (what `attnc run` prints).
 pub fn checksum(t: &Tensor) -> f64 {
-    t.data.iter().map(|&x| f64::from(x)).sum()
+    // A fold from +0.0: `sum` starts at -0.0, which an empty tensor would print.
+    t.data.iter().fold(0.0, |s, &x| s + f64::from(x))
 }
