@@ -53,6 +53,8 @@ enum Command {
         /// program equal to the source
         #[arg(long)]
         explain: bool,
+        #[command(flatten)]
+        memory: MemoryArgs,
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
@@ -91,12 +93,28 @@ struct RunArgs {
     /// Seed for drawn weights and inputs
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Worker threads (the interpreter runs on one)
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Worker threads, 1 to 1024 (the interpreter runs on one)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// Which backend runs the program
     #[arg(long, value_enum, default_value_t = Backend::Jit)]
     backend: Backend,
+    #[command(flatten)]
+    memory: MemoryArgs,
+}
+
+#[derive(clap::Args)]
+struct MemoryArgs {
+    /// The memory budget in bytes: a program whose tensors need more is refused (E0305)
+    /// before anything is allocated [default: the machine's physical memory]
+    #[arg(long = "max-memory", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_memory: Option<u64>,
+}
+
+impl MemoryArgs {
+    fn budget(&self) -> u64 {
+        self.max_memory.unwrap_or_else(runtime::budget::physical_memory)
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -166,7 +184,14 @@ pub fn main() -> i32 {
             dims,
             stats,
             explain,
-        } => ir(&file, &dims.dims, stage, IrFlags { stats, explain }),
+            memory,
+        } => ir(
+            &file,
+            &dims.dims,
+            stage,
+            IrFlags { stats, explain },
+            memory.budget(),
+        ),
         Command::Run(args) => run(&args),
         Command::Repl { file, dims, echo } => repl::run(&repl::Options {
             file,
@@ -229,13 +254,13 @@ struct IrFlags {
     explain: bool,
 }
 
-fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
+fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u64) -> i32 {
     if stage != Stage::Optimized && (flags.stats || flags.explain) {
         eprintln!("error: `--stats` and `--explain` apply to `--stage optimized` only");
         return 2;
     }
     if matches!(stage, Stage::Kernels | Stage::Clif) {
-        return native::ir(path, dims, stage == Stage::Clif);
+        return native::ir(path, dims, stage == Stage::Clif, budget);
     }
     let (src, checked) = match load(path, dims) {
         Ok(x) => x,
@@ -288,6 +313,7 @@ fn run(args: &RunArgs) -> i32 {
         weights: args.weights.clone(),
         inputs: args.inputs.clone(),
         seed: args.seed,
+        max_memory: Some(args.memory.budget()),
     };
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
@@ -295,7 +321,7 @@ fn run(args: &RunArgs) -> i32 {
         let (outputs, compile_ms) = match args.backend {
             Backend::Interp => (runtime::interpret(program, &bound)?, None),
             Backend::Jit => {
-                let (outputs, compile_ms) = native::run(program, &bound, args.threads)?;
+                let (outputs, compile_ms) = native::run(program, &bound, args.threads, opts.budget())?;
                 (outputs, Some(compile_ms))
             }
         };

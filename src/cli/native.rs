@@ -1,6 +1,6 @@
 //! The native backend's commands: `run --backend jit`, `bench`, `ir --stage kernels|clif`.
 
-use super::{load, render, DimArgs, Format};
+use super::{load, render, DimArgs, Format, MemoryArgs};
 use attnc::check::DimOverride;
 use attnc::codegen::Jit;
 use attnc::ir::Program;
@@ -16,9 +16,11 @@ pub struct BenchArgs {
     file: PathBuf,
     #[command(flatten)]
     dims: DimArgs,
-    /// Worker threads (default: one per core)
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Worker threads, 1 to 1024 (default: one per core)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
+    #[command(flatten)]
+    memory: MemoryArgs,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -45,17 +47,18 @@ pub fn run(
     program: &Program,
     bound: &Bound,
     t: Option<u16>,
+    budget: u64,
 ) -> Result<(Vec<(String, Tensor)>, f64), RunError> {
-    let (exe, compile_ms) = compile(program, &bound.dims)?;
+    let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
     Ok((exe.run(bound, &pool(threads(t))?)?, compile_ms))
 }
 
 /// The native code of `program`: optimized (the e-graph pass), then lowered and compiled
 /// for these dims; with the time all of it took, in ms.
-fn compile(program: &Program, dims: &[Option<i64>]) -> Result<(Executable, f64), RunError> {
+fn compile(program: &Program, dims: &[Option<i64>], budget: u64) -> Result<(Executable, f64), RunError> {
     let start = Instant::now();
     let optimized = attnc::opt::optimize(program).program;
-    let exe = Executable::compile(&optimized, dims)?;
+    let exe = Executable::compile_within(&optimized, dims, budget)?;
     Ok((exe, start.elapsed().as_secs_f64() * 1e3))
 }
 
@@ -73,15 +76,16 @@ fn checked(path: &Path, dims: &[DimOverride]) -> Result<Program, i32> {
 }
 
 /// `attnc ir --stage kernels|clif`: the plan, or the Cranelift IR of every kernel.
-pub fn ir(path: &Path, dims: &[DimOverride], clif: bool) -> i32 {
+pub fn ir(path: &Path, dims: &[DimOverride], clif: bool, budget: u64) -> i32 {
     let program = match checked(path, dims) {
         Ok(p) => p,
         Err(code) => return code,
     };
     let result = runtime::bind_dims(&program).and_then(|dims| {
         let internal = |e: String| RunError::new(None, format!("internal error: {e}"));
+        runtime::budget::program(&program, &dims, budget)?;
         let optimized = attnc::opt::optimize(&program).program;
-        let plan = lower::lower(&optimized, &dims).map_err(|e| internal(e.to_string()))?;
+        let plan = runtime::jit::plan(&optimized, &dims, budget)?;
         if !clif {
             return Ok(plan.to_text());
         }
@@ -118,7 +122,7 @@ pub fn bench(args: &BenchArgs) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    match measure(&program, threads(args.threads), args.profile) {
+    match measure(&program, threads(args.threads), args.memory.budget(), args.profile) {
         Ok(m) => {
             match args.format {
                 Format::Json => println!("{}", json(&m)),
@@ -202,11 +206,11 @@ fn profile(
     outputs: &mut Vec<(String, Tensor)>,
     iters: usize,
 ) -> Result<Vec<KernelTime>, RunError> {
-    let mut times = vec![0.0; exe.plan.kernels.len()];
+    let mut times = vec![0.0; exe.plan().kernels.len()];
     for _ in 0..iters {
         exe.run_prepared(bound, prepared, pool, outputs, Some(&mut times))?;
     }
-    let rows = exe.plan.kernels.iter().zip(&times).enumerate();
+    let rows = exe.plan().kernels.iter().zip(&times).enumerate();
     Ok(rows
         .map(|(i, (k, t))| KernelTime {
             name: format!("k{i} {}", k.op.kind()),
@@ -258,9 +262,18 @@ struct Measured {
     profile: Option<Vec<KernelTime>>,
 }
 
-fn measure(program: &Program, threads: usize, with_profile: bool) -> Result<Measured, RunError> {
-    let bound = runtime::bind(program, &RunOptions::default())?;
-    let (exe, compile_ms) = compile(program, &bound.dims)?;
+fn measure(
+    program: &Program,
+    threads: usize,
+    budget: u64,
+    with_profile: bool,
+) -> Result<Measured, RunError> {
+    let opts = RunOptions {
+        max_memory: Some(budget),
+        ..RunOptions::default()
+    };
+    let bound = runtime::bind(program, &opts)?;
+    let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
     let pool = pool(threads)?;
     let start = Instant::now();
     let prepared = exe.prepare(&bound.params, &pool)?;
@@ -301,7 +314,7 @@ fn measure(program: &Program, threads: usize, with_profile: bool) -> Result<Meas
         gflops: flops / (median_ms * 1e-3) / 1e9,
         compile_ms,
         prepare_ms,
-        kernels: exe.plan.kernels.len(),
+        kernels: exe.plan().kernels.len(),
         functions: exe.functions(),
         threads,
         profile,
