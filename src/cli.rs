@@ -77,26 +77,43 @@ enum Command {
 struct RunArgs {
     /// The .attn source file
     file: PathBuf,
-    /// Weights (safetensors); without it every param is drawn as nn.Linear initializes it
-    #[arg(long, value_name = "W.safetensors")]
-    weights: Option<PathBuf>,
-    /// Inputs (safetensors); without it inputs are drawn from a standard normal, masks all ones
-    #[arg(long, value_name = "I.safetensors")]
-    inputs: Option<PathBuf>,
+    #[command(flatten)]
+    tensors: TensorArgs,
     /// Write every output, as float32, under its output name
     #[arg(short = 'o', long = "output", value_name = "OUT.safetensors")]
     output: Option<PathBuf>,
     #[command(flatten)]
     dims: DimArgs,
-    /// Seed for drawn weights and inputs
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     /// Worker threads (the interpreter runs on one)
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
     /// Which backend runs the program
     #[arg(long, value_enum, default_value_t = Backend::Jit)]
     backend: Backend,
+}
+
+/// Where a run's weights and inputs come from: `run` and `bench` take the same flags.
+#[derive(clap::Args)]
+struct TensorArgs {
+    /// Weights (safetensors); without it every param is drawn as nn.Linear initializes it
+    #[arg(long, value_name = "W.safetensors")]
+    weights: Option<PathBuf>,
+    /// Inputs (safetensors); without it inputs are drawn from a standard normal, masks all ones
+    #[arg(long, value_name = "I.safetensors")]
+    inputs: Option<PathBuf>,
+    /// Seed for drawn weights and inputs
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl TensorArgs {
+    fn options(&self) -> RunOptions {
+        RunOptions {
+            weights: self.weights.clone(),
+            inputs: self.inputs.clone(),
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -284,11 +301,7 @@ fn run(args: &RunArgs) -> i32 {
         return 1;
     }
     let program = &checked.program;
-    let opts = RunOptions {
-        weights: args.weights.clone(),
-        inputs: args.inputs.clone(),
-        seed: args.seed,
-    };
+    let opts = args.tensors.options();
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
         let bound_at = Instant::now();

@@ -1,6 +1,6 @@
 //! The native backend's commands: `run --backend jit`, `bench`, `ir --stage kernels|clif`.
 
-use super::{load, render, DimArgs, Format};
+use super::{load, render, DimArgs, Format, TensorArgs};
 use attnc::check::DimOverride;
 use attnc::codegen::Jit;
 use attnc::ir::Program;
@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 pub struct BenchArgs {
     /// The .attn source file
     file: PathBuf,
+    #[command(flatten)]
+    tensors: TensorArgs,
     #[command(flatten)]
     dims: DimArgs,
     /// Worker threads (default: one per core)
@@ -115,7 +117,7 @@ pub fn bench(args: &BenchArgs) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    match measure(&program, threads(args.threads)) {
+    match measure(&program, &args.tensors.options(), threads(args.threads)) {
         Ok(m) => {
             match args.format {
                 Format::Json => println!(
@@ -187,8 +189,8 @@ struct Measured {
     threads: usize,
 }
 
-fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
-    let bound = runtime::bind(program, &RunOptions::default())?;
+fn measure(program: &Program, opts: &RunOptions, threads: usize) -> Result<Measured, RunError> {
+    let bound = runtime::bind(program, opts)?;
     let (exe, compile_ms) = compile(program, &bound.dims)?;
     let pool = pool(threads)?;
     let start = Instant::now();
