@@ -53,6 +53,10 @@ enum Command {
         /// program equal to the source
         #[arg(long)]
         explain: bool,
+        /// `dot`: the typed or optimized program as a Graphviz graph, one node per op with
+        /// its shape, fused ops filled (`| dot -Tsvg > graph.svg`)
+        #[arg(long, value_enum, default_value_t = IrFormat::Text)]
+        format: IrFormat,
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
@@ -139,6 +143,13 @@ enum Format {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum IrFormat {
+    Text,
+    /// Graphviz's DOT language
+    Dot,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Stage {
     /// The checked, inlined program with every value's shape
     Typed,
@@ -183,7 +194,17 @@ pub fn main() -> i32 {
             dims,
             stats,
             explain,
-        } => ir(&file, &dims.dims, stage, IrFlags { stats, explain }),
+            format,
+        } => ir(
+            &file,
+            &dims.dims,
+            stage,
+            IrFlags {
+                stats,
+                explain,
+                dot: format == IrFormat::Dot,
+            },
+        ),
         Command::Run(args) => run(&args),
         Command::Repl { file, dims, echo } => repl::run(&repl::Options {
             file,
@@ -244,11 +265,19 @@ fn check(path: &Path, dims: &[DimOverride], format: Format) -> i32 {
 struct IrFlags {
     stats: bool,
     explain: bool,
+    /// A Graphviz graph instead of text.
+    dot: bool,
 }
 
 fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
     if stage != Stage::Optimized && (flags.stats || flags.explain) {
         eprintln!("error: `--stats` and `--explain` apply to `--stage optimized` only");
+        return 2;
+    }
+    if flags.dot && (matches!(stage, Stage::Kernels | Stage::Clif) || flags.stats || flags.explain) {
+        eprintln!(
+            "error: `--format dot` draws `--stage typed` or `optimized`, without `--stats` or `--explain`"
+        );
         return 2;
     }
     if matches!(stage, Stage::Kernels | Stage::Clif) {
@@ -267,7 +296,11 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
     }
     match stage {
         Stage::Kernels | Stage::Clif => unreachable!("handled above"),
+        Stage::Typed if flags.dot => print!("{}", checked.program.to_dot()),
         Stage::Typed => print!("{}", checked.program.to_text()),
+        Stage::Optimized if flags.dot => {
+            print!("{}", attnc::opt::optimize(&checked.program).program.to_dot())
+        }
         Stage::Optimized => {
             let optimized = attnc::opt::optimize(&checked.program);
             print!("{}", optimized.program.to_text());
