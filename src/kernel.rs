@@ -16,8 +16,12 @@
 //! fill and a numerically safe softmax along the last axis), [`Attention`] (flash style:
 //! blocked over keys with a running max and sum) and [`Map`] (a fused elementwise
 //! expression, which also does every layout copy).
+//!
+//! Elementwise arithmetic is written with the backend's own primitives ([`Unary`],
+//! [`Binary`], comparisons and a select), each computed as PyTorch computes it in float32:
+//! the lowering decomposes every elementwise op of the language into them.
 
-use crate::ir::{BinaryOp, CmpOp, UnaryOp};
+use crate::ir::CmpOp;
 use std::fmt::{self, Write as _};
 
 mod text;
@@ -147,17 +151,94 @@ pub struct Attention {
     pub block: (usize, usize),
 }
 
-/// One node of a [`Map`] expression; operands index earlier nodes.
+/// A unary primitive, with PyTorch's float32 meaning over the whole range (NaN, infinities
+/// and subnormal results included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unary {
+    Neg,
+    Abs,
+    Sqrt,
+    /// `1 / sqrt(x)`, as PyTorch's CPU kernel computes it (`rsqrt(0)` is `inf`).
+    Rsqrt,
+    Exp,
+    /// The natural logarithm.
+    Log,
+    Tanh,
+    /// `1 / (1 + exp(-x))`: 0 below about -88.7, where `exp(-x)` overflows.
+    Sigmoid,
+    Erf,
+    Sin,
+    Cos,
+    /// Logical not of a 0/1 boolean: 1.0 where `x` is 0, else 0.0.
+    Not,
+}
+
+/// A binary primitive, with PyTorch's float32 meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// `torch.pow`: `powf`, except where the exponent is a constant PyTorch special-cases
+    /// (0, 1, 2, 3, -2, 0.5 as `sqrt`, -0.5 as `rsqrt`, -1 as a reciprocal).
+    Pow,
+    /// `torch.maximum`: NaN if either side is NaN, else `a >= b ? a : b`.
+    Maximum,
+    /// `torch.minimum`: NaN if either side is NaN, else `a <= b ? a : b`.
+    Minimum,
+    /// Logical and of 0/1 booleans (any non-zero counts as true).
+    And,
+    /// Logical or of 0/1 booleans.
+    Or,
+}
+
+impl Unary {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unary::Neg => "neg",
+            Unary::Abs => "abs",
+            Unary::Sqrt => "sqrt",
+            Unary::Rsqrt => "rsqrt",
+            Unary::Exp => "exp",
+            Unary::Log => "log",
+            Unary::Tanh => "tanh",
+            Unary::Sigmoid => "sigmoid",
+            Unary::Erf => "erf",
+            Unary::Sin => "sin",
+            Unary::Cos => "cos",
+            Unary::Not => "not",
+        }
+    }
+}
+
+impl Binary {
+    pub fn name(self) -> &'static str {
+        match self {
+            Binary::Add => "+",
+            Binary::Sub => "-",
+            Binary::Mul => "*",
+            Binary::Div => "/",
+            Binary::Pow => "pow",
+            Binary::Maximum => "maximum",
+            Binary::Minimum => "minimum",
+            Binary::And => "and",
+            Binary::Or => "or",
+        }
+    }
+}
+
+/// One node of an elementwise formula ([`Map::expr`]); operands index earlier nodes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
-    /// Element of `Map::inputs[i]`.
+    /// The element of input `i` (`Map::inputs[i]`).
     Input(usize),
     Const(f32),
-    Unary(UnaryOp, usize),
-    Binary(BinaryOp, usize, usize),
+    Unary(Unary, usize),
+    Binary(Binary, usize, usize),
     /// 1.0 where the comparison holds, else 0.0.
     Compare(CmpOp, usize, usize),
-    /// `masked_fill`: `value` where `mask` is not 0, else `x` (args `mask, value, x`).
+    /// `a` where `cond` is not 0, else `b` (args `cond, a, b`): `where`, `masked_fill`.
     Select(usize, usize, usize),
 }
 
@@ -355,6 +436,18 @@ impl fmt::Display for PlanError {
     }
 }
 
+/// Whether `expr` is a formula over `inputs` inputs whose nodes read earlier nodes only.
+fn well_formed(expr: &[Expr], inputs: usize) -> bool {
+    let bad = expr.iter().enumerate().any(|(i, e)| match *e {
+        Expr::Input(j) => j >= inputs,
+        Expr::Const(_) => false,
+        Expr::Unary(_, a) => a >= i,
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
+        Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
+    });
+    !bad && !expr.is_empty()
+}
+
 impl Plan {
     /// Checks the invariants the generated code relies on: every operand stays inside its
     /// buffer for the whole iteration space, kernels write only temporaries and outputs,
@@ -411,14 +504,7 @@ impl Plan {
                 }
             }
             if let KernelOp::Map(m) = &kernel.op {
-                let bad = m.expr.iter().enumerate().any(|(i, e)| match *e {
-                    Expr::Input(j) => j >= m.inputs.len(),
-                    Expr::Const(_) => false,
-                    Expr::Unary(_, a) => a >= i,
-                    Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
-                    Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
-                });
-                if bad || m.expr.is_empty() {
+                if !well_formed(&m.expr, m.inputs.len()) {
                     return Err(PlanError(format!("k{ki}: malformed expression")));
                 }
             }

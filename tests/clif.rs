@@ -4,9 +4,10 @@
 //! call, the exp polynomial), not the program around it.
 
 use attnc::codegen::Jit;
-use attnc::ir::{BinaryOp, CmpOp, UnaryOp};
+use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Attention, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan, Softmax,
+    Attention, Binary, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
+    Softmax, Unary,
 };
 use attnc::runtime::jit::sgemm_address;
 
@@ -119,8 +120,8 @@ fn map_fuses_an_elementwise_expression() {
     let expr = vec![
         Expr::Input(0),
         Expr::Input(1),
-        Expr::Binary(BinaryOp::Mul, 0, 1),
-        Expr::Unary(UnaryOp::Exp, 2),
+        Expr::Binary(Binary::Mul, 0, 1),
+        Expr::Unary(Unary::Exp, 2),
         Expr::Const(0.0),
         Expr::Compare(CmpOp::Gt, 0, 4),
         Expr::Select(5, 4, 3),
@@ -133,5 +134,27 @@ fn map_fuses_an_elementwise_expression() {
         rows_per_task: 2,
     };
     let p = plan(&[15, 5], 15, KernelOp::Map(m));
+    insta::assert_snapshot!(clif(&p));
+}
+
+/// `tanh` is a call per lane (four on the vector path, one on the tail), `maximum` a
+/// NaN-propagating select, and `x ** 2` a product.
+#[test]
+fn map_calls_the_math_functions_it_has_no_vector_form_for() {
+    let expr = vec![
+        Expr::Input(0),
+        Expr::Unary(Unary::Tanh, 0),
+        Expr::Const(2.0),
+        Expr::Binary(Binary::Pow, 0, 2),
+        Expr::Binary(Binary::Maximum, 1, 3),
+    ];
+    let m = Map {
+        shape: vec![6],
+        inputs: vec![op(0, &[1])],
+        expr,
+        out: op(1, &[1]),
+        rows_per_task: 1,
+    };
+    let p = plan(&[6], 6, KernelOp::Map(m));
     insta::assert_snapshot!(clif(&p));
 }

@@ -1,7 +1,6 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
-use super::{BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
-use crate::ir::{BinaryOp, UnaryOp};
+use super::{Binary, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
 use std::fmt::Write as _;
 
 pub fn buffers(plan: &Plan, out: &mut String) {
@@ -143,23 +142,11 @@ pub fn expr_text(expr: &[Expr], i: usize) -> String {
     match &expr[i] {
         Expr::Input(j) => format!("in{j}"),
         Expr::Const(c) => format!("{c:?}"),
-        Expr::Unary(op, a) => {
-            let name = match op {
-                UnaryOp::Neg => "neg",
-                UnaryOp::Sqrt => "sqrt",
-                UnaryOp::Exp => "exp",
-            };
-            format!("{name}({})", e(*a))
+        Expr::Unary(op, a) => format!("{}({})", op.name(), e(*a)),
+        Expr::Binary(op @ (Binary::Add | Binary::Sub | Binary::Mul | Binary::Div), a, b) => {
+            format!("({} {} {})", e(*a), op.name(), e(*b))
         }
-        Expr::Binary(op, a, b) => {
-            let sym = match op {
-                BinaryOp::Add => "+",
-                BinaryOp::Sub => "-",
-                BinaryOp::Mul => "*",
-                BinaryOp::Div => "/",
-            };
-            format!("({} {sym} {})", e(*a), e(*b))
-        }
+        Expr::Binary(op, a, b) => format!("{}({}, {})", op.name(), e(*a), e(*b)),
         Expr::Compare(op, a, b) => format!("({} {} {})", e(*a), op.symbol(), e(*b)),
         Expr::Select(m, v, x) => format!("select({}, {}, {})", e(*m), e(*v), e(*x)),
     }
