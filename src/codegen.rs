@@ -18,6 +18,7 @@ mod emit;
 mod gemm;
 mod map;
 mod math;
+mod row;
 mod softmax;
 
 use crate::kernel::{KernelOp, Plan};
@@ -155,6 +156,7 @@ impl Jit {
             KernelOp::Softmax(s) => softmax::translate(&mut e, s),
             KernelOp::Attention(a) => attention::translate(&mut e, a),
             KernelOp::Map(m) => map::translate(&mut e, m),
+            KernelOp::Row(r) => row::translate(&mut e, r),
         }
         e.b.ins().return_(&[]);
         e.b.finalize(config);

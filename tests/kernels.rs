@@ -1,9 +1,11 @@
-//! Plan-level tests of the elementwise primitives: plans built by hand,
+//! Plan-level tests of the elementwise primitives and the row kernel: plans built by hand,
 //! run natively, compared with a float64 reference that follows PyTorch's float32 rules
 //! (NaN, infinities and subnormal results included), on one thread and on two.
 
 use attnc::ir::CmpOp;
-use attnc::kernel::{Binary, Buffer, BufferKind, Expr, Kernel, KernelOp, Map, Operand, Plan, Unary};
+use attnc::kernel::{
+    Binary, Buffer, BufferKind, Expr, Kernel, KernelOp, Map, Operand, Plan, Reduce, Row, Stage, Unary,
+};
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{Bound, Tensor};
 
@@ -308,4 +310,379 @@ fn comparisons_and_select_treat_nan_as_pytorch_does() {
             assert_eq!(got[i].to_bits(), want.to_bits(), "{c:?} {} {}", xs[i], ys[i]);
         }
     }
+}
+
+/// A formula built node by node.
+#[derive(Default)]
+struct F(Vec<Expr>);
+
+impl F {
+    fn add(&mut self, e: Expr) -> usize {
+        self.0.push(e);
+        self.0.len() - 1
+    }
+    fn un(&mut self, u: Unary, a: usize) -> usize {
+        self.add(Expr::Unary(u, a))
+    }
+    fn bin(&mut self, b: Binary, x: usize, y: usize) -> usize {
+        self.add(Expr::Binary(b, x, y))
+    }
+    fn c(&mut self, v: f32) -> usize {
+        self.add(Expr::Const(v))
+    }
+}
+
+fn stage(reduce: Reduce, f: F) -> Stage {
+    Stage { reduce, expr: f.0 }
+}
+
+/// The ops of the language that are row programs: stages and write, as a lowering makes
+/// them (`in0` is x, `in1` a weight, `in2` a bias).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Prog {
+    Sum,
+    Mean,
+    Amax,
+    Amin,
+    Var,
+    Std,
+    Softmax,
+    LogSoftmax,
+    LayerNorm,
+    RmsNorm,
+}
+
+const EPS: f32 = 1e-5;
+
+impl Prog {
+    const ALL: [Prog; 10] = [
+        Prog::Sum,
+        Prog::Mean,
+        Prog::Amax,
+        Prog::Amin,
+        Prog::Var,
+        Prog::Std,
+        Prog::Softmax,
+        Prog::LogSoftmax,
+        Prog::LayerNorm,
+        Prog::RmsNorm,
+    ];
+
+    fn per_row(self) -> bool {
+        !matches!(
+            self,
+            Prog::Softmax | Prog::LogSoftmax | Prog::LayerNorm | Prog::RmsNorm
+        )
+    }
+
+    fn inputs(self) -> usize {
+        match self {
+            Prog::LayerNorm => 3,
+            Prog::RmsNorm => 2,
+            _ => 1,
+        }
+    }
+
+    fn program(self, n: usize) -> (Vec<Stage>, Vec<Expr>) {
+        let reduce_x = |r: Reduce| {
+            let mut f = F::default();
+            f.add(Expr::Input(0));
+            stage(r, f)
+        };
+        let reduced = |k: usize| {
+            let mut f = F::default();
+            f.add(Expr::Reduced(k));
+            f
+        };
+        // r0 = sum(x), r1 = sum((x - r0 / n)²).
+        let centered = || {
+            let mut f = F::default();
+            let x = f.add(Expr::Input(0));
+            let s = f.add(Expr::Reduced(0));
+            let n = f.c(n as f32);
+            let mean = f.bin(Binary::Div, s, n);
+            let d = f.bin(Binary::Sub, x, mean);
+            f.bin(Binary::Mul, d, d);
+            vec![reduce_x(Reduce::Sum), stage(Reduce::Sum, f)]
+        };
+        // r0 = max(x), r1 = sum(exp(x - r0)).
+        let exps = || {
+            let mut f = F::default();
+            let x = f.add(Expr::Input(0));
+            let m = f.add(Expr::Reduced(0));
+            let d = f.bin(Binary::Sub, x, m);
+            f.un(Unary::Exp, d);
+            vec![reduce_x(Reduce::Max), stage(Reduce::Sum, f)]
+        };
+        match self {
+            Prog::Sum => (vec![reduce_x(Reduce::Sum)], reduced(0).0),
+            Prog::Amax => (vec![reduce_x(Reduce::Max)], reduced(0).0),
+            Prog::Amin => (vec![reduce_x(Reduce::Min)], reduced(0).0),
+            Prog::Mean => {
+                let mut f = reduced(0);
+                let n = f.c(n as f32);
+                f.bin(Binary::Div, 0, n);
+                (vec![reduce_x(Reduce::Sum)], f.0)
+            }
+            Prog::Var | Prog::Std => {
+                let mut f = reduced(1);
+                let d = f.c(n as f32 - 1.0);
+                let v = f.bin(Binary::Div, 0, d);
+                if self == Prog::Std {
+                    f.un(Unary::Sqrt, v);
+                }
+                (centered(), f.0)
+            }
+            Prog::Softmax | Prog::LogSoftmax => {
+                let mut f = F::default();
+                let x = f.add(Expr::Input(0));
+                let m = f.add(Expr::Reduced(0));
+                let s = f.add(Expr::Reduced(1));
+                let d = f.bin(Binary::Sub, x, m);
+                if self == Prog::Softmax {
+                    let e = f.un(Unary::Exp, d);
+                    f.bin(Binary::Div, e, s);
+                } else {
+                    let l = f.un(Unary::Log, s);
+                    f.bin(Binary::Sub, d, l);
+                }
+                (exps(), f.0)
+            }
+            Prog::LayerNorm => {
+                let mut f = F::default();
+                let x = f.add(Expr::Input(0));
+                let s = f.add(Expr::Reduced(0));
+                let q = f.add(Expr::Reduced(1));
+                let nn = f.c(n as f32);
+                let mean = f.bin(Binary::Div, s, nn);
+                let var = f.bin(Binary::Div, q, nn);
+                let eps = f.c(EPS);
+                let ve = f.bin(Binary::Add, var, eps);
+                let inv = f.un(Unary::Rsqrt, ve);
+                let d = f.bin(Binary::Sub, x, mean);
+                let y = f.bin(Binary::Mul, d, inv);
+                let w = f.add(Expr::Input(1));
+                let y = f.bin(Binary::Mul, y, w);
+                let b = f.add(Expr::Input(2));
+                f.bin(Binary::Add, y, b);
+                (centered(), f.0)
+            }
+            Prog::RmsNorm => {
+                let mut sq = F::default();
+                let x = sq.add(Expr::Input(0));
+                sq.bin(Binary::Mul, x, x);
+                let mut f = F::default();
+                let x = f.add(Expr::Input(0));
+                let s = f.add(Expr::Reduced(0));
+                let nn = f.c(n as f32);
+                let ms = f.bin(Binary::Div, s, nn);
+                let eps = f.c(EPS);
+                let me = f.bin(Binary::Add, ms, eps);
+                let inv = f.un(Unary::Rsqrt, me);
+                let y = f.bin(Binary::Mul, x, inv);
+                let w = f.add(Expr::Input(1));
+                f.bin(Binary::Mul, y, w);
+                (vec![stage(Reduce::Sum, sq)], f.0)
+            }
+        }
+    }
+
+    /// The float64 reference for one row `x` (with weight `w` and bias `b`).
+    fn reference(self, x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
+        let n = x.len() as f64;
+        let sum: f64 = x.iter().sum();
+        let mean = sum / n;
+        let sq: f64 = x.iter().map(|v| (v - mean) * (v - mean)).sum();
+        let nan = x.iter().any(|v| v.is_nan());
+        let fold = |init: f64, keep: fn(f64, f64) -> bool| match nan {
+            true => f64::NAN,
+            false => x.iter().fold(init, |m, &v| if keep(v, m) { v } else { m }),
+        };
+        let max = fold(f64::NEG_INFINITY, |v, m| v > m);
+        let min = fold(f64::INFINITY, |v, m| v < m);
+        let exps: Vec<f64> = x.iter().map(|v| (v - max).exp()).collect();
+        let total: f64 = exps.iter().sum();
+        match self {
+            Prog::Sum => vec![sum],
+            Prog::Mean => vec![mean],
+            Prog::Amax => vec![max],
+            Prog::Amin => vec![min],
+            Prog::Var => vec![sq / (n - 1.0)],
+            Prog::Std => vec![(sq / (n - 1.0)).sqrt()],
+            Prog::Softmax => exps.iter().map(|e| e / total).collect(),
+            Prog::LogSoftmax => x.iter().map(|v| v - max - total.ln()).collect(),
+            Prog::LayerNorm => {
+                let inv = 1.0 / (sq / n + EPS as f64).sqrt();
+                (0..x.len()).map(|i| (x[i] - mean) * inv * w[i] + b[i]).collect()
+            }
+            Prog::RmsNorm => {
+                let ms: f64 = x.iter().map(|v| v * v).sum::<f64>() / n;
+                let inv = 1.0 / (ms + EPS as f64).sqrt();
+                (0..x.len()).map(|i| x[i] * inv * w[i]).collect()
+            }
+        }
+    }
+}
+
+/// A tensor laid out as `[a, n, c]` (row-major, so the reduced axis `n` is the middle one
+/// when `c > 1`: stride `c`), with a row of each kind of special value.
+fn tensor(a: usize, n: usize, c: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    let mut x: Vec<f32> = (0..a * n * c)
+        .map(|_| ((rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 8.0)
+        .collect();
+    let mut set_row = |row: usize, f: &dyn Fn(usize) -> f32| {
+        let (i, k) = (row / c, row % c);
+        for j in 0..n {
+            x[i * n * c + j * c + k] = f(j);
+        }
+    };
+    let rows = a * c;
+    if rows > 5 {
+        set_row(1, &|j| if j == n / 2 { f32::NAN } else { 1.0 });
+        set_row(2, &|_| f32::NEG_INFINITY);
+        set_row(3, &|j| if j == 0 { f32::INFINITY } else { -2.0 });
+        set_row(4, &|j| 1e-40 * (j as f32 + 1.0));
+        set_row(5, &|j| 1e15 * (j % 3) as f32 - 1e15);
+    }
+    x
+}
+
+/// Whether `got` matches `want` as the project compares tensors: NaN and infinities in the
+/// same places, and `|got - want| <= 1e-5 * max|want| + 1e-6` elsewhere, per row.
+fn matches(got: &[f32], want: &[f64]) -> bool {
+    let scale = want
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f64, |m, v| m.max(v.abs()));
+    got.iter().zip(want).all(|(&g, &w)| {
+        let w32 = w as f32;
+        match (w32.is_nan(), w32.is_infinite()) {
+            (true, _) => g.is_nan(),
+            (_, true) => g == w32,
+            _ => (g as f64 - w).abs() <= 1e-5 * scale + 1e-6,
+        }
+    })
+}
+
+/// Runs `prog` over `[a, n, c]`, reducing the middle axis (the last when `c` is 1), with a
+/// weight and bias of `n` elements read with `wstride`.
+fn check_rows(prog: Prog, a: usize, n: usize, c: usize, wstride: usize) {
+    let x = tensor(a, n, c, (a * 1000 + n * 10 + c) as u64);
+    let w: Vec<f32> = (0..n).map(|j| 0.5 + j as f32 / n as f32).collect();
+    let b: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.3).collect();
+    let (stages, write) = prog.program(n);
+    let inputs = [
+        op(0, 0, &[n * c, 1, c]),
+        op(1, 0, &[0, 0, wstride]),
+        op(2, 0, &[0, 0, wstride]),
+    ];
+    let (out, out_len) = match prog.per_row() {
+        true => (op(prog.inputs(), 0, &[c, 1]), a * c),
+        false => (op(prog.inputs(), 0, &[n * c, 1, c]), a * n * c),
+    };
+    let kernel = KernelOp::Row(Row {
+        rows: vec![a, c],
+        n,
+        inputs: inputs[..prog.inputs()].to_vec(),
+        stages,
+        write,
+        out,
+        rows_per_task: 3,
+    });
+    let data = [x.clone(), strided(&w, wstride), strided(&b, wstride)];
+    let got = run(kernel, &data[..prog.inputs()], out_len);
+    let f64s = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+    let (w, b) = (f64s(&w), f64s(&b));
+    for i in 0..a {
+        for k in 0..c {
+            let at = |j: usize| i * n * c + j * c + k;
+            let row: Vec<f64> = (0..n).map(|j| x[at(j)] as f64).collect();
+            let want = prog.reference(&row, &w, &b);
+            let got_row: Vec<f32> = match prog.per_row() {
+                true => vec![got[i * c + k]],
+                false => (0..n).map(|j| got[at(j)]).collect(),
+            };
+            assert!(
+                matches(&got_row, &want),
+                "{prog:?} over [{a}, {n}, {c}], row ({i}, {k}): got {got_row:?}, want {want:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn row_programs_match_a_float64_reference_along_the_last_axis() {
+    for prog in Prog::ALL {
+        for n in [1, 7, 33, 300] {
+            check_rows(prog, 9, n, 1, 1);
+        }
+    }
+}
+
+#[test]
+fn row_programs_reduce_an_axis_that_is_not_the_last() {
+    for prog in Prog::ALL {
+        for n in [1, 7, 33] {
+            check_rows(prog, 2, n, 5, 2);
+        }
+    }
+}
+
+/// Enough rows for the runtime to spread the tasks over both threads (`run` compares the
+/// bits of one thread and two).
+#[test]
+fn row_programs_give_the_same_bits_on_any_thread_count() {
+    for prog in [Prog::Softmax, Prog::LayerNorm, Prog::Var] {
+        check_rows(prog, 700, 300, 1, 1);
+    }
+}
+
+#[test]
+fn a_plan_with_a_malformed_row_program_is_rejected() {
+    let (stages, _) = Prog::Sum.program(4);
+    let bad = [
+        // A stage that reads its own result.
+        vec![Stage {
+            reduce: Reduce::Sum,
+            expr: vec![Expr::Reduced(0)],
+        }],
+        stages.clone(),
+    ];
+    for (i, stages) in bad.into_iter().enumerate() {
+        let write = match i {
+            0 => vec![Expr::Reduced(0)],
+            // One value per row cannot come from an element of the input.
+            _ => vec![Expr::Input(0)],
+        };
+        let row = Row {
+            rows: vec![3],
+            n: 4,
+            inputs: vec![op(0, 0, &[4, 1])],
+            stages,
+            write,
+            out: op(1, 0, &[1]),
+            rows_per_task: 1,
+        };
+        let plan = plan_of(KernelOp::Row(row), &[12], 3);
+        assert!(plan.validate().is_err(), "case {i} passes validation");
+    }
+}
+
+/// `attnc ir --stage kernels` shows a row kernel's stages and write.
+#[test]
+fn the_text_of_a_plan_shows_a_row_program() {
+    let (stages, write) = Prog::LayerNorm.program(8);
+    let row = Row {
+        rows: vec![2, 3],
+        n: 8,
+        inputs: vec![op(0, 0, &[24, 8, 1]), op(1, 0, &[0, 0, 1]), op(2, 0, &[0, 0, 1])],
+        stages,
+        write,
+        out: op(3, 0, &[24, 8, 1]),
+        rows_per_task: 2,
+    };
+    let plan = plan_of(KernelOp::Row(row), &[48, 8, 8], 48);
+    plan.validate().unwrap();
+    insta::assert_snapshot!(plan.to_text());
 }

@@ -111,7 +111,8 @@ pub fn float_cc(op: CmpOp) -> FloatCC {
 }
 
 /// The formula's value on `w` lanes, given each input's lanes. `known[i]`, where present,
-/// is node `i`'s value already computed.
+/// is node `i`'s value already computed (a row kernel's per-row values); a formula with
+/// [`Expr::Reduced`] nodes must have them all known.
 pub fn eval(e: &mut Emit, expr: &[Expr], inputs: &[Value], known: &[Option<Value>], w: usize) -> Value {
     let mut v: Vec<Value> = Vec::with_capacity(expr.len());
     for (i, n) in expr.iter().enumerate() {
@@ -136,6 +137,7 @@ pub fn node(
     match *n {
         Expr::Input(i) => inputs[i],
         Expr::Const(c) => e.splat(c, w),
+        Expr::Reduced(k) => unreachable!("stage {k}'s result is computed by the row kernel"),
         Expr::Unary(op, a) => unary(e, op, arg(a)),
         Expr::Binary(Binary::Pow, a, b) => match expr[b] {
             Expr::Const(c) => pow_const(e, arg(a), c),
