@@ -1,6 +1,6 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
-use super::{Binary, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
+use super::{Attention, Binary, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
 use std::fmt::Write as _;
 
 pub fn buffers(plan: &Plan, out: &mut String) {
@@ -117,7 +117,15 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 for (name, o) in [("q", &a.q), ("k", &a.k), ("v", &a.v), ("out", &a.out)] {
                     let _ = writeln!(out, "      {name} {}", operand(o));
                 }
+                if a.kv_group > 1 {
+                    let _ = writeln!(
+                        out,
+                        "      k, v read in place: query head h reads head h / {}",
+                        a.kv_group
+                    );
+                }
                 mask(out, &a.mask);
+                positions(out, a);
             }
             KernelOp::Map(m) => {
                 let _ = writeln!(
@@ -174,4 +182,21 @@ pub fn expr_text(expr: &[Expr], i: usize) -> String {
         Expr::Compare(op, a, b) => format!("({} {} {})", e(*a), op.symbol(), e(*b)),
         Expr::Select(m, v, x) => format!("select({}, {}, {})", e(*m), e(*v), e(*x)),
     }
+}
+
+/// A mask of positions: its formula, and its tiles counted by what the kernel does with them.
+fn positions(out: &mut String, a: &Attention) {
+    let (Some(p), Some(t)) = (&a.positions, a.tile_counts()) else {
+        return;
+    };
+    let _ = writeln!(out, "      positions: keep {}, else {:?}", p.keep, p.fill);
+    let removed = match a.skips_tiles() {
+        true => "skipped",
+        false => "removed but visited (a row keeps no key)",
+    };
+    let _ = writeln!(
+        out,
+        "      tiles: {} kept whole, {} partial, {} {removed}",
+        t.kept, t.partial, t.skipped
+    );
 }
