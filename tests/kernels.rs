@@ -194,6 +194,24 @@ fn unary_primitives_follow_pytorch_over_the_whole_range() {
     check_unary(Unary::Exp, &inside, f64::exp, 2.0);
 }
 
+/// Every magnitude from the subnormals to 20 (log-spaced, both signs) and a fine linear
+/// sweep of [-10, 10]: where the vector polynomials change formula or saturate.
+fn sweep() -> Vec<f32> {
+    let mut v: Vec<f32> = (0..=40_000).map(|i| -10.0 + i as f32 * 5e-4).collect();
+    for i in 0..=20_000 {
+        let m = 10f32.powf(-44.0 + 45.3 * i as f32 / 20_000.0);
+        v.extend([m, -m]);
+    }
+    v
+}
+
+#[test]
+fn tanh_and_erf_polynomials_stay_within_a_relative_epsilon_everywhere() {
+    let xs = sweep();
+    check_unary(Unary::Tanh, &xs, f64::tanh, 1.0);
+    check_unary(Unary::Erf, &xs, libm::erf, 1.0);
+}
+
 fn check_binary(b: Binary, pairs: &[(f32, f32)], reference: impl Fn(f64, f64) -> f64, ulps: f32) {
     let (xs, ys): (Vec<f32>, Vec<f32>) = pairs.iter().copied().unzip();
     for stride in [1, 2] {

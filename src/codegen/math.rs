@@ -1,7 +1,7 @@
 //! The primitives of a formula ([`Expr`]) on 1 or 4 lanes, each with PyTorch's float32
 //! meaning: instructions where Cranelift has them (arithmetic, comparisons, `sqrt`, `abs`,
-//! NaN-propagating `maximum`), the vector polynomial of [`Emit::exp`], and otherwise a call
-//! per lane into a Rust function ([`Call`]) with libm's accuracy over the whole range.
+//! NaN-propagating `maximum`), f32x4 polynomials with a libm's range handling (`exp`,
+//! `tanh`, `erf`), and otherwise a call per lane into a Rust function ([`Call`]).
 
 use super::emit::Emit;
 use crate::ir::CmpOp;
@@ -13,9 +13,7 @@ use cranelift_codegen::ir::{InstBuilder, Value};
 /// A float function that JIT code calls once per lane, by its symbol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
-    Tanh,
     Sigmoid,
-    Erf,
     Log,
     Sin,
     Cos,
@@ -23,21 +21,11 @@ pub enum Call {
 }
 
 impl Call {
-    pub const ALL: [Call; 7] = [
-        Call::Tanh,
-        Call::Sigmoid,
-        Call::Erf,
-        Call::Log,
-        Call::Sin,
-        Call::Cos,
-        Call::Pow,
-    ];
+    pub const ALL: [Call; 5] = [Call::Sigmoid, Call::Log, Call::Sin, Call::Cos, Call::Pow];
 
     pub fn symbol(self) -> &'static str {
         match self {
-            Call::Tanh => "attnc_tanhf",
             Call::Sigmoid => "attnc_sigmoidf",
-            Call::Erf => "attnc_erff",
             Call::Log => "attnc_logf",
             Call::Sin => "attnc_sinf",
             Call::Cos => "attnc_cosf",
@@ -58,9 +46,7 @@ impl Call {
         type F1 = extern "C" fn(f32) -> f32;
         type F2 = extern "C" fn(f32, f32) -> f32;
         match self {
-            Call::Tanh => tanhf as F1 as *const u8,
             Call::Sigmoid => sigmoidf as F1 as *const u8,
-            Call::Erf => erff as F1 as *const u8,
             Call::Log => logf as F1 as *const u8,
             Call::Sin => sinf as F1 as *const u8,
             Call::Cos => cosf as F1 as *const u8,
@@ -69,17 +55,9 @@ impl Call {
     }
 }
 
-extern "C" fn tanhf(x: f32) -> f32 {
-    x.tanh()
-}
-
 /// PyTorch's formula: `exp(-x)` overflows to `inf` below about -88.7, giving 0.
 extern "C" fn sigmoidf(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
-}
-
-extern "C" fn erff(x: f32) -> f32 {
-    libm::erff(x)
 }
 
 extern "C" fn logf(x: f32) -> f32 {
@@ -177,9 +155,9 @@ pub fn unary(e: &mut Emit, op: Unary, x: Value) -> Value {
             e.cmp_value(FloatCC::Equal, x, zero)
         }
         Unary::Log => per_lane(e, Call::Log, &[x]),
-        Unary::Tanh => per_lane(e, Call::Tanh, &[x]),
+        Unary::Tanh => on_vector(e, x, tanh4),
         Unary::Sigmoid => per_lane(e, Call::Sigmoid, &[x]),
-        Unary::Erf => per_lane(e, Call::Erf, &[x]),
+        Unary::Erf => on_vector(e, x, erf4),
         Unary::Sin => per_lane(e, Call::Sin, &[x]),
         Unary::Cos => per_lane(e, Call::Cos, &[x]),
     }
@@ -244,6 +222,115 @@ fn pow_const(e: &mut Emit, x: Value, c: f32) -> Value {
             per_lane(e, Call::Pow, &[x, c])
         }
     }
+}
+
+/// `f` on 1 or 4 lanes through its f32x4 form.
+fn on_vector(e: &mut Emit, x: Value, f: fn(&mut Emit, Value) -> Value) -> Value {
+    if width(e, x) == 4 {
+        return f(e, x);
+    }
+    let v = e.b.ins().splat(F32X4, x);
+    let y = f(e, v);
+    e.b.ins().extractlane(y, 0u8)
+}
+
+/// `c[0] z^k + c[1] z^(k-1) + .. + c[k]` on f32x4 by Horner's rule, one `fma` a step.
+fn horner(e: &mut Emit, z: Value, coeffs: &[f32]) -> Value {
+    let mut p = e.splat(coeffs[0], 4);
+    for &c in &coeffs[1..] {
+        let c = e.splat(c, 4);
+        p = e.b.ins().fma(p, z, c);
+    }
+    p
+}
+
+/// `r` with the sign of `x`, for an `r` whose sign bit is clear.
+fn with_sign_of(e: &mut Emit, r: Value, x: Value) -> Value {
+    let sign_bit = e.splat(-0.0, 4);
+    let sign = e.b.ins().band(x, sign_bit);
+    e.b.ins().bor(r, sign)
+}
+
+/// `min(a, hi)` for `a >= 0`, NaN kept (one `minps`-like select).
+fn at_most(e: &mut Emit, a: Value, hi: f32) -> Value {
+    let hi = e.splat(hi, 4);
+    let over = e.cmp(FloatCC::GreaterThan, a, hi);
+    e.b.ins().bitselect(over, hi, a)
+}
+
+/// Cephes' `tanhf` on f32x4: `x + x³ P(x²)` below 0.625, `1 - 2 / (e^2|x| + 1)` with the
+/// sign of `x` above (|x| clamped at 9, where the result is ±1 in float32). Within
+/// `2^-23 |tanh x|` of the true value (`tests/kernels.rs` sweeps every magnitude); NaN
+/// stays NaN, a subnormal or signed zero comes back unchanged.
+fn tanh4(e: &mut Emit, x: Value) -> Value {
+    const P: [f32; 5] = [
+        -0.005_704_988_7,
+        0.020_639_088,
+        -0.053_739_715,
+        0.133_314_42,
+        -0.333_332_8,
+    ];
+    let z = e.b.ins().fmul(x, x);
+    let p = horner(e, z, &P);
+    let zx = e.b.ins().fmul(z, x);
+    let small = e.b.ins().fma(zx, p, x);
+    let a = e.b.ins().fabs(x);
+    let a = at_most(e, a, 9.0);
+    let two_a = e.b.ins().fadd(a, a);
+    let ex = e.exp4(two_a);
+    let one = e.splat(1.0, 4);
+    let d = e.b.ins().fadd(ex, one);
+    let two = e.splat(2.0, 4);
+    let q = e.b.ins().fdiv(two, d);
+    let big = e.b.ins().fsub(one, q);
+    let big = with_sign_of(e, big, x);
+    let a = e.b.ins().fabs(x);
+    let cut = e.splat(0.625, 4);
+    let below = e.cmp(FloatCC::LessThan, a, cut);
+    e.b.ins().bitselect(below, small, big)
+}
+
+/// `erf` on f32x4, odd, on `a = |x|` clamped at 4 (where it is 1 in float32): below 1,
+/// `a + a P(a²)`; above, `1 - e^(-a²) Q(1 / a)`. `P` (degree 6) and `Q` (degree 8) are
+/// least-squares fits in relative error; the result is within `2^-23 |erf x|` of the true
+/// value (`tests/kernels.rs` sweeps every magnitude). NaN stays NaN, a subnormal or signed
+/// zero comes back as the true value.
+fn erf4(e: &mut Emit, x: Value) -> Value {
+    const P: [f32; 7] = [
+        7.898_139e-5,
+        -0.000_802_433_5,
+        0.005_190_051_6,
+        -0.026_854_808,
+        0.112_836_12,
+        -0.376_126_3,
+        0.128_379_17,
+    ];
+    const Q: [f32; 9] = [
+        -0.012_078_412,
+        0.041_466_44,
+        -0.003_244_636_3,
+        -0.210_605_46,
+        0.474_972_55,
+        -0.462_063_1,
+        0.039_473_75,
+        0.559_415_4,
+        0.000_246_990_27,
+    ];
+    let a = e.b.ins().fabs(x);
+    let a = at_most(e, a, 4.0);
+    let z = e.b.ins().fmul(a, a);
+    let p = horner(e, z, &P);
+    let small = e.b.ins().fma(p, a, a);
+    let one = e.splat(1.0, 4);
+    let t = e.b.ins().fdiv(one, a);
+    let q = horner(e, t, &Q);
+    let neg_z = e.b.ins().fneg(z);
+    let ex = e.exp4(neg_z);
+    let neg_ex = e.b.ins().fneg(ex);
+    let big = e.b.ins().fma(neg_ex, q, one);
+    let below = e.cmp(FloatCC::LessThan, a, one);
+    let r = e.b.ins().bitselect(below, small, big);
+    with_sign_of(e, r, x)
 }
 
 /// `f(args..)` computed one lane at a time by a call.
