@@ -120,6 +120,7 @@ impl Case {
             mask,
             positions,
             kv_group: 1,
+            score: None,
             block: self.block,
         };
         let plan = Plan {

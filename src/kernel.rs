@@ -161,7 +161,24 @@ pub struct Attention {
     pub mask: Option<MaskFill>,
     pub positions: Option<IndexMask>,
     pub kv_group: usize,
+    /// A change of the scores applied to each tile before either mask.
+    pub score: Option<ScoreMod>,
     pub block: (usize, usize),
+}
+
+/// An elementwise change of attention scores (ALiBi's `s + slope_h * (j - i)`, soft-capping's
+/// `c * tanh(s / c)`): `s' = expr(..)` where [`Expr::Input`] 0 is the scaled score, 1 the
+/// query row `i` and 2 the key `j` (as floats), and `3 + k` the element of `inputs[k]`,
+/// strided over the kernel's `[batch.., n, m]` (stride 0 along what it does not vary with).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoreMod {
+    pub inputs: Vec<Operand>,
+    pub expr: Vec<Expr>,
+}
+
+impl ScoreMod {
+    /// The leaves of the formula before the inputs: the score, `i` and `j`.
+    pub const LEAVES: usize = 3;
 }
 
 impl Attention {
@@ -508,6 +525,9 @@ impl KernelOp {
                 if let Some(mask) = &a.mask {
                     v.push((&mask.mask, with([a.n, a.m]), false));
                 }
+                for input in a.score.iter().flat_map(|s| &s.inputs) {
+                    v.push((input, with([a.n, a.m]), false));
+                }
                 v
             }
             KernelOp::Map(m) => {
@@ -546,6 +566,9 @@ impl KernelOp {
                     .into_iter()
                     .for_each(clear);
                 a.mask.iter_mut().for_each(|m| clear(&mut m.mask));
+                a.score
+                    .iter_mut()
+                    .for_each(|s| s.inputs.iter_mut().for_each(clear));
             }
             KernelOp::Map(m) => {
                 m.inputs.iter_mut().for_each(clear);
@@ -619,6 +642,12 @@ fn well_formed(expr: &[Expr], inputs: usize, reduced: usize) -> bool {
 fn formulas(op: &KernelOp) -> Result<(), String> {
     match op {
         KernelOp::Map(m) if !well_formed(&m.expr, m.inputs.len(), 0) => Err("malformed expression".into()),
+        KernelOp::Attention(a) => match &a.score {
+            Some(s) if !well_formed(&s.expr, ScoreMod::LEAVES + s.inputs.len(), 0) => {
+                Err("malformed score expression".into())
+            }
+            _ => Ok(()),
+        },
         KernelOp::Row(r) => {
             let inputs = r.inputs.len();
             for (k, stage) in r.stages.iter().enumerate() {

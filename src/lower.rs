@@ -866,6 +866,7 @@ impl<'p> Lowerer<'p> {
             mask,
             positions: None,
             kv_group: 1,
+            score: None,
             block: attention_blocks(n, m),
         };
         self.kernel(self.label(id), KernelOp::Attention(a));

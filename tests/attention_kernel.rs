@@ -1,11 +1,12 @@
-//! The flash-style attention kernel with a mask of positions and grouped-query heads, built
-//! as plans by hand and compared with dense attention in float64: tiles skipped, tested or
-//! kept whole must give the dense result, NaN and uniform rows included.
+//! The flash-style attention kernel with a mask of positions, grouped-query heads and score
+//! changes (ALiBi, soft-capping), built as plans by hand and compared with dense attention in
+//! float64: tiles skipped, tested or kept whole must give the dense result, NaN and uniform
+//! rows included.
 
 use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Affine, Attention, Buffer, BufferKind, IndexMask, Keep, Kernel, KernelOp, MaskFill, Operand, Plan,
-    TileCounts,
+    Affine, Attention, Binary, Buffer, BufferKind, Expr, IndexMask, Keep, Kernel, KernelOp, MaskFill,
+    Operand, Plan, ScoreMod, TileCounts, Unary,
 };
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{Bound, Tensor};
@@ -25,7 +26,57 @@ struct Case {
     /// Keys `0..masked_keys` are removed by a tensor mask `[m]` (1 = masked), with this fill.
     key_mask: Option<(usize, f32)>,
     kv_group: usize,
+    score: Option<Score>,
     block: (usize, usize),
+}
+
+/// A change of the scores, as the peers' modules write it.
+#[derive(Clone, Copy)]
+enum Score {
+    /// `s + slope_h * (j - i)`, slopes `2^(-8 (h + 1) / H)` from an input `[H]`.
+    Alibi,
+    /// `c * tanh(s / c)`.
+    Softcap(f32),
+}
+
+impl Score {
+    fn kernel(self, slopes_buf: usize) -> ScoreMod {
+        match self {
+            Score::Alibi => ScoreMod {
+                inputs: vec![operand(slopes_buf, &[0, 1, 0, 0])],
+                expr: vec![
+                    Expr::Input(0),
+                    Expr::Input(1),
+                    Expr::Input(2),
+                    Expr::Input(3),
+                    Expr::Binary(Binary::Sub, 2, 1),
+                    Expr::Binary(Binary::Mul, 3, 4),
+                    Expr::Binary(Binary::Add, 0, 5),
+                ],
+            },
+            Score::Softcap(c) => ScoreMod {
+                inputs: vec![],
+                expr: vec![
+                    Expr::Input(0),
+                    Expr::Const(c),
+                    Expr::Binary(Binary::Div, 0, 1),
+                    Expr::Unary(Unary::Tanh, 2),
+                    Expr::Binary(Binary::Mul, 1, 3),
+                ],
+            },
+        }
+    }
+
+    fn slope(h: usize, heads: usize) -> f32 {
+        2f32.powf(-8.0 * (h + 1) as f32 / heads as f32)
+    }
+
+    fn reference(self, s: f64, i: usize, j: usize, h: usize, heads: usize) -> f64 {
+        match self {
+            Score::Alibi => s + Score::slope(h, heads) as f64 * (j as f64 - i as f64),
+            Score::Softcap(c) => c as f64 * (s / c as f64).tanh(),
+        }
+    }
 }
 
 fn causal() -> Keep {
@@ -54,6 +105,7 @@ fn case(n: usize, m: usize, keep: Option<Keep>, fill: f32, block: (usize, usize)
         positions: keep.map(|keep| IndexMask { keep, fill }),
         key_mask: None,
         kv_group: 1,
+        score: None,
         block,
     }
 }
@@ -111,6 +163,7 @@ impl Case {
             }),
             positions: self.positions.clone(),
             kv_group: self.kv_group,
+            score: self.score.map(|s| s.kernel(5)),
             block: self.block,
         }
     }
@@ -125,6 +178,7 @@ impl Case {
                 buffer(BufferKind::Input(2), b * hk * m * dv, "v"),
                 buffer(BufferKind::Input(3), m, "mask"),
                 buffer(BufferKind::Output(0), b * h * n * dv, "out"),
+                buffer(BufferKind::Input(4), h, "slopes"),
             ],
             prologue: vec![],
             kernels: vec![Kernel {
@@ -148,6 +202,7 @@ impl Case {
             Tensor::new(vec![b, hk, m, dk], random(b * hk * m * dk, &mut rng)),
             Tensor::new(vec![b, hk, m, dv], random(b * hk * m * dv, &mut rng)),
             Tensor::new(vec![m], (0..m).map(|j| (j < masked) as u8 as f32).collect()),
+            Tensor::new(vec![h], (0..h).map(|k| Score::slope(k, h)).collect()),
         ]
     }
 
@@ -178,6 +233,9 @@ impl Case {
                             .map(|p| q[(bh * n + i) * dk + p] as f64 * k[(kvh * m + j) * dk + p] as f64)
                             .sum();
                         let mut x = (dot * self.scale() as f64) as f32 as f64;
+                        if let Some(score) = self.score {
+                            x = score.reference(x, i, j, bh % h, h);
+                        }
                         if let Some(p) = &self.positions {
                             if !p.keep.holds(i as i64, j as i64) {
                                 x = p.fill as f64;
@@ -323,4 +381,28 @@ fn shared_key_heads_count_once_in_the_bytes_moved() {
     let grouped = KernelOp::Attention(c.attention()).bytes();
     // k and v ([16, 5] and [16, 7] per head) are read for 1 head instead of 4.
     assert_eq!(dense - grouped, 3 * 16 * (5 + 7) * 4);
+}
+
+#[test]
+fn alibi_and_soft_capping_change_the_scores_in_the_kernel() {
+    for score in [Score::Alibi, Score::Softcap(50.0), Score::Softcap(0.5)] {
+        for (n, block) in [(1, (64, 256)), (13, (4, 8)), (70, (64, 32))] {
+            let mut c = case(n, n, Some(causal()), -1e9, block);
+            c.score = Some(score);
+            c.check(n as u64 + 100);
+            c.positions = None;
+            c.check(n as u64 + 200);
+        }
+    }
+}
+
+#[test]
+fn a_score_formula_that_reads_a_missing_input_is_refused() {
+    let mut c = case(4, 4, None, 0.0, (4, 4));
+    c.score = Some(Score::Alibi);
+    let mut plan = c.plan();
+    if let KernelOp::Attention(a) = &mut plan.kernels[0].op {
+        a.score.as_mut().unwrap().inputs.clear();
+    }
+    assert!(Executable::from_plan(plan).is_err());
 }

@@ -111,6 +111,7 @@ fn attention_keeps_a_running_max_and_sum() {
         mask: None,
         positions: None,
         kv_group: 1,
+        score: None,
         block: (2, 4),
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(a));
@@ -136,6 +137,7 @@ fn attention_decides_each_tile_of_a_causal_mask_from_its_corners() {
             fill: f32::NEG_INFINITY,
         }),
         kv_group: 1,
+        score: None,
         block: (2, 4),
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(a));

@@ -11,16 +11,21 @@
 //! `-inf` (every key so far removed) subtracts 0 instead, so `-inf - -inf` never makes NaN.
 
 use super::emit::Emit;
-use super::softmax::{exp_sum, scale_mask_max, scale_row, Row};
-use crate::kernel::{Attention, Keep};
+use super::math::eval;
+use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, Row};
+use crate::kernel::{Attention, Expr, Keep};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32, I32, I8};
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
 
 pub fn translate(e: &mut Emit, a: &Attention) {
     let r = a.batch.len();
     let (q_ptr, k_ptr, v_ptr, o_ptr) = (e.arg(0), e.arg(1), e.arg(2), e.arg(3));
     let mask_ptr = a.mask.as_ref().map(|_| e.arg(4));
+    let first_score_arg = 4 + a.mask.is_some() as usize;
+    let score_ptrs: Vec<Value> = (0..a.score.as_ref().map_or(0, |s| s.inputs.len()))
+        .map(|k| e.arg(first_score_arg + k))
+        .collect();
     let (br, bc) = a.block;
     let nb = a.n.div_ceil(br);
     let (qs, ks, vs, os) = (&a.q.strides, &a.k.strides, &a.v.strides, &a.out.strides);
@@ -67,6 +72,18 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             }
             _ => None,
         };
+        // Each score input at this task's batch index and first row.
+        let score_bases: Vec<Value> = a
+            .score
+            .iter()
+            .flat_map(|s| &s.inputs)
+            .zip(&score_ptrs)
+            .map(|(o, &p)| {
+                let off = e.dot(&idx, &o.strides[..r]);
+                let p = e.at(p, off);
+                e.step(p, i0, o.strides[r])
+            })
+            .collect();
         let zero = e.int(0);
         e.for_range(zero, rows, 1, |e, i| {
             let ninf = e.f32(f32::NEG_INFINITY);
@@ -107,6 +124,16 @@ pub fn translate(e: &mut Emit, a: &Attention) {
                 let zero = e.int(0);
                 e.for_range(zero, rows, 1, |e, i| {
                     let trow = e.step(tile, i, bc);
+                    if let Some(score) = &a.score {
+                        let row_i = e.b.ins().iadd(i0, i);
+                        let inputs: Vec<(Value, usize)> = (score.inputs.iter().zip(&score_bases))
+                            .map(|(o, &base)| {
+                                let p = e.step(base, i, o.strides[r]);
+                                (e.step(p, j0, o.strides[r + 1]), o.strides[r + 1])
+                            })
+                            .collect();
+                        modify_scores(e, &score.expr, trow, cols, (row_i, j0), &inputs);
+                    }
                     if let (Some(p), Some((all, _))) = (&a.positions, tile_truth) {
                         let partial = e.b.ins().bxor_imm_u(all, 1);
                         let row_i = e.b.ins().iadd(i0, i);
@@ -270,5 +297,36 @@ fn fill_removed(e: &mut Emit, keep: &Keep, fill: f32, row: Value, i: Value, j0: 
         let f = e.f32(fill);
         let y = e.b.ins().select(kept, x, f);
         e.store(y, at);
+    });
+}
+
+/// `row[j] = expr(row[j], i, j0 + j, inputs..)` for `j < cols`, four keys at a time: the
+/// score change, before either mask. Each input is its row's pointer at key `j0` with its
+/// stride along the keys.
+fn modify_scores(
+    e: &mut Emit,
+    expr: &[Expr],
+    row: Value,
+    cols: Value,
+    (i, j0): (Value, Value),
+    inputs: &[(Value, usize)],
+) {
+    lanes(e, cols, true, |e, j, w| {
+        let at = e.step(row, j, 1);
+        let s = e.load(at, w, 1, false);
+        let i = e.iota(i, 1);
+        let i = match w {
+            1 => i,
+            _ => e.b.ins().splat(F32X4, i),
+        };
+        let key = e.b.ins().iadd(j0, j);
+        let key = e.iota(key, w);
+        let mut leaves = vec![s, i, key];
+        for &(p, stride) in inputs {
+            let p = e.step(p, j, stride);
+            leaves.push(e.load(p, w, stride, true));
+        }
+        let v = eval(e, expr, &leaves, &[], w);
+        e.store(v, at);
     });
 }

@@ -62,6 +62,19 @@ impl Emit<'_> {
         }
     }
 
+    /// `start, start + 1, ..` as floats on `w` lanes (1 or 4): the positions a lane holds.
+    pub fn iota(&mut self, start: Value, w: usize) -> Value {
+        let first = self.b.ins().fcvt_from_sint(F32, start);
+        if w == 1 {
+            return first;
+        }
+        let bytes: Vec<u8> = (0..4).flat_map(|k| (k as f32).to_le_bytes()).collect();
+        let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+        let steps = self.b.ins().vconst(F32X4, c);
+        let base = self.b.ins().splat(F32X4, first);
+        self.b.ins().fadd(base, steps)
+    }
+
     /// A 128-bit constant with `bits` in each of its four 32-bit lanes.
     fn vconst(&mut self, ty: Type, bits: u32) -> Value {
         let bytes: Vec<u8> = (0..4).flat_map(|_| bits.to_le_bytes()).collect();

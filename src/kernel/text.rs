@@ -146,6 +146,16 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                         a.kv_group
                     );
                 }
+                if let Some(score) = &a.score {
+                    let formula = expr_text(&score.expr, score.expr.len() - 1);
+                    let _ = writeln!(
+                        out,
+                        "      score (in0 the score, in1 = i, in2 = j): s = {formula}"
+                    );
+                    for (k, o) in score.inputs.iter().enumerate() {
+                        let _ = writeln!(out, "      in{} {}", k + 3, operand(o));
+                    }
+                }
                 mask(out, &a.mask);
                 positions(out, a);
             }
