@@ -163,7 +163,20 @@ pub struct Attention {
     pub kv_group: usize,
     /// A change of the scores applied to each tile before either mask.
     pub score: Option<ScoreMod>,
+    /// Where the last keys come from another pair of operands (a decode step's new key and
+    /// value after its cache): `k` and `v` then hold the first `m - tail.len` keys.
+    pub tail: Option<KeyTail>,
     pub block: (usize, usize),
+}
+
+/// The last `len` keys of an attention kernel and their values, strided over
+/// `[kv batch.., len, dk]` and `[kv batch.., len, dv]`: `cat([k_cache, k_new], dim=2)`
+/// read in place, never copied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyTail {
+    pub k: Operand,
+    pub v: Operand,
+    pub len: usize,
 }
 
 /// An elementwise change of attention scores (ALiBi's `s + slope_h * (j - i)`, soft-capping's
@@ -206,7 +219,59 @@ impl Attention {
     /// like partial ones where [`Attention::skips_tiles`] does not hold).
     pub fn tile_counts(&self) -> Option<TileCounts> {
         let p = self.positions.as_ref()?;
-        Some(p.tiles((self.n, self.m), self.block))
+        let counts = self
+            .segments()
+            .map(|(start, len)| p.tiles_of_keys(self.n, (start, start + len), self.block));
+        Some(counts.fold(TileCounts::default(), |a, b| TileCounts {
+            kept: a.kept + b.kept,
+            partial: a.partial + b.partial,
+            skipped: a.skipped + b.skipped,
+        }))
+    }
+
+    /// The key ranges the kernel walks, each in blocks of its own: `(first key, length)` of
+    /// `k`/`v`, then of the tail.
+    pub fn segments(&self) -> impl Iterator<Item = (usize, usize)> {
+        let tail = self.tail.as_ref().map_or(0, |t| t.len);
+        let head = self.m.saturating_sub(tail);
+        [(0, head), (head, tail)].into_iter().filter(|&(_, len)| len > 0)
+    }
+
+    /// Grouped-query attention of one query row (a decode step): the `kv_group` query heads
+    /// that share a key/value head become that many rows of one task, so the shared keys are
+    /// read once per group rather than once per query head. `None` where that would change
+    /// the result: a mask of positions or a score change that reads the row `i`.
+    pub fn fold_query_groups(&self) -> Option<Attention> {
+        let (g, r) = (self.kv_group, self.batch.len());
+        let reads_row = self
+            .score
+            .as_ref()
+            .is_some_and(|s| s.expr.contains(&Expr::Input(1)));
+        if g <= 1 || self.n != 1 || r == 0 || self.positions.is_some() || reads_row {
+            return None;
+        }
+        // [.., heads, 1, x] -> [.., heads / g, g, x]: head h = hk * g + row.
+        let fold = |o: &Operand| {
+            let mut strides = o.strides.clone();
+            let head = strides[r - 1];
+            strides[r - 1] = head * g;
+            strides[r] = head;
+            Operand { strides, ..o.clone() }
+        };
+        let mut a = self.clone();
+        a.batch[r - 1] /= g;
+        a.n = g;
+        a.kv_group = 1;
+        a.q = fold(&self.q);
+        a.out = fold(&self.out);
+        if let Some(m) = &mut a.mask {
+            m.mask = fold(&m.mask);
+        }
+        if let Some(s) = &mut a.score {
+            s.inputs = s.inputs.iter().map(fold).collect();
+        }
+        a.block = (g, self.block.1);
+        Some(a)
     }
 }
 
@@ -386,7 +451,7 @@ impl Row {
 pub enum KernelOp {
     Gemm(Gemm),
     Softmax(Softmax),
-    Attention(Attention),
+    Attention(Box<Attention>),
     Map(Map),
     Row(Row),
 }
@@ -516,10 +581,11 @@ impl KernelOp {
                 let with = |tail: [usize; 2]| [a.batch.as_slice(), &tail].concat();
                 let kv_batch = a.kv_batch();
                 let kv = |tail: [usize; 2]| [kv_batch.as_slice(), &tail].concat();
+                let head = a.m - a.tail.as_ref().map_or(0, |t| t.len.min(a.m));
                 let mut v = vec![
                     (&a.q, with([a.n, a.dk]), false),
-                    (&a.k, kv([a.m, a.dk]), false),
-                    (&a.v, kv([a.m, a.dv]), false),
+                    (&a.k, kv([head, a.dk]), false),
+                    (&a.v, kv([head, a.dv]), false),
                     (&a.out, with([a.n, a.dv]), true),
                 ];
                 if let Some(mask) = &a.mask {
@@ -527,6 +593,10 @@ impl KernelOp {
                 }
                 for input in a.score.iter().flat_map(|s| &s.inputs) {
                     v.push((input, with([a.n, a.m]), false));
+                }
+                if let Some(t) = &a.tail {
+                    v.push((&t.k, kv([t.len, a.dk]), false));
+                    v.push((&t.v, kv([t.len, a.dv]), false));
                 }
                 v
             }
@@ -569,6 +639,9 @@ impl KernelOp {
                 a.score
                     .iter_mut()
                     .for_each(|s| s.inputs.iter_mut().for_each(clear));
+                if let Some(t) = &mut a.tail {
+                    [&mut t.k, &mut t.v].into_iter().for_each(clear);
+                }
             }
             KernelOp::Map(m) => {
                 m.inputs.iter_mut().for_each(clear);
@@ -727,6 +800,9 @@ impl Plan {
             }
             if let KernelOp::Attention(a) = &kernel.op {
                 let heads = a.batch.last().copied().unwrap_or(1);
+                if a.tail.as_ref().is_some_and(|t| t.len > a.m) {
+                    return Err(PlanError(format!("k{ki}: a tail of keys longer than the keys")));
+                }
                 if a.kv_group == 0 || heads % a.kv_group != 0 {
                     let what = format!("k{ki}: {heads} query heads in groups of {}", a.kv_group);
                     return Err(PlanError(what));

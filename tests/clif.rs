@@ -112,9 +112,10 @@ fn attention_keeps_a_running_max_and_sum() {
         positions: None,
         kv_group: 1,
         score: None,
+        tail: None,
         block: (2, 4),
     };
-    let p = plan(&[24, 40, 40], 24, KernelOp::Attention(a));
+    let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));
     insta::assert_snapshot!(clif(&p));
 }
 
@@ -138,9 +139,10 @@ fn attention_decides_each_tile_of_a_causal_mask_from_its_corners() {
         }),
         kv_group: 1,
         score: None,
+        tail: None,
         block: (2, 4),
     };
-    let p = plan(&[24, 40, 40], 24, KernelOp::Attention(a));
+    let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));
     insta::assert_snapshot!(clif(&p));
 }
 

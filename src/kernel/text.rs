@@ -139,6 +139,16 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 for (name, o) in [("q", &a.q), ("k", &a.k), ("v", &a.v), ("out", &a.out)] {
                     let _ = writeln!(out, "      {name} {}", operand(o));
                 }
+                if let Some(t) = &a.tail {
+                    let first = a.m - t.len;
+                    let _ = writeln!(
+                        out,
+                        "      keys {first}..{} read in place from k {} and v {}",
+                        a.m,
+                        operand(&t.k),
+                        operand(&t.v)
+                    );
+                }
                 if a.kv_group > 1 {
                     let _ = writeln!(
                         out,
