@@ -313,3 +313,14 @@ fn a_group_that_does_not_divide_the_heads_is_refused() {
     c.kv_group = 2;
     assert!(Executable::from_plan(c.plan()).is_err());
 }
+
+#[test]
+fn shared_key_heads_count_once_in_the_bytes_moved() {
+    let mut c = case(16, 16, None, 0.0, (8, 8));
+    c.batch = [1, 4];
+    let dense = KernelOp::Attention(c.attention()).bytes();
+    c.kv_group = 4;
+    let grouped = KernelOp::Attention(c.attention()).bytes();
+    // k and v ([16, 5] and [16, 7] per head) are read for 1 head instead of 4.
+    assert_eq!(dense - grouped, 3 * 16 * (5 + 7) * 4);
+}

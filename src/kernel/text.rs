@@ -54,16 +54,38 @@ pub fn kernels(plan: &Plan, out: &mut String) {
     }
     let _ = writeln!(out, "kernels:");
     list(&plan.kernels, "k", out);
+    let total: usize = plan.kernels.iter().map(|k| k.op.bytes()).sum();
+    let _ = writeln!(
+        out,
+        "moved per call: {} (each operand's elements once)",
+        byte_size(total)
+    );
+}
+
+/// A byte count in the largest binary unit that keeps it at 1 or more.
+pub fn byte_size(n: usize) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = n as f64;
+    let mut unit = 0;
+    while x >= 1024.0 && unit + 1 < units.len() {
+        x /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{n} bytes"),
+        _ => format!("{x:.1} {}", units[unit]),
+    }
 }
 
 fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
     for (i, k) in kernels.iter().enumerate() {
         let _ = writeln!(
             out,
-            "  {prefix}{i} {} `{}`: {} tasks",
+            "  {prefix}{i} {} `{}`: {} tasks, moves {}",
             k.op.kind(),
             k.label,
-            k.op.tasks()
+            k.op.tasks(),
+            byte_size(k.op.bytes())
         );
         match &k.op {
             KernelOp::Gemm(g) => {
