@@ -753,3 +753,28 @@ fn long_rows_of_positive_values_sum_accurately() {
         }
     }
 }
+
+/// Rows of length 0 (a reduction over an axis of size 0): a sum is 0 and a mean NaN, as in
+/// PyTorch; a maximum is `-inf`, the identity of `Max` (PyTorch refuses `amax` there).
+#[test]
+fn empty_rows_reduce_to_the_identity() {
+    for (prog, want) in [
+        (Prog::Sum, 0.0),
+        (Prog::Mean, f32::NAN),
+        (Prog::Amax, f32::NEG_INFINITY),
+    ] {
+        let (stages, write) = prog.program(0);
+        let kernel = KernelOp::Row(Row {
+            rows: vec![3],
+            n: 0,
+            inputs: vec![op(0, 0, &[0, 1])],
+            stages,
+            write,
+            out: op(1, 0, &[1]),
+            rows_per_task: 2,
+        });
+        let got = run(kernel, &[vec![]], 3);
+        let same = |g: &f32| g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
+        assert!(got.iter().all(same), "{prog:?} of empty rows: {got:?}");
+    }
+}
