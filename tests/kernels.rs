@@ -179,11 +179,6 @@ fn unary_primitives_follow_pytorch_over_the_whole_range() {
     check_unary(Unary::Sin, &xs, f64::sin, 1.0);
     check_unary(Unary::Cos, &xs, f64::cos, 1.0);
     check_unary(Unary::Not, &xs, |x| if x == 0.0 { 1.0 } else { 0.0 }, 0.0);
-    // PyTorch: `1 / (1 + exp(-x))` in float32, so 0 where `exp(-x)` overflows.
-    let sigmoid = |x: f64| match (-x as f32).exp().is_infinite() {
-        true => 1.0 / (1.0 + f64::INFINITY),
-        false => 1.0 / (1.0 + (-x).exp()),
-    };
     check_unary(Unary::Sigmoid, &xs, sigmoid, 2.0);
     // `exp` keeps its clamp at ±88 until the layouts issue's full-range version lands.
     let inside: Vec<f32> = xs
@@ -210,6 +205,21 @@ fn tanh_and_erf_polynomials_stay_within_a_relative_epsilon_everywhere() {
     let xs = sweep();
     check_unary(Unary::Tanh, &xs, f64::tanh, 1.0);
     check_unary(Unary::Erf, &xs, libm::erf, 1.0);
+}
+
+/// PyTorch's `sigmoid`: `1 / (1 + exp(-x))` in float32, so 0 where `exp(-x)` overflows.
+fn sigmoid(x: f64) -> f64 {
+    match (-x as f32).exp().is_infinite() {
+        true => 0.0,
+        false => 1.0 / (1.0 + (-x).exp()),
+    }
+}
+
+/// Every 1/1000 of [-100, 100]: the subnormal results near -88 and the overflow of `exp(-x)`.
+#[test]
+fn the_sigmoid_polynomial_follows_pytorch_into_the_subnormals() {
+    let xs: Vec<f32> = (0..=200_000).map(|i| -100.0 + i as f32 * 1e-3).collect();
+    check_unary(Unary::Sigmoid, &xs, sigmoid, 2.0);
 }
 
 fn check_binary(b: Binary, pairs: &[(f32, f32)], reference: impl Fn(f64, f64) -> f64, ulps: f32) {

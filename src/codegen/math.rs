@@ -1,7 +1,7 @@
 //! The primitives of a formula ([`Expr`]) on 1 or 4 lanes, each with PyTorch's float32
 //! meaning: instructions where Cranelift has them (arithmetic, comparisons, `sqrt`, `abs`,
 //! NaN-propagating `maximum`), f32x4 polynomials with a libm's range handling (`exp`,
-//! `tanh`, `erf`), and otherwise a call per lane into a Rust function ([`Call`]).
+//! `tanh`, `erf`, `sigmoid`), and otherwise a call per lane into a Rust function ([`Call`]).
 
 use super::emit::Emit;
 use crate::ir::CmpOp;
@@ -13,7 +13,6 @@ use cranelift_codegen::ir::{InstBuilder, Value};
 /// A float function that JIT code calls once per lane, by its symbol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
-    Sigmoid,
     Log,
     Sin,
     Cos,
@@ -21,11 +20,10 @@ pub enum Call {
 }
 
 impl Call {
-    pub const ALL: [Call; 5] = [Call::Sigmoid, Call::Log, Call::Sin, Call::Cos, Call::Pow];
+    pub const ALL: [Call; 4] = [Call::Log, Call::Sin, Call::Cos, Call::Pow];
 
     pub fn symbol(self) -> &'static str {
         match self {
-            Call::Sigmoid => "attnc_sigmoidf",
             Call::Log => "attnc_logf",
             Call::Sin => "attnc_sinf",
             Call::Cos => "attnc_cosf",
@@ -46,18 +44,12 @@ impl Call {
         type F1 = extern "C" fn(f32) -> f32;
         type F2 = extern "C" fn(f32, f32) -> f32;
         match self {
-            Call::Sigmoid => sigmoidf as F1 as *const u8,
             Call::Log => logf as F1 as *const u8,
             Call::Sin => sinf as F1 as *const u8,
             Call::Cos => cosf as F1 as *const u8,
             Call::Pow => powf as F2 as *const u8,
         }
     }
-}
-
-/// PyTorch's formula: `exp(-x)` overflows to `inf` below about -88.7, giving 0.
-extern "C" fn sigmoidf(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 extern "C" fn logf(x: f32) -> f32 {
@@ -156,7 +148,7 @@ pub fn unary(e: &mut Emit, op: Unary, x: Value) -> Value {
         }
         Unary::Log => per_lane(e, Call::Log, &[x]),
         Unary::Tanh => on_vector(e, x, tanh4),
-        Unary::Sigmoid => per_lane(e, Call::Sigmoid, &[x]),
+        Unary::Sigmoid => on_vector(e, x, sigmoid4),
         Unary::Erf => on_vector(e, x, erf4),
         Unary::Sin => per_lane(e, Call::Sin, &[x]),
         Unary::Cos => per_lane(e, Call::Cos, &[x]),
@@ -331,6 +323,30 @@ fn erf4(e: &mut Emit, x: Value) -> Value {
     let below = e.cmp(FloatCC::LessThan, a, one);
     let r = e.b.ins().bitselect(below, small, big);
     with_sign_of(e, r, x)
+}
+
+/// `sigmoid` on f32x4 as PyTorch computes it, `1 / (1 + e^-x)` in float32: that formula
+/// where `e^-x` is below 87 (the vector `exp` is exact to its clamp at 88 there); below
+/// -87, where `1 + e^-x` rounds to `e^-x`, `e^(x + 20) e^-20` (the subnormal results), and
+/// 0 below -88.72284, where PyTorch's `e^-x` overflows.
+fn sigmoid4(e: &mut Emit, x: Value) -> Value {
+    let neg = e.b.ins().fneg(x);
+    let ex = e.exp4(neg);
+    let one = e.splat(1.0, 4);
+    let d = e.b.ins().fadd(ex, one);
+    let main = e.b.ins().fdiv(one, d);
+    let twenty = e.splat(20.0, 4);
+    let shifted = e.b.ins().fadd(x, twenty);
+    let small = e.exp4(shifted);
+    let scale = e.splat((-20f32).exp(), 4);
+    let small = e.b.ins().fmul(small, scale);
+    let zero = e.splat(0.0, 4);
+    let overflow = e.splat(-88.722_84, 4);
+    let none = e.cmp(FloatCC::LessThan, x, overflow);
+    let tail = e.b.ins().bitselect(none, zero, small);
+    let cut = e.splat(-87.0, 4);
+    let below = e.cmp(FloatCC::LessThan, x, cut);
+    e.b.ins().bitselect(below, tail, main)
 }
 
 /// `f(args..)` computed one lane at a time by a call.
