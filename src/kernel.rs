@@ -431,7 +431,7 @@ impl KernelOp {
             }
             KernelOp::Softmax(s) => 30.0 * f(&s.shape),
             KernelOp::Map(m) => 10.0 * f(&m.shape),
-            KernelOp::Row(r) => 10.0 * (r.stages.len() + 1) as f64 * f(&r.rows) * r.n as f64,
+            KernelOp::Row(r) => 10.0 * (r.stages.len() + 1) as f64 * r.n as f64 * f(&r.rows),
         }
     }
 
@@ -439,12 +439,10 @@ impl KernelOp {
     /// products counted dense, masked pairs included, as the peers count them); 0 for the
     /// kernels without one.
     pub fn flops(&self) -> f64 {
+        let f = |sizes: &[usize]| sizes.iter().map(|&n| n as f64).product::<f64>();
         match self {
-            KernelOp::Gemm(g) => 2.0 * (g.batch.iter().product::<usize>() * g.m * g.n * g.k) as f64,
-            KernelOp::Attention(a) => {
-                let b = a.batch.iter().product::<usize>();
-                2.0 * (b * a.n * a.m * (a.dk + a.dv)) as f64
-            }
+            KernelOp::Gemm(g) => 2.0 * f(&g.batch) * f(&[g.m, g.n, g.k]),
+            KernelOp::Attention(a) => 2.0 * f(&a.batch) * f(&[a.n, a.m]) * (a.dk + a.dv) as f64,
             KernelOp::Softmax(_) | KernelOp::Map(_) | KernelOp::Row(_) => 0.0,
         }
     }
