@@ -207,6 +207,15 @@ fn tanh_and_erf_polynomials_stay_within_a_relative_epsilon_everywhere() {
     check_unary(Unary::Erf, &xs, libm::erf, 1.0);
 }
 
+/// Every positive magnitude, subnormals to `f32::MAX`, and a fine sweep around 1.
+#[test]
+fn the_log_polynomial_stays_within_a_relative_epsilon_everywhere() {
+    let mut xs: Vec<f32> = (0..=100_000).map(|i| 0.5 + i as f32 * 1e-5).collect();
+    xs.extend((0..=100_000).map(|i| 2f32.powf(-149.0 + 277.0 * i as f32 / 100_000.0)));
+    xs.extend([f32::MAX, f32::MIN_POSITIVE, 1.0]);
+    check_unary(Unary::Log, &xs, f64::ln, 1.0);
+}
+
 /// PyTorch's `sigmoid`: `1 / (1 + exp(-x))` in float32, so 0 where `exp(-x)` overflows.
 fn sigmoid(x: f64) -> f64 {
     match (-x as f32).exp().is_infinite() {
