@@ -677,32 +677,35 @@ fn row_programs_give_the_same_bits_on_any_thread_count() {
 
 #[test]
 fn a_plan_with_a_malformed_row_program_is_rejected() {
-    let (stages, _) = Prog::Sum.program(4);
-    let bad = [
-        // A stage that reads its own result.
-        vec![Stage {
-            reduce: Reduce::Sum,
-            expr: vec![Expr::Reduced(0)],
-        }],
-        stages.clone(),
-    ];
-    for (i, stages) in bad.into_iter().enumerate() {
-        let write = match i {
-            0 => vec![Expr::Reduced(0)],
-            // One value per row cannot come from an element of the input.
-            _ => vec![Expr::Input(0)],
-        };
-        let row = Row {
-            rows: vec![3],
-            n: 4,
-            inputs: vec![op(0, 0, &[4, 1])],
-            stages,
-            write,
-            out: op(1, 0, &[1]),
-            rows_per_task: 1,
-        };
-        let plan = plan_of(KernelOp::Row(row), &[12], 3);
-        assert!(plan.validate().is_err(), "case {i} passes validation");
+    let (stages, write) = Prog::Sum.program(4);
+    let valid = Row {
+        rows: vec![3],
+        n: 4,
+        inputs: vec![op(0, 0, &[4, 1])],
+        stages,
+        write,
+        out: op(1, 0, &[1]),
+        rows_per_task: 1,
+    };
+    let plan = |row: &Row| plan_of(KernelOp::Row(row.clone()), &[12], 3);
+    plan(&valid).validate().unwrap();
+    let mut own_result = valid.clone();
+    own_result.stages[0].expr = vec![Expr::Reduced(0)];
+    let mut later_stage = valid.clone();
+    later_stage.write = vec![Expr::Reduced(1)];
+    // One value per row cannot come from an element of the input.
+    let mut element = valid.clone();
+    element.write = vec![Expr::Input(0)];
+    // Tasks of no row would leave every row unwritten.
+    let mut no_rows = valid.clone();
+    no_rows.rows_per_task = 0;
+    for (what, row) in [
+        ("a stage reads its own result", own_result),
+        ("the write reads a stage that does not exist", later_stage),
+        ("a per-row write reads an element", element),
+        ("tasks of no row", no_rows),
+    ] {
+        assert!(plan(&row).validate().is_err(), "{what}: passes validation");
     }
 }
 
