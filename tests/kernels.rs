@@ -800,3 +800,22 @@ fn empty_rows_reduce_to_the_identity() {
         assert!(got.iter().all(same), "{prog:?} of empty rows: {got:?}");
     }
 }
+
+/// A reduction of a whole vector: no row axes, one row, a rank-0 result.
+#[test]
+fn a_row_kernel_without_row_axes_reduces_one_row() {
+    let x: Vec<f32> = (0..10).map(|i| i as f32 - 2.5).collect();
+    for (prog, want) in [(Prog::Sum, 20.0), (Prog::Amin, -2.5), (Prog::Amax, 6.5)] {
+        let (stages, write) = prog.program(10);
+        let kernel = KernelOp::Row(Row {
+            rows: vec![],
+            n: 10,
+            inputs: vec![op(0, 0, &[1])],
+            stages,
+            write,
+            out: op(1, 0, &[]),
+            rows_per_task: 1,
+        });
+        assert_eq!(run(kernel, std::slice::from_ref(&x), 1), [want], "{prog:?}");
+    }
+}
