@@ -734,6 +734,9 @@ fn formulas(op: &KernelOp) -> Result<(), String> {
             if r.per_row() && r.write.iter().any(|e| matches!(e, Expr::Input(_))) {
                 return Err("a write of one value per row reads an element of an input".into());
             }
+            if r.rows_per_task == 0 {
+                return Err("a row kernel's tasks hold no row".into());
+            }
             Ok(())
         }
         _ => Ok(()),

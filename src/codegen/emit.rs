@@ -76,7 +76,7 @@ impl Emit<'_> {
     }
 
     /// A 128-bit constant with `bits` in each of its four 32-bit lanes.
-    fn vconst(&mut self, ty: Type, bits: u32) -> Value {
+    pub fn vconst(&mut self, ty: Type, bits: u32) -> Value {
         let bytes: Vec<u8> = (0..4).flat_map(|_| bits.to_le_bytes()).collect();
         let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
         self.b.ins().vconst(ty, c)
