@@ -20,8 +20,12 @@
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
 use std::fmt::{self, Write as _};
 
+mod index_mask;
 mod text;
 mod validate;
+
+pub use index_mask::{Affine, IndexMask, Keep, Tile, TileCounts, Truth};
+pub use text::byte_size;
 
 /// Index of a buffer in [`Plan::buffers`].
 pub type BufId = usize;
@@ -132,6 +136,12 @@ pub struct Softmax {
 /// One task is a block of `block.0` query rows; keys are visited in blocks of `block.1`
 /// with a running maximum and sum per row, so the scores need `block.0 * block.1` floats of
 /// scratch, never `n * m`.
+///
+/// `positions` is a mask known from the positions alone, applied before `mask`
+/// (`scores.masked_fill(~keep, fill).masked_fill(mask, ..)`): tiles it keeps whole test no
+/// element, and where [`Attention::skips_tiles`] holds, tiles it removes are not visited.
+/// With `kv_group` G > 1 (grouped-query attention), `k` and `v` have a G times smaller last
+/// batch axis and query head `h` reads key/value head `h / G`, in place.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attention {
     pub batch: Vec<usize>,
@@ -145,7 +155,38 @@ pub struct Attention {
     pub out: Operand,
     pub scale: f32,
     pub mask: Option<MaskFill>,
+    pub positions: Option<IndexMask>,
+    pub kv_group: usize,
     pub block: (usize, usize),
+}
+
+impl Attention {
+    /// The batch axes `k` and `v` are read over: the last one divided by `kv_group`.
+    pub fn kv_batch(&self) -> Vec<usize> {
+        let mut batch = self.batch.clone();
+        if let Some(heads) = batch.last_mut() {
+            *heads /= self.kv_group.max(1);
+        }
+        batch
+    }
+
+    /// Whether the tiles `positions` removes may be skipped: every row must keep a key
+    /// (a row that keeps none is uniform under a finite fill, which needs every key), and a
+    /// tensor mask, if any, must fill with `-inf` (under a finite fill, the rows it removes
+    /// whole would need every key too).
+    pub fn skips_tiles(&self) -> bool {
+        let tensor_mask_ok = self.mask.as_ref().is_none_or(|m| m.fill == f32::NEG_INFINITY);
+        self.positions
+            .as_ref()
+            .is_some_and(|p| tensor_mask_ok && p.every_row_keeps(self.n, self.m, self.block.1))
+    }
+
+    /// The tiles `positions` keeps whole, in part, and removes (removed ones are visited
+    /// like partial ones where [`Attention::skips_tiles`] does not hold).
+    pub fn tile_counts(&self) -> Option<TileCounts> {
+        let p = self.positions.as_ref()?;
+        Some(p.tiles((self.n, self.m), self.block))
+    }
 }
 
 /// One node of a [`Map`] expression; operands index earlier nodes.
@@ -241,6 +282,38 @@ impl KernelOp {
         }
     }
 
+    /// The arithmetic of the kernel's matrix products (2 per multiply-add; attention's two
+    /// products counted dense, masked pairs included, as the peers count them); 0 for the
+    /// kernels without one.
+    pub fn flops(&self) -> f64 {
+        match self {
+            KernelOp::Gemm(g) => 2.0 * (g.batch.iter().product::<usize>() * g.m * g.n * g.k) as f64,
+            KernelOp::Attention(a) => {
+                let b = a.batch.iter().product::<usize>();
+                2.0 * (b * a.n * a.m * (a.dk + a.dv)) as f64
+            }
+            KernelOp::Softmax(_) | KernelOp::Map(_) => 0.0,
+        }
+    }
+
+    /// The bytes the kernel reads and writes, each element counted once (what it moves
+    /// between memory and the cores at best): for each operand, the elements its strides
+    /// reach, so a broadcast axis counts once.
+    pub fn bytes(&self) -> usize {
+        self.operands()
+            .iter()
+            .map(|(op, shape, _)| {
+                let reached: usize = shape
+                    .iter()
+                    .zip(&op.strides)
+                    .filter(|&(_, &s)| s != 0)
+                    .map(|(&n, _)| n)
+                    .product();
+                reached * 4
+            })
+            .sum()
+    }
+
     /// Floats of per-thread scratch a task needs.
     pub fn scratch(&self) -> usize {
         match self {
@@ -273,10 +346,12 @@ impl KernelOp {
             }
             KernelOp::Attention(a) => {
                 let with = |tail: [usize; 2]| [a.batch.as_slice(), &tail].concat();
+                let kv_batch = a.kv_batch();
+                let kv = |tail: [usize; 2]| [kv_batch.as_slice(), &tail].concat();
                 let mut v = vec![
                     (&a.q, with([a.n, a.dk]), false),
-                    (&a.k, with([a.m, a.dk]), false),
-                    (&a.v, with([a.m, a.dv]), false),
+                    (&a.k, kv([a.m, a.dk]), false),
+                    (&a.v, kv([a.m, a.dv]), false),
                     (&a.out, with([a.n, a.dv]), true),
                 ];
                 if let Some(mask) = &a.mask {

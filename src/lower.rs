@@ -846,6 +846,8 @@ impl<'p> Lowerer<'p> {
             out: out.operand(),
             scale,
             mask,
+            positions: None,
+            kv_group: 1,
             block: attention_blocks(n, m),
         };
         self.kernel(self.label(id), KernelOp::Attention(a));

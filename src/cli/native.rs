@@ -24,6 +24,9 @@ pub struct BenchArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Also time each kernel: its time, GFLOP/s, GB/s and share of the whole, as a table
+    #[arg(long)]
+    profile: bool,
 }
 
 fn threads(t: Option<u16>) -> usize {
@@ -119,32 +122,33 @@ pub fn bench(args: &BenchArgs) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    match measure(&program, threads(args.threads), args.memory.budget()) {
+    match measure(
+        &program,
+        threads(args.threads),
+        args.memory.budget(),
+        args.profile,
+    ) {
         Ok(m) => {
             match args.format {
-                Format::Json => println!(
-                    "{}",
-                    serde_json::json!({
-                        "median_ms": m.median_ms,
-                        "min_ms": m.min_ms,
-                        "iters": m.iters,
-                        "gflops": m.gflops,
-                        "compile_ms": m.compile_ms,
-                    })
-                ),
-                Format::Text => println!(
-                    "median {:.4} ms, min {:.4} ms over {} calls; {:.2} GFLOP/s; compile {:.2} ms \
-                     ({} kernels, {} functions, {} threads); weights prepared once in {:.3} ms",
-                    m.median_ms,
-                    m.min_ms,
-                    m.iters,
-                    m.gflops,
-                    m.compile_ms,
-                    m.kernels,
-                    m.functions,
-                    m.threads,
-                    m.prepare_ms
-                ),
+                Format::Json => println!("{}", json(&m)),
+                Format::Text => {
+                    println!(
+                        "median {:.4} ms, min {:.4} ms over {} calls; {:.2} GFLOP/s; compile {:.2} ms \
+                         ({} kernels, {} functions, {} threads); weights prepared once in {:.3} ms",
+                        m.median_ms,
+                        m.min_ms,
+                        m.iters,
+                        m.gflops,
+                        m.compile_ms,
+                        m.kernels,
+                        m.functions,
+                        m.threads,
+                        m.prepare_ms
+                    );
+                    if let Some(rows) = &m.profile {
+                        print!("{}", profile_table(rows));
+                    }
+                }
             }
             0
         }
@@ -155,28 +159,99 @@ pub fn bench(args: &BenchArgs) -> i32 {
     }
 }
 
-/// `ATTNC_PROFILE=1`: the mean time of each kernel over `iters` more calls, on stderr.
+fn json(m: &Measured) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "median_ms": m.median_ms,
+        "min_ms": m.min_ms,
+        "iters": m.iters,
+        "gflops": m.gflops,
+        "compile_ms": m.compile_ms,
+    });
+    if let Some(rows) = &m.profile {
+        let total: f64 = rows.iter().map(|r| r.ms).sum();
+        v["profile"] = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "kernel": r.name, "label": r.label, "ms": r.ms, "share": r.ms / total,
+                    "gflops": r.gflops(), "gbps": r.gbps(), "tasks": r.tasks,
+                })
+            })
+            .collect();
+    }
+    v
+}
+
+/// One kernel's mean time per call, with what it computes and moves.
+struct KernelTime {
+    name: String,
+    label: String,
+    ms: f64,
+    flops: f64,
+    bytes: usize,
+    tasks: usize,
+}
+
+impl KernelTime {
+    /// `None` for a kernel without a matrix product.
+    fn gflops(&self) -> Option<f64> {
+        (self.flops > 0.0).then(|| self.flops / (self.ms * 1e-3) / 1e9)
+    }
+
+    fn gbps(&self) -> f64 {
+        self.bytes as f64 / (self.ms * 1e-3) / 1e9
+    }
+}
+
+/// Each kernel's mean time over `iters` more calls.
 fn profile(
     exe: &Executable,
     (bound, prepared): (&Bound, &Prepared),
     pool: &rayon::ThreadPool,
     outputs: &mut Vec<(String, Tensor)>,
     iters: usize,
-) -> Result<(), RunError> {
+) -> Result<Vec<KernelTime>, RunError> {
     let mut times = vec![0.0; exe.plan().kernels.len()];
     for _ in 0..iters {
         exe.run_prepared(bound, prepared, pool, outputs, Some(&mut times))?;
     }
-    for (k, t) in exe.plan().kernels.iter().zip(&times) {
-        let ms = t / iters as f64 * 1e3;
-        eprintln!(
-            "{ms:9.4} ms  {} `{}` ({} tasks)",
-            k.op.kind(),
-            k.label,
-            k.op.tasks()
+    let rows = exe.plan().kernels.iter().zip(&times).enumerate();
+    Ok(rows
+        .map(|(i, (k, t))| KernelTime {
+            name: format!("k{i} {}", k.op.kind()),
+            label: k.label.clone(),
+            ms: t / iters as f64 * 1e3,
+            flops: k.op.flops(),
+            bytes: k.op.bytes(),
+            tasks: k.op.tasks(),
+        })
+        .collect())
+}
+
+/// The profile as a table, the slowest kernel first, with a total line.
+fn profile_table(rows: &[KernelTime]) -> String {
+    let total: f64 = rows.iter().map(|r| r.ms).sum();
+    let mut sorted: Vec<&KernelTime> = rows.iter().collect();
+    sorted.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    let mut out = format!(
+        "{:<16} {:>10} {:>7} {:>9} {:>8} {:>6}  computes\n",
+        "kernel", "ms", "share", "GFLOP/s", "GB/s", "tasks"
+    );
+    for r in sorted {
+        let gflops = r.gflops().map_or("-".to_string(), |g| format!("{g:.1}"));
+        out += &format!(
+            "{:<16} {:>10.4} {:>6.1}% {:>9} {:>8.1} {:>6}  {}\n",
+            r.name,
+            r.ms,
+            100.0 * r.ms / total,
+            gflops,
+            r.gbps(),
+            r.tasks,
+            r.label
         );
     }
-    Ok(())
+    out += &format!("{:<16} {:>10.4} {:>6.1}%\n", "total", total, 100.0);
+    out
 }
 
 struct Measured {
@@ -189,9 +264,10 @@ struct Measured {
     kernels: usize,
     functions: usize,
     threads: usize,
+    profile: Option<Vec<KernelTime>>,
 }
 
-fn measure(program: &Program, threads: usize, budget: u64) -> Result<Measured, RunError> {
+fn measure(program: &Program, threads: usize, budget: u64, with_profile: bool) -> Result<Measured, RunError> {
     let opts = RunOptions {
         max_memory: Some(budget),
         ..RunOptions::default()
@@ -219,9 +295,16 @@ fn measure(program: &Program, threads: usize, budget: u64) -> Result<Measured, R
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
-    if std::env::var_os("ATTNC_PROFILE").is_some() {
-        profile(&exe, (&bound, &prepared), &pool, &mut outputs, times.len())?;
-    }
+    let profile = match with_profile {
+        true => Some(profile(
+            &exe,
+            (&bound, &prepared),
+            &pool,
+            &mut outputs,
+            times.len(),
+        )?),
+        false => None,
+    };
     let median_ms = times[times.len() / 2];
     let flops = lower::source_flops(program, &bound.dims);
     Ok(Measured {
@@ -234,5 +317,6 @@ fn measure(program: &Program, threads: usize, budget: u64) -> Result<Measured, R
         kernels: exe.plan().kernels.len(),
         functions: exe.functions(),
         threads,
+        profile,
     })
 }

@@ -126,6 +126,12 @@ impl Plan {
                 }
             }
         }
+        if let KernelOp::Attention(a) = op {
+            let heads = a.batch.last().copied().unwrap_or(1);
+            if a.kv_group == 0 || heads % a.kv_group != 0 {
+                return err(format!("{k}: {heads} query heads in groups of {}", a.kv_group));
+            }
+        }
         if let KernelOp::Map(m) = op {
             let bad = m.expr.iter().enumerate().any(|(i, e)| match *e {
                 Expr::Input(j) => j >= m.inputs.len(),
