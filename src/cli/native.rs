@@ -106,7 +106,7 @@ pub fn ir(path: &Path, dims: &[DimOverride], clif: bool, budget: u64) -> i32 {
     });
     match result {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             0
         }
         Err(e) => {
@@ -130,9 +130,9 @@ pub fn bench(args: &BenchArgs) -> i32 {
     ) {
         Ok(m) => {
             match args.format {
-                Format::Json => println!("{}", json(&m)),
+                Format::Json => outln!("{}", json(&m)),
                 Format::Text => {
-                    println!(
+                    outln!(
                         "median {:.4} ms, min {:.4} ms over {} calls; {:.2} GFLOP/s; compile {:.2} ms \
                          ({} kernels, {} functions, {} threads); weights prepared once in {:.3} ms",
                         m.median_ms,
@@ -146,7 +146,7 @@ pub fn bench(args: &BenchArgs) -> i32 {
                         m.prepare_ms
                     );
                     if let Some(rows) = &m.profile {
-                        print!("{}", profile_table(rows));
+                        out!("{}", profile_table(rows));
                     }
                 }
             }
