@@ -57,6 +57,10 @@ enum Command {
         explain: bool,
         #[command(flatten)]
         memory: MemoryArgs,
+        /// `dot`: the typed or optimized program as a Graphviz graph, one node per op with
+        /// its shape, fused ops filled (`| dot -Tsvg > graph.svg`)
+        #[arg(long, value_enum, default_value_t = IrFormat::Text)]
+        format: IrFormat,
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
@@ -81,20 +85,13 @@ enum Command {
 struct RunArgs {
     /// The .attn source file
     file: PathBuf,
-    /// Weights (safetensors); without it every param is drawn as nn.Linear initializes it
-    #[arg(long, value_name = "W.safetensors")]
-    weights: Option<PathBuf>,
-    /// Inputs (safetensors); without it inputs are drawn from a standard normal, masks all ones
-    #[arg(long, value_name = "I.safetensors")]
-    inputs: Option<PathBuf>,
+    #[command(flatten)]
+    tensors: TensorArgs,
     /// Write every output, as float32, under its output name
     #[arg(short = 'o', long = "output", value_name = "OUT.safetensors")]
     output: Option<PathBuf>,
     #[command(flatten)]
     dims: DimArgs,
-    /// Seed for drawn weights and inputs
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     /// Worker threads, 1 to 1024 (the interpreter runs on one)
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
@@ -119,6 +116,31 @@ impl MemoryArgs {
     }
 }
 
+/// Where a run's weights and inputs come from: `run` and `bench` take the same flags.
+#[derive(clap::Args)]
+struct TensorArgs {
+    /// Weights (safetensors); without it every param is drawn as nn.Linear initializes it
+    #[arg(long, value_name = "W.safetensors")]
+    weights: Option<PathBuf>,
+    /// Inputs (safetensors); without it inputs are drawn from a standard normal, masks all ones
+    #[arg(long, value_name = "I.safetensors")]
+    inputs: Option<PathBuf>,
+    /// Seed for drawn weights and inputs
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl TensorArgs {
+    fn options(&self) -> RunOptions {
+        RunOptions {
+            weights: self.weights.clone(),
+            inputs: self.inputs.clone(),
+            seed: self.seed,
+            ..RunOptions::default()
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Backend {
     /// Native code: kernels specialized to the run's shapes, compiled with Cranelift
@@ -139,6 +161,13 @@ struct DimArgs {
 enum Format {
     Text,
     Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum IrFormat {
+    Text,
+    /// Graphviz's DOT language
+    Dot,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -187,11 +216,16 @@ pub fn main() -> i32 {
             stats,
             explain,
             memory,
+            format,
         } => ir(
             &file,
             &dims.dims,
             stage,
-            IrFlags { stats, explain },
+            IrFlags {
+                stats,
+                explain,
+                dot: format == IrFormat::Dot,
+            },
             memory.budget(),
         ),
         Command::Run(args) => run(&args),
@@ -254,11 +288,19 @@ fn check(path: &Path, dims: &[DimOverride], format: Format) -> i32 {
 struct IrFlags {
     stats: bool,
     explain: bool,
+    /// A Graphviz graph instead of text.
+    dot: bool,
 }
 
 fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u64) -> i32 {
     if stage != Stage::Optimized && (flags.stats || flags.explain) {
         eprintln!("error: `--stats` and `--explain` apply to `--stage optimized` only");
+        return 2;
+    }
+    if flags.dot && (matches!(stage, Stage::Kernels | Stage::Clif) || flags.stats || flags.explain) {
+        eprintln!(
+            "error: `--format dot` draws `--stage typed` or `optimized`, without `--stats` or `--explain`"
+        );
         return 2;
     }
     if matches!(stage, Stage::Kernels | Stage::Clif) {
@@ -277,7 +319,11 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u
     }
     match stage {
         Stage::Kernels | Stage::Clif => unreachable!("handled above"),
+        Stage::Typed if flags.dot => out!("{}", checked.program.to_dot()),
         Stage::Typed => out!("{}", checked.program.to_text()),
+        Stage::Optimized if flags.dot => {
+            out!("{}", attnc::opt::optimize(&checked.program).program.to_dot())
+        }
         Stage::Optimized => {
             let optimized = attnc::opt::optimize(&checked.program);
             out!("{}", optimized.program.to_text());
@@ -312,10 +358,8 @@ fn run(args: &RunArgs) -> i32 {
     }
     let program = &checked.program;
     let opts = RunOptions {
-        weights: args.weights.clone(),
-        inputs: args.inputs.clone(),
-        seed: args.seed,
         max_memory: Some(args.memory.budget()),
+        ..args.tensors.options()
     };
     if let Some(Err(e)) = args.output.as_deref().map(runtime::files::output_target) {
         eprintln!("{e}");

@@ -483,6 +483,7 @@ fn corrupt(plan: &mut Plan, rng: &mut Rng) {
             .chain(g.batch.iter_mut())
             .collect(),
         KernelOp::Attention(a) => [&mut a.n, &mut a.m, &mut a.dk, &mut a.dv].into_iter().collect(),
+        KernelOp::Row(r) => [&mut r.n].into_iter().chain(r.rows.iter_mut()).collect(),
     };
     let what = rng.below(3);
     if what == 0 && !sizes.is_empty() {
@@ -519,6 +520,7 @@ fn operands_mut(op: &mut KernelOp) -> Vec<&mut Operand> {
             .into_iter()
             .chain(a.mask.iter_mut().map(|m| &mut m.mask))
             .collect(),
+        KernelOp::Row(r) => r.inputs.iter_mut().chain([&mut r.out]).collect(),
     }
 }
 

@@ -102,8 +102,12 @@ impl Checker {
                     self.dims_mut().declare(name, DimKind::Derived(p.clone()));
                     p
                 }
-                // Declared anyway, so its uses do not report it as unknown again.
-                None => Poly::sym(self.dims_mut().declare(name, DimKind::Free { value: None })),
+                // Bound to an error, so its uses fail silently instead of reporting the
+                // same mistake again in every shape that mentions it.
+                None => {
+                    self.bind(name, Entry::Value(Value::Error));
+                    return;
+                }
             },
         };
         self.bind(name, Entry::Dim(poly));
@@ -423,6 +427,9 @@ impl Checker {
         let values: Vec<Value> = args.iter().map(|a| self.expr(a)).collect();
         if values.contains(&Value::Error) {
             // Its shape variables could not be bound: the body would only echo the error.
+            // It counts as called, so it is not checked alone either, where its shape
+            // variables would stand in for what the call meant.
+            self.called.push(f.name.name.clone());
             return Value::Error;
         }
         let caller_scopes = self.scopes.split_off(1);

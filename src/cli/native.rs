@@ -1,6 +1,6 @@
 //! The native backend's commands: `run --backend jit`, `bench`, `ir --stage kernels|clif`.
 
-use super::{load, render, DimArgs, Format, MemoryArgs};
+use super::{load, render, DimArgs, Format, MemoryArgs, TensorArgs};
 use attnc::check::DimOverride;
 use attnc::codegen::Jit;
 use attnc::ir::Program;
@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 pub struct BenchArgs {
     /// The .attn source file
     file: PathBuf,
+    #[command(flatten)]
+    tensors: TensorArgs,
     #[command(flatten)]
     dims: DimArgs,
     /// Worker threads, 1 to 1024 (default: one per core)
@@ -122,12 +124,11 @@ pub fn bench(args: &BenchArgs) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    match measure(
-        &program,
-        threads(args.threads),
-        args.memory.budget(),
-        args.profile,
-    ) {
+    let opts = RunOptions {
+        max_memory: Some(args.memory.budget()),
+        ..args.tensors.options()
+    };
+    match measure(&program, &opts, threads(args.threads), args.profile) {
         Ok(m) => {
             match args.format {
                 Format::Json => outln!("{}", json(&m)),
@@ -267,12 +268,14 @@ struct Measured {
     profile: Option<Vec<KernelTime>>,
 }
 
-fn measure(program: &Program, threads: usize, budget: u64, with_profile: bool) -> Result<Measured, RunError> {
-    let opts = RunOptions {
-        max_memory: Some(budget),
-        ..RunOptions::default()
-    };
-    let bound = runtime::bind(program, &opts)?;
+fn measure(
+    program: &Program,
+    opts: &RunOptions,
+    threads: usize,
+    with_profile: bool,
+) -> Result<Measured, RunError> {
+    let budget = opts.max_memory.unwrap_or_else(runtime::budget::physical_memory);
+    let bound = runtime::bind(program, opts)?;
     let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
     let pool = pool(threads)?;
     let start = Instant::now();

@@ -19,7 +19,7 @@
 //! All arithmetic saturates: a reach past `usize::MAX` is out of every buffer, never a
 //! small wrapped index.
 
-use super::{BufferKind, Expr, KernelOp, Operand, Plan, PlanError};
+use super::{BufferKind, KernelOp, Operand, Plan, PlanError};
 
 impl Operand {
     /// The first and last element the operand reaches over `shape`; `None` when `shape` is
@@ -132,19 +132,7 @@ impl Plan {
                 return err(format!("{k}: {heads} query heads in groups of {}", a.kv_group));
             }
         }
-        if let KernelOp::Map(m) = op {
-            let bad = m.expr.iter().enumerate().any(|(i, e)| match *e {
-                Expr::Input(j) => j >= m.inputs.len(),
-                Expr::Const(_) => false,
-                Expr::Unary(_, a) => a >= i,
-                Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
-                Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
-            });
-            if bad || m.expr.is_empty() {
-                return err(format!("{k}: malformed expression"));
-            }
-        }
-        Ok(())
+        super::formulas(op).map_err(|what| PlanError(format!("{k}: {what}")))
     }
 
     /// Each output index has one buffer (the runtime hands each its own tensor).
@@ -202,7 +190,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{Buffer, Kernel, Map};
+    use crate::kernel::{Buffer, Expr, Kernel, Map};
 
     /// `out = x` over `[4]`, with `x` an input and `out` an output of 4 elements each.
     fn copy_plan() -> Plan {

@@ -124,6 +124,15 @@ impl<'p> Dims<'p> {
         (free && *p == Poly::sym(s)).then_some(s)
     }
 
+    /// The constant dim `p` is, if it is exactly one: `--dim` can give it another value.
+    fn const_sym(&self, p: &Poly) -> Option<Sym> {
+        let &[s] = p.syms().as_slice() else {
+            return None;
+        };
+        let constant = matches!(self.program.dims.info(s).kind, DimKind::Const(_));
+        (constant && *p == Poly::sym(s)).then_some(s)
+    }
+
     fn bind_free(&mut self, s: Sym, size: i64, input: &str, axis: usize) -> Result<(), RunError> {
         if size == 0 {
             let message = format!(
@@ -202,7 +211,14 @@ impl<'p> Dims<'p> {
                 None => format!("its declaration `{text}` is not a whole number"),
             };
             let message = format!("input `{}` has size {size} on axis {axis}, but {says}", decl.name);
-            return Err(RunError::new(Some(Code::E0301), message));
+            let error = RunError::new(Some(Code::E0301), message);
+            return Err(match self.const_sym(poly) {
+                Some(s) => error.with_hint(format!(
+                    "pass `--dim {}={size}` to run the program at the input's size",
+                    self.name(s)
+                )),
+                None => error,
+            });
         }
         Ok(())
     }
