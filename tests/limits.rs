@@ -316,3 +316,20 @@ fn the_optimizer_is_bounded_by_nodes_and_fuses_a_3000_statement_program() {
     assert_eq!(stats.before.kernels, 6000);
     assert_eq!(stats.after.kernels, 3000);
 }
+
+#[test]
+fn the_repl_lists_a_dim_with_a_name_wider_than_65535_characters() {
+    let name = "D".repeat(70_000);
+    let mut child = binary()
+        .args(["repl"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let script = format!("dim {name} = 4\n:dims\n:quit\n");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&name), "{}", stderr(&o));
+}
