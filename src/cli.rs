@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 mod native;
+mod plot;
 
 #[derive(Parser)]
 #[command(
@@ -75,6 +76,9 @@ enum Command {
     },
     /// Time the compiled program: warm-up, then the median of repeated calls
     Bench(native::BenchArgs),
+    /// Draw attention heatmaps of a `[.., N, M]` tensor from a safetensors file: one batch
+    /// element, a grid of heads, a colour bar
+    Plot(plot::PlotCommand),
 }
 
 #[derive(clap::Args)]
@@ -94,6 +98,11 @@ struct RunArgs {
     /// Which backend runs the program
     #[arg(long, value_enum, default_value_t = Backend::Jit)]
     backend: Backend,
+    /// Draw an output's heatmaps into a PNG or SVG file (repeatable)
+    #[arg(long, value_name = "OUTPUT=FILE.png", value_parser = plot::parse_target)]
+    plot: Vec<(String, PathBuf)>,
+    #[command(flatten)]
+    plot_args: plot::PlotArgs,
 }
 
 /// Where a run's weights and inputs come from: `run` and `bench` take the same flags.
@@ -212,6 +221,7 @@ pub fn main() -> i32 {
             echo,
         }),
         Command::Bench(args) => native::bench(&args),
+        Command::Plot(cmd) => plot::command(&cmd),
     }
 }
 
@@ -371,6 +381,21 @@ fn run(args: &RunArgs) -> i32 {
         );
     }
     if let Some(path) = &args.output {
+        println!("wrote {}", path.display());
+    }
+    for (name, path) in &args.plot {
+        let Some((_, t)) = outputs.iter().find(|(n, _)| n == name) else {
+            let names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
+            eprintln!(
+                "error: --plot: the program has no output `{name}` (it has `{}`)",
+                names.join("`, `")
+            );
+            return 1;
+        };
+        if let Err(e) = plot::draw(t, name, &args.plot_args, path) {
+            eprintln!("{e}");
+            return 1;
+        }
         println!("wrote {}", path.display());
     }
     let backend = match args.backend {

@@ -20,6 +20,7 @@ pub mod lower;
 pub mod kernel;
 pub mod codegen;
 pub mod runtime;
+pub mod plot;
 pub mod suggest;
 pub mod driver;
 pub mod render;
