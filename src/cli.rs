@@ -58,6 +58,8 @@ enum Command {
         /// its shape, fused ops filled (`| dot -Tsvg > graph.svg`)
         #[arg(long, value_enum, default_value_t = IrFormat::Text)]
         format: IrFormat,
+        #[command(flatten)]
+        memory: MemoryArgs,
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
@@ -92,8 +94,8 @@ struct RunArgs {
     output: Option<PathBuf>,
     #[command(flatten)]
     dims: DimArgs,
-    /// Worker threads (the interpreter runs on one)
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Worker threads, 1 to 1024 (the interpreter runs on one)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// Which backend runs the program
     #[arg(long, value_enum, default_value_t = Backend::Jit)]
@@ -103,6 +105,8 @@ struct RunArgs {
     plot: Vec<(String, PathBuf)>,
     #[command(flatten)]
     plot_args: plot::PlotArgs,
+    #[command(flatten)]
+    memory: MemoryArgs,
 }
 
 /// Where a run's weights and inputs come from: `run` and `bench` take the same flags.
@@ -120,12 +124,28 @@ struct TensorArgs {
 }
 
 impl TensorArgs {
-    fn options(&self) -> RunOptions {
+    /// The options of a run within `max_memory` bytes.
+    fn options(&self, max_memory: u64) -> RunOptions {
         RunOptions {
             weights: self.weights.clone(),
             inputs: self.inputs.clone(),
             seed: self.seed,
+            max_memory: Some(max_memory),
         }
+    }
+}
+
+#[derive(clap::Args)]
+struct MemoryArgs {
+    /// The memory budget in bytes: a program whose tensors need more is refused (E0305)
+    /// before anything is allocated [default: the machine's physical memory]
+    #[arg(long = "max-memory", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_memory: Option<u64>,
+}
+
+impl MemoryArgs {
+    fn budget(&self) -> u64 {
+        self.max_memory.unwrap_or_else(runtime::budget::physical_memory)
     }
 }
 
@@ -204,6 +224,7 @@ pub fn main() -> i32 {
             stats,
             explain,
             format,
+            memory,
         } => ir(
             &file,
             &dims.dims,
@@ -213,6 +234,7 @@ pub fn main() -> i32 {
                 explain,
                 dot: format == IrFormat::Dot,
             },
+            memory.budget(),
         ),
         Command::Run(args) => run(&args),
         Command::Repl { file, dims, echo } => repl::run(&repl::Options {
@@ -279,7 +301,7 @@ struct IrFlags {
     dot: bool,
 }
 
-fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
+fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u64) -> i32 {
     if stage != Stage::Optimized && (flags.stats || flags.explain) {
         eprintln!("error: `--stats` and `--explain` apply to `--stage optimized` only");
         return 2;
@@ -291,7 +313,7 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
         return 2;
     }
     if matches!(stage, Stage::Kernels | Stage::Clif) {
-        return native::ir(path, dims, stage == Stage::Clif);
+        return native::ir(path, dims, stage == Stage::Clif, budget);
     }
     let (src, checked) = match load(path, dims) {
         Ok(x) => x,
@@ -344,14 +366,14 @@ fn run(args: &RunArgs) -> i32 {
         return 1;
     }
     let program = &checked.program;
-    let opts = args.tensors.options();
+    let opts = args.tensors.options(args.memory.budget());
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
         let bound_at = Instant::now();
         let (outputs, compile_ms) = match args.backend {
             Backend::Interp => (runtime::interpret(program, &bound)?, None),
             Backend::Jit => {
-                let (outputs, compile_ms) = native::run(program, &bound, args.threads)?;
+                let (outputs, compile_ms) = native::run(program, &bound, args.threads, opts.budget())?;
                 (outputs, Some(compile_ms))
             }
         };

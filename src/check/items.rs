@@ -89,9 +89,15 @@ impl Checker {
                 ..
             }) => {
                 let v = given.unwrap_or(i64::try_from(*n).unwrap_or(i64::MAX));
-                Poly::sym(self.dims_mut().declare(name, DimKind::Const(v)))
+                match self.positive_constant(d, v) {
+                    true => Poly::sym(self.dims_mut().declare(name, DimKind::Const(v))),
+                    false => Poly::sym(self.dims_mut().declare(name, DimKind::Free { value: None })),
+                }
             }
             Some(e) => match self.dim_expr(e) {
+                Some(p) if p.as_int().is_some_and(|v| !self.positive_constant(d, v)) => {
+                    Poly::sym(self.dims_mut().declare(name, DimKind::Free { value: None }))
+                }
                 Some(p) => {
                     self.dims_mut().declare(name, DimKind::Derived(p.clone()));
                     p
@@ -105,6 +111,19 @@ impl Checker {
             },
         };
         self.bind(name, Entry::Dim(poly));
+    }
+
+    /// Whether the constant value `v` of dim `d` is a size; E0208 at its `dim` line when it
+    /// is 0 or negative (section 7.1: sizes a program declares are at least 1; only derived
+    /// sizes such as `N - 1` may be 0). Declared anyway, so its uses report nothing more.
+    fn positive_constant(&mut self, d: &ast::DimDecl, v: i64) -> bool {
+        if v >= 1 {
+            return true;
+        }
+        let span = d.value.as_ref().map_or(d.name.span, |e| e.span);
+        let message = format!("the constant dim `{}` is {v}; a dim is at least 1", d.name.name);
+        self.error(Code::E0208, span, message);
+        false
     }
 
     /// `assert a % b == 0` becomes a divisibility fact; any assert is checked now when the
