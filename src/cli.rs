@@ -81,6 +81,9 @@ enum Command {
     /// Draw attention heatmaps of a `[.., N, M]` tensor from a safetensors file: one batch
     /// element, a grid of heads, a colour bar
     Plot(plot::PlotCommand),
+    /// A language server on stdin and stdout, for editors: diagnostics, hover with shapes,
+    /// go-to-definition, completion
+    Lsp,
 }
 
 #[derive(clap::Args)]
@@ -244,6 +247,7 @@ pub fn main() -> i32 {
         }),
         Command::Bench(args) => native::bench(&args),
         Command::Plot(cmd) => plot::command(&cmd),
+        Command::Lsp => attnc::lsp::run(),
     }
 }
 

@@ -22,6 +22,7 @@ pub mod kernel;
 pub mod codegen;
 pub mod runtime;
 pub mod plot;
+pub mod lsp;
 pub mod suggest;
 pub mod driver;
 pub mod render;
