@@ -122,6 +122,7 @@ fn plot_reads_a_saved_output_and_selects_heads_with_labels() {
     let o = attnc(&[
         "plot",
         out.to_str().unwrap(),
+        "--tensor",
         "attn",
         "-o",
         png.to_str().unwrap(),

@@ -11,6 +11,7 @@ pub struct PlotCommand {
     /// A safetensors file, as `attnc run -o` writes
     file: PathBuf,
     /// The tensor to draw, `[.., N, M]`
+    #[arg(long = "tensor", value_name = "NAME")]
     name: String,
     /// The image to write: PNG or SVG, by its extension
     #[arg(short = 'o', long = "output", value_name = "OUT.png|OUT.svg")]
