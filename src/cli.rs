@@ -54,12 +54,12 @@ enum Command {
         /// program equal to the source
         #[arg(long)]
         explain: bool,
+        #[command(flatten)]
+        memory: MemoryArgs,
         /// `dot`: the typed or optimized program as a Graphviz graph, one node per op with
         /// its shape, fused ops filled (`| dot -Tsvg > graph.svg`)
         #[arg(long, value_enum, default_value_t = IrFormat::Text)]
         format: IrFormat,
-        #[command(flatten)]
-        memory: MemoryArgs,
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
@@ -112,6 +112,20 @@ struct RunArgs {
     memory: MemoryArgs,
 }
 
+#[derive(clap::Args)]
+struct MemoryArgs {
+    /// The memory budget in bytes: a program whose tensors need more is refused (E0305)
+    /// before anything is allocated [default: the machine's physical memory]
+    #[arg(long = "max-memory", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_memory: Option<u64>,
+}
+
+impl MemoryArgs {
+    fn budget(&self) -> u64 {
+        self.max_memory.unwrap_or_else(runtime::budget::physical_memory)
+    }
+}
+
 /// Where a run's weights and inputs come from: `run` and `bench` take the same flags.
 #[derive(clap::Args)]
 struct TensorArgs {
@@ -127,28 +141,13 @@ struct TensorArgs {
 }
 
 impl TensorArgs {
-    /// The options of a run within `max_memory` bytes.
-    fn options(&self, max_memory: u64) -> RunOptions {
+    fn options(&self) -> RunOptions {
         RunOptions {
             weights: self.weights.clone(),
             inputs: self.inputs.clone(),
             seed: self.seed,
-            max_memory: Some(max_memory),
+            ..RunOptions::default()
         }
-    }
-}
-
-#[derive(clap::Args)]
-struct MemoryArgs {
-    /// The memory budget in bytes: a program whose tensors need more is refused (E0305)
-    /// before anything is allocated [default: the machine's physical memory]
-    #[arg(long = "max-memory", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
-    max_memory: Option<u64>,
-}
-
-impl MemoryArgs {
-    fn budget(&self) -> u64 {
-        self.max_memory.unwrap_or_else(runtime::budget::physical_memory)
     }
 }
 
@@ -226,8 +225,8 @@ pub fn main() -> i32 {
             dims,
             stats,
             explain,
-            format,
             memory,
+            format,
         } => ir(
             &file,
             &dims.dims,
@@ -370,7 +369,10 @@ fn run(args: &RunArgs) -> i32 {
         return 1;
     }
     let program = &checked.program;
-    let opts = args.tensors.options(args.memory.budget());
+    let opts = RunOptions {
+        max_memory: Some(args.memory.budget()),
+        ..args.tensors.options()
+    };
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
         let bound_at = Instant::now();

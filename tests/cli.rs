@@ -281,6 +281,45 @@ fn bench_json_has_every_key_and_positive_numbers() {
     assert!(v["min_ms"].as_f64() <= v["median_ms"].as_f64());
 }
 
+#[test]
+fn bench_profile_lists_every_kernel_with_its_share() {
+    let plan = {
+        let mut a = vec!["ir", "examples/self_attention.attn", "--stage", "kernels"];
+        a.extend(SMALL);
+        stdout(&attnc(&a))
+    };
+    let kernels = plan.lines().filter(|l| l.starts_with("  k")).count();
+    assert!(kernels > 0 && plan.contains("moved per call:"), "{plan}");
+
+    let mut args = vec!["bench", "examples/self_attention.attn", "--profile"];
+    args.extend(SMALL);
+    let o = attnc(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with('k')).collect();
+    assert_eq!(
+        rows.len() - 1,
+        kernels,
+        "a row per kernel, after the header:\n{text}"
+    );
+    assert!(text
+        .lines()
+        .last()
+        .is_some_and(|l| l.starts_with("total") && l.ends_with("100.0%")));
+
+    args.extend(["--format", "json"]);
+    let o = attnc(&args);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    let profile = v["profile"].as_array().expect("a profile array");
+    assert_eq!(profile.len(), kernels);
+    let share: f64 = profile.iter().map(|k| k["share"].as_f64().unwrap()).sum();
+    assert!((share - 1.0).abs() < 1e-9, "shares sum to {share}");
+    let gemm = profile
+        .iter()
+        .find(|k| k["kernel"].as_str().unwrap().ends_with("gemm"));
+    assert!(gemm.is_some_and(|k| k["gflops"].as_f64().unwrap() > 0.0 && k["gbps"].as_f64().unwrap() > 0.0));
+}
+
 const FIXTURE: [&str; 4] = [
     "--weights",
     "tests/fixtures/weights_pad_b2_n7_d16_h4.safetensors",
@@ -347,43 +386,4 @@ fn bench_reads_weights_and_inputs_like_run() {
     // The file decides the sizes: a size it contradicts is the same error as `run`'s.
     let o = attnc(&[&["bench", "examples/mha.attn"][..], &FIXTURE].concat());
     assert!(stderr(&o).contains("error[E0301]"), "{}", stderr(&o));
-}
-
-#[test]
-fn bench_profile_lists_every_kernel_with_its_share() {
-    let plan = {
-        let mut a = vec!["ir", "examples/self_attention.attn", "--stage", "kernels"];
-        a.extend(SMALL);
-        stdout(&attnc(&a))
-    };
-    let kernels = plan.lines().filter(|l| l.starts_with("  k")).count();
-    assert!(kernels > 0 && plan.contains("moved per call:"), "{plan}");
-
-    let mut args = vec!["bench", "examples/self_attention.attn", "--profile"];
-    args.extend(SMALL);
-    let o = attnc(&args);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let text = stdout(&o);
-    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with('k')).collect();
-    assert_eq!(
-        rows.len() - 1,
-        kernels,
-        "a row per kernel, after the header:\n{text}"
-    );
-    assert!(text
-        .lines()
-        .last()
-        .is_some_and(|l| l.starts_with("total") && l.ends_with("100.0%")));
-
-    args.extend(["--format", "json"]);
-    let o = attnc(&args);
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
-    let profile = v["profile"].as_array().expect("a profile array");
-    assert_eq!(profile.len(), kernels);
-    let share: f64 = profile.iter().map(|k| k["share"].as_f64().unwrap()).sum();
-    assert!((share - 1.0).abs() < 1e-9, "shares sum to {share}");
-    let gemm = profile
-        .iter()
-        .find(|k| k["kernel"].as_str().unwrap().ends_with("gemm"));
-    assert!(gemm.is_some_and(|k| k["gflops"].as_f64().unwrap() > 0.0 && k["gbps"].as_f64().unwrap() > 0.0));
 }

@@ -124,12 +124,11 @@ pub fn bench(args: &BenchArgs) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    match measure(
-        &program,
-        &args.tensors.options(args.memory.budget()),
-        threads(args.threads),
-        args.profile,
-    ) {
+    let opts = RunOptions {
+        max_memory: Some(args.memory.budget()),
+        ..args.tensors.options()
+    };
+    match measure(&program, &opts, threads(args.threads), args.profile) {
         Ok(m) => {
             match args.format {
                 Format::Json => println!("{}", json(&m)),
