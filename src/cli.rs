@@ -14,6 +14,7 @@ use std::time::Instant;
 #[macro_use]
 mod output;
 mod native;
+mod plot;
 
 #[derive(Parser)]
 #[command(
@@ -79,6 +80,12 @@ enum Command {
     },
     /// Time the compiled program: warm-up, then the median of repeated calls
     Bench(native::BenchArgs),
+    /// Draw attention heatmaps of a `[.., N, M]` tensor from a safetensors file: one batch
+    /// element, a grid of heads, a colour bar
+    Plot(plot::PlotCommand),
+    /// A language server on stdin and stdout, for editors: diagnostics, hover with shapes,
+    /// go-to-definition, completion
+    Lsp,
 }
 
 #[derive(clap::Args)]
@@ -98,6 +105,11 @@ struct RunArgs {
     /// Which backend runs the program
     #[arg(long, value_enum, default_value_t = Backend::Jit)]
     backend: Backend,
+    /// Draw an output's heatmaps into a PNG or SVG file (repeatable)
+    #[arg(long, value_name = "OUTPUT=FILE.png", value_parser = plot::parse_target)]
+    plot: Vec<(String, PathBuf)>,
+    #[command(flatten)]
+    plot_args: plot::PlotArgs,
     #[command(flatten)]
     memory: MemoryArgs,
 }
@@ -235,6 +247,8 @@ pub fn main() -> i32 {
             echo,
         }),
         Command::Bench(args) => native::bench(&args),
+        Command::Plot(cmd) => plot::command(&cmd),
+        Command::Lsp => attnc::lsp::run(),
     }
 }
 
@@ -400,6 +414,21 @@ fn run(args: &RunArgs) -> i32 {
     }
     if let Some(path) = &args.output {
         outln!("wrote {}", path.display());
+    }
+    for (name, path) in &args.plot {
+        let Some((_, t)) = outputs.iter().find(|(n, _)| n == name) else {
+            let names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
+            eprintln!(
+                "error: --plot: the program has no output `{name}` (it has `{}`)",
+                names.join("`, `")
+            );
+            return 1;
+        };
+        if let Err(e) = plot::draw(t, name, &args.plot_args, path) {
+            eprintln!("{e}");
+            return 1;
+        }
+        println!("wrote {}", path.display());
     }
     let backend = match args.backend {
         Backend::Interp => "interp".to_string(),
