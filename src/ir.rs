@@ -9,6 +9,7 @@
 use crate::dims::{DimTable, Poly, Sym};
 use crate::source::Span;
 
+mod dot;
 mod text;
 
 /// Index of a node in [`Program::nodes`].
