@@ -5,6 +5,8 @@
 use attnc::driver::check_source;
 use attnc::ir::Program;
 use attnc::render;
+use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::{bind, interpret, RunOptions};
 use std::collections::BTreeMap;
 
 mod common;
@@ -473,4 +475,45 @@ fn programs_pytorch_accepts_at_every_size_check() {
             insta::assert_snapshot!("accepted", render::bindings_text(&checked.program));
         });
     });
+}
+
+/// The issue's programs, and the accepted ones above, at sizes where an axis is 1 or 0:
+/// the interpreter and the native backend both return PyTorch's (possibly empty) tensors.
+#[test]
+fn issue_programs_run_on_both_backends_at_sizes_one_and_zero() {
+    let mut sources: Vec<String> = vec![
+        "dim B, N\ninput x: [B, N, 4]\noutput y = x[:, 1 : N] * 2.0\n".into(),
+        "dim B, N\ninput x: [B, N, 4]\noutput y = x[:, 1 : N].contiguous().reshape(B, -1)\n".into(),
+        "dim B, N\ninput y: [B, N, 4]\ninput col: [N, 1, 1]\noutput f = col[1 : N] * y.transpose(0, 1)[1 : N]\n".into(),
+        "dim B, N\ninput x: [B, N, 4]\noutput p = exp(x[:, 1 : N]).softmax(-1)\n".into(),
+    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui/accepted");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    sources.extend(files.iter().map(|f| std::fs::read_to_string(f).unwrap()));
+    for src in &sources {
+        for (b, n) in [(1, 1), (2, 1), (1, 3), (2, 3)] {
+            let program = common::program(src, &[("B", b), ("N", n)]);
+            let bound = bind(&program, &RunOptions::default()).unwrap();
+            let want = interpret(&program, &bound).unwrap();
+            let optimized = attnc::opt::optimize(&program).program;
+            for native in [&program, &optimized] {
+                let exe = Executable::compile(native, &bound.dims).unwrap();
+                let got = exe.run(&bound, &pool(1).unwrap()).unwrap();
+                for ((name, w), (_, g)) in want.iter().zip(&got) {
+                    assert_eq!(g.shape, w.shape, "`{name}` at B = {b}, N = {n}:\n{src}");
+                    if !w.data.is_empty() {
+                        let error = common::relative_error(g, w);
+                        assert!(
+                            error < 1e-5,
+                            "`{name}` off by {error} at B = {b}, N = {n}:\n{src}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
