@@ -216,30 +216,142 @@ fn subsets<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
 
 /// `cat` and `stack` of items of one type: row-major, except that PyTorch keeps a
 /// channels-last format of 4-d and 5-d results (`cat_compute_output_memory_format`), which
-/// attnc does not model: such results vary unless the items are contiguous.
+/// attnc does not model: such results vary unless channels-last is ruled out. It is where
+/// the items' last axis is the only one of stride 1 and is never of size 1 (then no axis,
+/// inserted by `stack` or not, can have a smaller stride than the last, as channels-last
+/// needs), or the items are contiguous.
 pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
     let formats_apply = matches!(shape.len(), 4 | 5);
-    let plain = operands.iter().all(|t| t.is_contiguous(dims));
+    let plain = |t: &TensorType| {
+        let Some((last, rest)) = t.strides.split_last() else {
+            return true;
+        };
+        let inner = dims.is_one(last) && dims.never_one(&t.shape[t.rank() - 1]);
+        let outer = rest.iter().all(|s| dims.provably_nonneg(&s.sub(&Poly::int(2))));
+        t.is_contiguous(dims) || (!t.varies && inner && outer)
+    };
     Layout {
         strides: row_major_strides(shape),
-        varies: formats_apply && !plain,
+        varies: formats_apply && !operands.iter().all(|t| plain(t)),
     }
 }
 
 /// `x.reshape(shape)`: a view where PyTorch's `view` succeeds, a row-major copy where it
-/// does not. Where the view is legal for every size the result is that view; otherwise it
-/// is a copy in general, and a view at sizes that happen to allow one, so it varies.
+/// does not. Where the view is legal for every size the result is that view. Otherwise it
+/// is a copy in general, and a view at sizes that happen to allow one: the result varies,
+/// unless every such view has the copy's strides (`x.transpose(1, 2).reshape(B, N, D)`,
+/// a view only where `N = 1`, is row-major there too).
 pub fn reshape(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
-    match view_strides(dims, x, shape) {
-        Some(strides) => Layout {
+    if let Some(strides) = view_strides(dims, x, shape) {
+        return Layout {
             strides,
             varies: x.varies,
-        },
-        None => Layout {
-            strides: row_major_strides(shape),
-            varies: true,
-        },
+        };
     }
+    Layout {
+        strides: row_major_strides(shape),
+        varies: x.varies || !views_are_row_major(dims, x, shape),
+    }
+}
+
+/// Whether `x.view(shape)`, wherever it succeeds, has row-major strides on the axes not of
+/// size 1. Tried with each combination of free dims at 1 and the others at 2 or more, where
+/// two axes that are apart in memory must stay apart for every such size (in `z[:, :4]` of
+/// `z: [A, N]` they meet at `N = 4`) and the view must fail or be row-major (it may succeed
+/// where sizes coincide: see `may_view`); an axis whose size may be 1 otherwise (`N - 1`)
+/// is not decided.
+fn views_are_row_major(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> bool {
+    let mut free: Vec<Sym> = x
+        .shape
+        .iter()
+        .chain(&x.strides)
+        .chain(shape)
+        .flat_map(Poly::syms)
+        .filter(|&s| matches!(dims.info(s).kind, DimKind::Free { .. }))
+        .collect();
+    free.sort_unstable();
+    free.dedup();
+    let mut sets = subsets(&free);
+    sets.push(Vec::new());
+    sets.iter().all(|ones| {
+        // The dims not at 1 become `s + 1` with `s >= 1`.
+        let sub = |p: &Poly| {
+            p.substitute(&|s| match ones.contains(&s) {
+                true => Some(Poly::int(1)),
+                false if free.contains(&s) => Some(Poly::sym(s).add(&Poly::int(1))),
+                false => None,
+            })
+        };
+        let subs = |ps: &[Poly]| ps.iter().map(sub).collect::<Vec<_>>();
+        let at = TensorType {
+            shape: subs(&x.shape),
+            strides: subs(&x.strides),
+            ..x.clone()
+        };
+        let new_shape = subs(shape);
+        let sized = at.shape.iter().all(|d| dims.is_one(d) || dims.never_one(d));
+        if !sized || chunks_may_meet(dims, &at) {
+            return false;
+        }
+        let copy = row_major_strides(&new_shape);
+        match view_strides(dims, &at, &new_shape) {
+            Some(view) => {
+                (0..new_shape.len()).all(|i| dims.is_one(&new_shape[i]) || dims.equal(&view[i], &copy[i]))
+            }
+            // A view where sizes coincide (`[4, N]` in memory order `[N, 4]`, viewed as
+            // `[N, 4]` at `N = 4`) could have any strides.
+            None => !may_view(dims, &chunk_sizes(dims, &at), &new_shape),
+        }
+    })
+}
+
+/// The products of the chunks of `t` (runs of axes adjacent in memory), innermost first.
+fn chunk_sizes(dims: &DimTable, t: &TensorType) -> Vec<Poly> {
+    let axes: Vec<usize> = (0..t.rank()).filter(|&a| !dims.is_one(&t.shape[a])).collect();
+    let mut chunks = Vec::new();
+    let mut product = Poly::int(1);
+    for (k, &a) in axes.iter().enumerate().rev() {
+        product = product.mul(&t.shape[a]);
+        let ends = k == 0 || {
+            let prev = axes[k - 1];
+            !dims.equal(&t.strides[prev], &t.shape[a].mul(&t.strides[a]))
+        };
+        if ends {
+            chunks.push(std::mem::replace(&mut product, Poly::int(1)));
+        }
+    }
+    chunks
+}
+
+/// Whether the sizes `new` can meet the `chunks` (innermost first) for some sizes: each
+/// chunk's product equal to a run of new sizes, taken from the right.
+fn may_view(dims: &DimTable, chunks: &[Poly], new: &[Poly]) -> bool {
+    let new: Vec<&Poly> = new.iter().rev().filter(|d| !dims.is_one(d)).collect();
+    fn runs(dims: &DimTable, chunks: &[Poly], new: &[&Poly]) -> bool {
+        let Some((chunk, rest)) = chunks.split_first() else {
+            return new.is_empty();
+        };
+        let mut product = Poly::int(1);
+        (0..new.len()).any(|k| {
+            product = product.mul(new[k]);
+            let apart =
+                dims.provably_positive(&product.sub(chunk)) || dims.provably_positive(&chunk.sub(&product));
+            !apart && runs(dims, rest, &new[k + 1..])
+        })
+    }
+    runs(dims, chunks, &new)
+}
+
+/// Whether two neighbouring axes (not of size 1) that are apart in memory in general meet,
+/// `stride[i] == size[j] * stride[j]`, for some sizes.
+fn chunks_may_meet(dims: &DimTable, t: &TensorType) -> bool {
+    let axes: Vec<usize> = (0..t.rank()).filter(|&a| !dims.is_one(&t.shape[a])).collect();
+    axes.windows(2).any(|w| {
+        let gap = t.strides[w[0]].sub(&t.shape[w[1]].mul(&t.strides[w[1]]));
+        !dims.with_consts(&gap).is_zero()
+            && !dims.provably_positive(&gap)
+            && !dims.provably_positive(&gap.neg())
+    })
 }
 
 /// The strides of `x.view(new_shape)`, or `None` where PyTorch's `view` would refuse for
