@@ -11,13 +11,18 @@
 //! arithmetic never depends on which thread runs it or how the range was split, so every
 //! thread count gives the same bits.
 //!
-//! Four kernel kinds cover the typed IR and the optimizer's fused ops:
+//! Five kernel kinds cover the typed IR and the optimizer's fused ops:
 //! [`Gemm`] (batched, any strides, `alpha`, a bias epilogue), [`Softmax`] (fused scale, mask
 //! fill and a numerically safe softmax along the last axis), [`Attention`] (flash style:
-//! blocked over keys with a running max and sum) and [`Map`] (a fused elementwise
-//! expression, which also does every layout copy).
+//! blocked over keys with a running max and sum), [`Map`] (a fused elementwise
+//! expression, which also does every layout copy) and [`Row`] (reductions along one axis and
+//! what is computed from them: norms, softmax, `sum`, `var`).
+//!
+//! Elementwise arithmetic is written with the backend's own primitives ([`Unary`],
+//! [`Binary`], comparisons and a select), each computed as PyTorch computes it in float32:
+//! the lowering decomposes every elementwise op of the language into them.
 
-use crate::ir::{BinaryOp, CmpOp, UnaryOp};
+use crate::ir::CmpOp;
 use std::fmt::{self, Write as _};
 
 mod index_mask;
@@ -156,7 +161,37 @@ pub struct Attention {
     pub mask: Option<MaskFill>,
     pub positions: Option<IndexMask>,
     pub kv_group: usize,
+    /// A change of the scores applied to each tile before either mask.
+    pub score: Option<ScoreMod>,
+    /// Where the last keys come from another pair of operands (a decode step's new key and
+    /// value after its cache): `k` and `v` then hold the first `m - tail.len` keys.
+    pub tail: Option<KeyTail>,
     pub block: (usize, usize),
+}
+
+/// The last `len` keys of an attention kernel and their values, strided over
+/// `[kv batch.., len, dk]` and `[kv batch.., len, dv]`: `cat([k_cache, k_new], dim=2)`
+/// read in place, never copied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyTail {
+    pub k: Operand,
+    pub v: Operand,
+    pub len: usize,
+}
+
+/// An elementwise change of attention scores (ALiBi's `s + slope_h * (j - i)`, soft-capping's
+/// `c * tanh(s / c)`): `s' = expr(..)` where [`Expr::Input`] 0 is the scaled score, 1 the
+/// query row `i` and 2 the key `j` (as floats), and `3 + k` the element of `inputs[k]`,
+/// strided over the kernel's `[batch.., n, m]` (stride 0 along what it does not vary with).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoreMod {
+    pub inputs: Vec<Operand>,
+    pub expr: Vec<Expr>,
+}
+
+impl ScoreMod {
+    /// The leaves of the formula before the inputs: the score, `i` and `j`.
+    pub const LEAVES: usize = 3;
 }
 
 impl Attention {
@@ -184,21 +219,153 @@ impl Attention {
     /// like partial ones where [`Attention::skips_tiles`] does not hold).
     pub fn tile_counts(&self) -> Option<TileCounts> {
         let p = self.positions.as_ref()?;
-        Some(p.tiles((self.n, self.m), self.block))
+        let counts = self
+            .segments()
+            .map(|(start, len)| p.tiles_of_keys(self.n, (start, start + len), self.block));
+        Some(counts.fold(TileCounts::default(), |a, b| TileCounts {
+            kept: a.kept + b.kept,
+            partial: a.partial + b.partial,
+            skipped: a.skipped + b.skipped,
+        }))
+    }
+
+    /// The key ranges the kernel walks, each in blocks of its own: `(first key, length)` of
+    /// `k`/`v`, then of the tail.
+    pub fn segments(&self) -> impl Iterator<Item = (usize, usize)> {
+        let tail = self.tail.as_ref().map_or(0, |t| t.len);
+        let head = self.m.saturating_sub(tail);
+        [(0, head), (head, tail)].into_iter().filter(|&(_, len)| len > 0)
+    }
+
+    /// Grouped-query attention of one query row (a decode step): the `kv_group` query heads
+    /// that share a key/value head become that many rows of one task, so the shared keys are
+    /// read once per group rather than once per query head. `None` where that would change
+    /// the result: a mask of positions or a score change that reads the row `i`.
+    pub fn fold_query_groups(&self) -> Option<Attention> {
+        let (g, r) = (self.kv_group, self.batch.len());
+        let reads_row = self
+            .score
+            .as_ref()
+            .is_some_and(|s| s.expr.contains(&Expr::Input(1)));
+        if g <= 1 || self.n != 1 || r == 0 || self.positions.is_some() || reads_row {
+            return None;
+        }
+        // [.., heads, 1, x] -> [.., heads / g, g, x]: head h = hk * g + row.
+        let fold = |o: &Operand| {
+            let mut strides = o.strides.clone();
+            let head = strides[r - 1];
+            strides[r - 1] = head * g;
+            strides[r] = head;
+            Operand { strides, ..o.clone() }
+        };
+        let mut a = self.clone();
+        a.batch[r - 1] /= g;
+        a.n = g;
+        a.kv_group = 1;
+        a.q = fold(&self.q);
+        a.out = fold(&self.out);
+        if let Some(m) = &mut a.mask {
+            m.mask = fold(&m.mask);
+        }
+        if let Some(s) = &mut a.score {
+            s.inputs = s.inputs.iter().map(fold).collect();
+        }
+        a.block = (g, self.block.1);
+        Some(a)
     }
 }
 
-/// One node of a [`Map`] expression; operands index earlier nodes.
+/// A unary primitive, with PyTorch's float32 meaning over the whole range (NaN, infinities
+/// and subnormal results included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unary {
+    Neg,
+    Abs,
+    Sqrt,
+    /// `1 / sqrt(x)`, as PyTorch's CPU kernel computes it (`rsqrt(0)` is `inf`).
+    Rsqrt,
+    Exp,
+    /// The natural logarithm.
+    Log,
+    Tanh,
+    /// `1 / (1 + exp(-x))`: 0 below about -88.7, where `exp(-x)` overflows.
+    Sigmoid,
+    Erf,
+    Sin,
+    Cos,
+    /// Logical not of a 0/1 boolean: 1.0 where `x` is 0, else 0.0.
+    Not,
+}
+
+/// A binary primitive, with PyTorch's float32 meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// `torch.pow`: `powf`, except where the exponent is a constant PyTorch special-cases
+    /// (0, 1, 2, 3, -2, 0.5 as `sqrt`, -0.5 as `rsqrt`, -1 as a reciprocal).
+    Pow,
+    /// `torch.maximum`: NaN if either side is NaN, else `a >= b ? a : b`.
+    Maximum,
+    /// `torch.minimum`: NaN if either side is NaN, else `a <= b ? a : b`.
+    Minimum,
+    /// Logical and of 0/1 booleans (any non-zero counts as true).
+    And,
+    /// Logical or of 0/1 booleans.
+    Or,
+}
+
+impl Unary {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unary::Neg => "neg",
+            Unary::Abs => "abs",
+            Unary::Sqrt => "sqrt",
+            Unary::Rsqrt => "rsqrt",
+            Unary::Exp => "exp",
+            Unary::Log => "log",
+            Unary::Tanh => "tanh",
+            Unary::Sigmoid => "sigmoid",
+            Unary::Erf => "erf",
+            Unary::Sin => "sin",
+            Unary::Cos => "cos",
+            Unary::Not => "not",
+        }
+    }
+}
+
+impl Binary {
+    pub fn name(self) -> &'static str {
+        match self {
+            Binary::Add => "+",
+            Binary::Sub => "-",
+            Binary::Mul => "*",
+            Binary::Div => "/",
+            Binary::Pow => "pow",
+            Binary::Maximum => "maximum",
+            Binary::Minimum => "minimum",
+            Binary::And => "and",
+            Binary::Or => "or",
+        }
+    }
+}
+
+/// One node of an elementwise formula ([`Map::expr`], the stages of a [`Row`]); operands
+/// index earlier nodes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
-    /// Element of `Map::inputs[i]`.
+    /// The element of input `i` (`Map::inputs[i]`, `Row::inputs[i]`).
     Input(usize),
     Const(f32),
-    Unary(UnaryOp, usize),
-    Binary(BinaryOp, usize, usize),
+    /// The result of stage `k` of a [`Row`] kernel: one value per row. Not in a [`Map`].
+    Reduced(usize),
+    Unary(Unary, usize),
+    Binary(Binary, usize, usize),
     /// 1.0 where the comparison holds, else 0.0.
     Compare(CmpOp, usize, usize),
-    /// `masked_fill`: `value` where `mask` is not 0, else `x` (args `mask, value, x`).
+    /// `a` where `cond` is not 0, else `b` (args `cond, a, b`): `where`, `masked_fill`.
     Select(usize, usize, usize),
 }
 
@@ -214,12 +381,79 @@ pub struct Map {
     pub rows_per_task: usize,
 }
 
+/// How a [`Stage`] combines the values of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduce {
+    /// The sum (0 for an empty row).
+    Sum,
+    /// The largest value, NaN if any is NaN (`-inf` for an empty row).
+    Max,
+    /// The smallest value, NaN if any is NaN (`inf` for an empty row).
+    Min,
+}
+
+impl Reduce {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduce::Sum => "sum",
+            Reduce::Max => "max",
+            Reduce::Min => "min",
+        }
+    }
+}
+
+/// One reduction of a [`Row`] kernel: `reduce` over the row of `expr`, whose nodes may read
+/// the inputs and the results of earlier stages ([`Expr::Reduced`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stage {
+    pub reduce: Reduce,
+    pub expr: Vec<Expr>,
+}
+
+/// A row program over `rows` (the sizes of the row axes) independent rows of length `n`:
+/// the `stages` in order, each a reduction over the row, then `write`, a formula over the
+/// inputs and every stage's result, stored to `out`. Softmax, log_softmax, layer_norm,
+/// rms_norm and `sum`, `mean`, `amax`, `amin`, `var`, `std` along one axis are such programs.
+///
+/// Every input is strided over `[rows.., n]`: the reduced axis is the last one of the
+/// iteration space whatever its stride, so any single axis of a tensor can be reduced, and a
+/// stride of 0 broadcasts (a norm's weight has stride 0 on every row axis). `out` is strided
+/// over `[rows.., n]` when `write` reads an input (one value per element: a norm), or over
+/// `[rows..]` when it does not (one value per row: a reduction). One task is a block of
+/// `rows_per_task` rows; a row's arithmetic is the same in whichever task it falls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub rows: Vec<usize>,
+    pub n: usize,
+    pub inputs: Vec<Operand>,
+    pub stages: Vec<Stage>,
+    pub write: Vec<Expr>,
+    pub out: Operand,
+    pub rows_per_task: usize,
+}
+
+impl Row {
+    /// Whether `out` holds one value per row rather than one per element.
+    pub fn per_row(&self) -> bool {
+        self.out.strides.len() == self.rows.len()
+    }
+
+    /// The shape `out` is written over.
+    pub fn out_shape(&self) -> Vec<usize> {
+        match self.per_row() {
+            true => self.rows.clone(),
+            false => [self.rows.as_slice(), &[self.n]].concat(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelOp {
     Gemm(Gemm),
     Softmax(Softmax),
-    Attention(Attention),
+    Attention(Box<Attention>),
     Map(Map),
+    Row(Row),
 }
 
 /// One kernel: its op, a short label saying what in the program it computes, and how many
@@ -262,6 +496,7 @@ impl KernelOp {
             KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
             KernelOp::Attention(a) => product(&a.batch).saturating_mul(ceil_div(a.n, a.block.0)),
             KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
+            KernelOp::Row(r) => ceil_div(r.rows.iter().product(), r.rows_per_task),
         }
     }
 
@@ -278,6 +513,7 @@ impl KernelOp {
             }
             KernelOp::Softmax(s) => 30.0 * f(&s.shape),
             KernelOp::Map(m) => 10.0 * f(&m.shape),
+            KernelOp::Row(r) => 10.0 * (r.stages.len() + 1) as f64 * r.n as f64 * f(&r.rows),
         }
     }
 
@@ -285,13 +521,11 @@ impl KernelOp {
     /// products counted dense, masked pairs included, as the peers count them); 0 for the
     /// kernels without one.
     pub fn flops(&self) -> f64 {
+        let f = |sizes: &[usize]| sizes.iter().map(|&n| n as f64).product::<f64>();
         match self {
-            KernelOp::Gemm(g) => 2.0 * (g.batch.iter().product::<usize>() * g.m * g.n * g.k) as f64,
-            KernelOp::Attention(a) => {
-                let b = a.batch.iter().product::<usize>();
-                2.0 * (b * a.n * a.m * (a.dk + a.dv)) as f64
-            }
-            KernelOp::Softmax(_) | KernelOp::Map(_) => 0.0,
+            KernelOp::Gemm(g) => 2.0 * f(&g.batch) * f(&[g.m, g.n, g.k]),
+            KernelOp::Attention(a) => 2.0 * f(&a.batch) * f(&[a.n, a.m]) * (a.dk + a.dv) as f64,
+            KernelOp::Softmax(_) | KernelOp::Map(_) | KernelOp::Row(_) => 0.0,
         }
     }
 
@@ -347,20 +581,34 @@ impl KernelOp {
                 let with = |tail: [usize; 2]| [a.batch.as_slice(), &tail].concat();
                 let kv_batch = a.kv_batch();
                 let kv = |tail: [usize; 2]| [kv_batch.as_slice(), &tail].concat();
+                let head = a.m - a.tail.as_ref().map_or(0, |t| t.len.min(a.m));
                 let mut v = vec![
                     (&a.q, with([a.n, a.dk]), false),
-                    (&a.k, kv([a.m, a.dk]), false),
-                    (&a.v, kv([a.m, a.dv]), false),
+                    (&a.k, kv([head, a.dk]), false),
+                    (&a.v, kv([head, a.dv]), false),
                     (&a.out, with([a.n, a.dv]), true),
                 ];
                 if let Some(mask) = &a.mask {
                     v.push((&mask.mask, with([a.n, a.m]), false));
+                }
+                for input in a.score.iter().flat_map(|s| &s.inputs) {
+                    v.push((input, with([a.n, a.m]), false));
+                }
+                if let Some(t) = &a.tail {
+                    v.push((&t.k, kv([t.len, a.dk]), false));
+                    v.push((&t.v, kv([t.len, a.dv]), false));
                 }
                 v
             }
             KernelOp::Map(m) => {
                 let mut v: Vec<_> = m.inputs.iter().map(|i| (i, m.shape.clone(), false)).collect();
                 v.push((&m.out, m.shape.clone(), true));
+                v
+            }
+            KernelOp::Row(r) => {
+                let shape = [r.rows.as_slice(), &[r.n]].concat();
+                let mut v: Vec<_> = r.inputs.iter().map(|i| (i, shape.clone(), false)).collect();
+                v.push((&r.out, r.out_shape(), true));
                 v
             }
         }
@@ -388,10 +636,20 @@ impl KernelOp {
                     .into_iter()
                     .for_each(clear);
                 a.mask.iter_mut().for_each(|m| clear(&mut m.mask));
+                a.score
+                    .iter_mut()
+                    .for_each(|s| s.inputs.iter_mut().for_each(clear));
+                if let Some(t) = &mut a.tail {
+                    [&mut t.k, &mut t.v].into_iter().for_each(clear);
+                }
             }
             KernelOp::Map(m) => {
                 m.inputs.iter_mut().for_each(clear);
                 clear(&mut m.out);
+            }
+            KernelOp::Row(r) => {
+                r.inputs.iter_mut().for_each(clear);
+                clear(&mut r.out);
             }
         }
         k
@@ -404,6 +662,7 @@ impl KernelOp {
             KernelOp::Softmax(s) => s.out = out,
             KernelOp::Attention(a) => a.out = out,
             KernelOp::Map(m) => m.out = out,
+            KernelOp::Row(r) => r.out = out,
         }
     }
 
@@ -413,6 +672,7 @@ impl KernelOp {
             KernelOp::Softmax(_) => "softmax",
             KernelOp::Attention(_) => "attention",
             KernelOp::Map(_) => "map",
+            KernelOp::Row(_) => "row",
         }
     }
 }
@@ -434,6 +694,52 @@ pub struct PlanError(pub String);
 impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "invalid kernel plan: {}", self.0)
+    }
+}
+
+/// Whether `expr` is a formula over `inputs` inputs and `reduced` stage results whose
+/// nodes read earlier nodes only.
+fn well_formed(expr: &[Expr], inputs: usize, reduced: usize) -> bool {
+    let bad = expr.iter().enumerate().any(|(i, e)| match *e {
+        Expr::Input(j) => j >= inputs,
+        Expr::Const(_) => false,
+        Expr::Reduced(k) => k >= reduced,
+        Expr::Unary(_, a) => a >= i,
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
+        Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
+    });
+    !bad && !expr.is_empty()
+}
+
+/// Checks the formulas of a map or row kernel.
+fn formulas(op: &KernelOp) -> Result<(), String> {
+    match op {
+        KernelOp::Map(m) if !well_formed(&m.expr, m.inputs.len(), 0) => Err("malformed expression".into()),
+        KernelOp::Attention(a) => match &a.score {
+            Some(s) if !well_formed(&s.expr, ScoreMod::LEAVES + s.inputs.len(), 0) => {
+                Err("malformed score expression".into())
+            }
+            _ => Ok(()),
+        },
+        KernelOp::Row(r) => {
+            let inputs = r.inputs.len();
+            for (k, stage) in r.stages.iter().enumerate() {
+                if !well_formed(&stage.expr, inputs, k) {
+                    return Err(format!("malformed expression in stage {k}"));
+                }
+            }
+            if !well_formed(&r.write, inputs, r.stages.len()) {
+                return Err("malformed write expression".into());
+            }
+            if r.per_row() && r.write.iter().any(|e| matches!(e, Expr::Input(_))) {
+                return Err("a write of one value per row reads an element of an input".into());
+            }
+            if r.rows_per_task == 0 {
+                return Err("a row kernel's tasks hold no row".into());
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -497,23 +803,15 @@ impl Plan {
             }
             if let KernelOp::Attention(a) = &kernel.op {
                 let heads = a.batch.last().copied().unwrap_or(1);
+                if a.tail.as_ref().is_some_and(|t| t.len > a.m) {
+                    return Err(PlanError(format!("k{ki}: a tail of keys longer than the keys")));
+                }
                 if a.kv_group == 0 || heads % a.kv_group != 0 {
                     let what = format!("k{ki}: {heads} query heads in groups of {}", a.kv_group);
                     return Err(PlanError(what));
                 }
             }
-            if let KernelOp::Map(m) = &kernel.op {
-                let bad = m.expr.iter().enumerate().any(|(i, e)| match *e {
-                    Expr::Input(j) => j >= m.inputs.len(),
-                    Expr::Const(_) => false,
-                    Expr::Unary(_, a) => a >= i,
-                    Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
-                    Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
-                });
-                if bad || m.expr.is_empty() {
-                    return Err(PlanError(format!("k{ki}: malformed expression")));
-                }
-            }
+            formulas(&kernel.op).map_err(|what| PlanError(format!("k{ki}: {what}")))?;
         }
         let temps: Vec<(usize, usize, (usize, usize))> = self
             .buffers

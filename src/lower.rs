@@ -28,8 +28,8 @@ mod view;
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, Op, Program, UnaryOp, ValueId};
 use crate::kernel::{
-    Attention, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
-    PlanError, Softmax,
+    Attention, Binary, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
+    PlanError, Softmax, Unary,
 };
 use crate::size;
 pub use flops::source_flops;
@@ -37,6 +37,24 @@ use fuse::{Fused, Fusion, Scale, SoftmaxPat};
 use std::collections::HashMap;
 use tiling::{attention_blocks, fold_batch_into_rows, gemm_blocks};
 pub use view::View;
+
+/// The backend's primitive for an elementwise op of the language.
+fn unary(op: UnaryOp) -> Unary {
+    match op {
+        UnaryOp::Neg => Unary::Neg,
+        UnaryOp::Sqrt => Unary::Sqrt,
+        UnaryOp::Exp => Unary::Exp,
+    }
+}
+
+fn binary(op: BinaryOp) -> Binary {
+    match op {
+        BinaryOp::Add => Binary::Add,
+        BinaryOp::Sub => Binary::Sub,
+        BinaryOp::Mul => Binary::Mul,
+        BinaryOp::Div => Binary::Div,
+    }
+}
 
 /// Lowers `program` for the dim values `dims` (by [`crate::dims::Sym`], as
 /// [`crate::runtime::Bound::dims`] gives them). Errors are internal: a checked program with
@@ -451,7 +469,7 @@ impl<'p> Lowerer<'p> {
                 let expr = vec![
                     Expr::Input(0),
                     Expr::Const(alpha),
-                    Expr::Binary(BinaryOp::Mul, 0, 1),
+                    Expr::Binary(Binary::Mul, 0, 1),
                 ];
                 self.map(
                     vec![v.operand()],
@@ -562,8 +580,8 @@ impl<'p> Lowerer<'p> {
                 a.push(self.expr(root, x, shape, inputs, expr)?);
             }
             match (&node.op, a.as_slice()) {
-                (Op::Unary(u), &[x]) => Expr::Unary(*u, x),
-                (Op::Binary(b), &[x, y]) => Expr::Binary(*b, x, y),
+                (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
+                (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
                 (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
                 (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
                 _ => return Err(internal(format!("node {id} is not elementwise"))),
@@ -848,9 +866,12 @@ impl<'p> Lowerer<'p> {
             mask,
             positions: None,
             kv_group: 1,
+            score: None,
+            tail: None,
             block: attention_blocks(n, m),
         };
-        self.kernel(self.label(id), KernelOp::Attention(a));
+        let a = a.fold_query_groups().unwrap_or(a);
+        self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));
         Ok(out)
     }
 
