@@ -310,7 +310,8 @@ impl TensorType {
         self.shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d))
     }
 
-    /// Row-major for every value of the free dims (axes of constant size 1 do not count).
+    /// Row-major for every value of the free dims (axes of size 1 given the constants do not
+    /// count, as in PyTorch's `is_contiguous`).
     pub fn is_contiguous(&self, dims: &DimTable) -> bool {
         let expected = row_major_strides(&self.shape);
         !self.varies
@@ -318,7 +319,7 @@ impl TensorType {
                 .shape
                 .iter()
                 .zip(self.strides.iter().zip(&expected))
-                .all(|(size, (s, e))| size.is_one() || dims.equal(s, e))
+                .all(|(size, (s, e))| dims.is_one(size) || dims.equal(s, e))
     }
 }
 
