@@ -186,7 +186,7 @@ pub fn translate(e: &mut Emit, a: &Attention) {
                         let none_yet = e.cmp(FloatCC::Equal, m_new, ninf);
                         let z = e.f32(0.0);
                         let base = e.pick(none_yet, z, m_new);
-                        let sum = exp_sum(e, &row, base);
+                        let sum = exp_sum(e, &row, base, false);
                         let d = e.b.ins().fsub(m_old, base);
                         let corr = e.exp1(d);
                         let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);

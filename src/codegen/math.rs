@@ -320,7 +320,7 @@ fn erf4(e: &mut Emit, x: Value) -> Value {
 }
 
 /// `sigmoid` on f32x4 as PyTorch computes it, `1 / (1 + e^-x)` in float32: that formula
-/// where `e^-x` is below 87 (the vector `exp` is exact to its clamp at 88 there); below
+/// where `e^-x` is below 87; below
 /// -87, where `1 + e^-x` rounds to `e^-x`, `e^(x + 20) e^-20` (the subnormal results), and
 /// 0 below -88.72284, where PyTorch's `e^-x` overflows.
 fn sigmoid4(e: &mut Emit, x: Value) -> Value {
