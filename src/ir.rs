@@ -311,8 +311,12 @@ impl TensorType {
     }
 
     /// Row-major for every value of the free dims (axes of size 1 given the constants do not
-    /// count, as in PyTorch's `is_contiguous`).
+    /// count, and a tensor without elements is contiguous, as in PyTorch's `is_contiguous`).
     pub fn is_contiguous(&self, dims: &DimTable) -> bool {
+        // PyTorch's is_contiguous holds for any tensor without elements.
+        if self.shape.iter().any(|n| dims.equal(n, &Poly::int(0))) {
+            return true;
+        }
         let expected = row_major_strides(&self.shape);
         !self.varies
             && self

@@ -365,6 +365,17 @@ pub fn view_strides(dims: &DimTable, old: &TensorType, new_shape: &[Poly]) -> Op
         // A scalar views as any all-ones shape; the count check made sure that is what it is.
         return Some(row_major_strides(new_shape));
     }
+    if old_shape.iter().any(|n| dims.equal(n, &Poly::int(0))) {
+        // No elements: PyTorch views it as any shape of the same count ("stride is arbitrary
+        // in the numel() == 0 case" in ATen's computeStride), keeping the strides where the
+        // shape stays, else those of a fresh tensor.
+        let same = old_shape.len() == new_shape.len()
+            && old_shape.iter().zip(new_shape).all(|(a, b)| dims.equal(a, b));
+        return Some(match same {
+            true => old_strides.clone(),
+            false => row_major_strides(new_shape),
+        });
+    }
     let mut view_d = new_shape.len() as isize - 1;
     let mut chunk_base_stride = old_strides[old_shape.len() - 1].clone();
     let mut tensor_numel = Poly::int(1);
