@@ -428,7 +428,7 @@ fn run(args: &RunArgs) -> i32 {
             eprintln!("{e}");
             return 1;
         }
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display());
     }
     let backend = match args.backend {
         Backend::Interp => "interp".to_string(),

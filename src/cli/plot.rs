@@ -91,7 +91,7 @@ pub fn command(cmd: &PlotCommand) -> i32 {
     });
     match result {
         Ok(()) => {
-            println!("wrote {}", cmd.output.display());
+            outln!("wrote {}", cmd.output.display());
             0
         }
         Err(e) => {
