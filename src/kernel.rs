@@ -27,6 +27,7 @@ use std::fmt::{self, Write as _};
 
 mod index_mask;
 mod text;
+mod validate;
 
 pub use index_mask::{Affine, IndexMask, Keep, Tile, TileCounts, Truth};
 pub use text::byte_size;
@@ -496,7 +497,7 @@ impl KernelOp {
             KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
             KernelOp::Attention(a) => product(&a.batch).saturating_mul(ceil_div(a.n, a.block.0)),
             KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
-            KernelOp::Row(r) => ceil_div(r.rows.iter().product(), r.rows_per_task),
+            KernelOp::Row(r) => ceil_div(product(&r.rows), r.rows_per_task),
         }
     }
 
@@ -744,98 +745,6 @@ fn formulas(op: &KernelOp) -> Result<(), String> {
 }
 
 impl Plan {
-    /// Checks the invariants the generated code relies on: every operand stays inside its
-    /// buffer for the whole iteration space, kernels write only temporaries and outputs,
-    /// and live temporaries never overlap in the arena. The runtime calls no kernel of a
-    /// plan that fails this.
-    pub fn validate(&self) -> Result<(), PlanError> {
-        let prologue = self.prologue.iter().map(|k| (true, k));
-        let kernels = prologue.chain(self.kernels.iter().map(|k| (false, k)));
-        let mut main_index = 0;
-        for (early, kernel) in kernels {
-            let ki = main_index;
-            if !early {
-                main_index += 1;
-            }
-            for (op, shape, written) in kernel.op.operands() {
-                let buf = self
-                    .buffers
-                    .get(op.buf)
-                    .ok_or_else(|| PlanError(format!("k{ki} names no buffer b{}", op.buf)))?;
-                if op.strides.len() != shape.len() {
-                    return Err(PlanError(format!(
-                        "k{ki}: operand of b{} has the wrong rank",
-                        op.buf
-                    )));
-                }
-                if let Some(max) = op.max_index(&shape) {
-                    if max >= buf.len {
-                        let what = format!("k{ki} reaches element {max} of b{} of {}", op.buf, buf.len);
-                        return Err(PlanError(what));
-                    }
-                }
-                if written && matches!(buf.kind, BufferKind::Param(_) | BufferKind::Input(_)) {
-                    return Err(PlanError(format!("k{ki} writes read-only b{}", op.buf)));
-                }
-                // Tasks write disjoint elements only if no written element repeats.
-                let empty = shape.contains(&0);
-                if written && !empty && shape.iter().zip(&op.strides).any(|(&n, &s)| n > 1 && s == 0) {
-                    return Err(PlanError(format!("k{ki} writes b{} through a broadcast", op.buf)));
-                }
-                match (early, &buf.kind, written) {
-                    (false, BufferKind::Temp { live, .. }, _) if ki < live.0 || ki > live.1 => {
-                        return Err(PlanError(format!("k{ki} uses b{} outside its life", op.buf)));
-                    }
-                    (false, BufferKind::Derived { offset }, _)
-                        if offset.saturating_add(buf.len) > self.derived_len =>
-                    {
-                        return Err(PlanError("a derived buffer ends past the prepared memory".into()));
-                    }
-                    (false, BufferKind::Derived { .. }, true) => {
-                        return Err(PlanError(format!("k{ki} writes derived b{}", op.buf)));
-                    }
-                    (true, BufferKind::Param(_), _) | (true, BufferKind::Derived { .. }, _) => {}
-                    (true, _, _) => {
-                        return Err(PlanError(format!("a prologue kernel touches b{}", op.buf)));
-                    }
-                    _ => {}
-                }
-            }
-            if let KernelOp::Attention(a) = &kernel.op {
-                let heads = a.batch.last().copied().unwrap_or(1);
-                if a.tail.as_ref().is_some_and(|t| t.len > a.m) {
-                    return Err(PlanError(format!("k{ki}: a tail of keys longer than the keys")));
-                }
-                if a.kv_group == 0 || heads % a.kv_group != 0 {
-                    let what = format!("k{ki}: {heads} query heads in groups of {}", a.kv_group);
-                    return Err(PlanError(what));
-                }
-            }
-            formulas(&kernel.op).map_err(|what| PlanError(format!("k{ki}: {what}")))?;
-        }
-        let temps: Vec<(usize, usize, (usize, usize))> = self
-            .buffers
-            .iter()
-            .filter_map(|b| match b.kind {
-                BufferKind::Temp { offset, live } => Some((offset, b.len, live)),
-                _ => None,
-            })
-            .collect();
-        for (i, &(o1, l1, (s1, e1))) in temps.iter().enumerate() {
-            if o1.saturating_add(l1) > self.arena_len {
-                return Err(PlanError("a temporary ends past the arena".into()));
-            }
-            for &(o2, l2, (s2, e2)) in &temps[i + 1..] {
-                let space = o1 < o2.saturating_add(l2) && o2 < o1.saturating_add(l1);
-                let time = s1 <= e2 && s2 <= e1;
-                if space && time && l1 > 0 && l2 > 0 {
-                    return Err(PlanError("two live temporaries overlap".into()));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Floats of scratch each thread needs.
     pub fn scratch_len(&self) -> usize {
         let all = self.prologue.iter().chain(&self.kernels);

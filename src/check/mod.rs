@@ -27,6 +27,12 @@ pub fn op_names() -> impl Iterator<Item = &'static str> {
     ops::OPS.iter().map(|op| op.0)
 }
 
+/// Every op with its call form in PyTorch's parameter names (`softmax(input, dim)`): what
+/// the language server completes. The one place that reads the op table for it.
+pub fn op_signatures() -> impl Iterator<Item = (&'static str, &'static str)> {
+    ops::OPS.iter().map(|op| (op.0, op.1))
+}
+
 /// A value as the checker sees it: IR tensors plus the compile-time-only kinds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {

@@ -9,25 +9,26 @@ use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, TensorType, UnaryOp, ValueId};
 use crate::source::Span;
 
-/// The ops of the language: name, the call form shown in messages, and the argument counts
+/// The ops of the language: name, the call form with PyTorch's parameter names (shown in
+/// messages and by the language server), and the argument counts
 /// it accepts (the tensor a method is called on included).
 pub(super) const OPS: &[(&str, &str, usize, usize)] = &[
-    ("linear", "linear(x, W, b)", 2, 3),
-    ("matmul", "matmul(a, b)", 2, 2),
-    ("transpose", "transpose(x, d0, d1)", 3, 3),
-    ("permute", "permute(x, d...)", 1, usize::MAX),
-    ("view", "view(x, s...)", 1, usize::MAX),
-    ("reshape", "reshape(x, s...)", 1, usize::MAX),
-    ("contiguous", "contiguous(x)", 1, 1),
-    ("unsqueeze", "unsqueeze(x, d)", 2, 2),
-    ("squeeze", "squeeze(x, d)", 1, 2),
-    ("softmax", "softmax(x, d)", 2, 2),
-    ("masked_fill", "masked_fill(x, mask, value)", 3, 3),
-    ("dropout", "dropout(x, p)", 1, 2),
-    ("sqrt", "sqrt(x)", 1, 1),
-    ("exp", "exp(x)", 1, 1),
-    ("concat", "concat(seq, d)", 2, 2),
-    ("stack", "stack(seq, d)", 2, 2),
+    ("linear", "linear(input, weight, bias)", 2, 3),
+    ("matmul", "matmul(input, other)", 2, 2),
+    ("transpose", "transpose(input, dim0, dim1)", 3, 3),
+    ("permute", "permute(input, dims...)", 1, usize::MAX),
+    ("view", "view(input, shape...)", 1, usize::MAX),
+    ("reshape", "reshape(input, shape...)", 1, usize::MAX),
+    ("contiguous", "contiguous(input)", 1, 1),
+    ("unsqueeze", "unsqueeze(input, dim)", 2, 2),
+    ("squeeze", "squeeze(input, dim)", 1, 2),
+    ("softmax", "softmax(input, dim)", 2, 2),
+    ("masked_fill", "masked_fill(input, mask, value)", 3, 3),
+    ("dropout", "dropout(input, p)", 1, 2),
+    ("sqrt", "sqrt(input)", 1, 1),
+    ("exp", "exp(input)", 1, 1),
+    ("concat", "concat(tensors, dim)", 2, 2),
+    ("stack", "stack(tensors, dim)", 2, 2),
 ];
 
 impl Checker {

@@ -124,10 +124,15 @@ impl Emit<'_> {
                 let first = self.b.ins().load(F32, flags, addr, 0);
                 let mut v = self.b.ins().scalar_to_vector(F32X4, first);
                 for lane in 1..4u8 {
-                    let x = self
-                        .b
-                        .ins()
-                        .load(F32, flags, addr, (stride * 4 * lane as usize) as i32);
+                    // A stride too long for a 32-bit displacement is added to the address.
+                    let bytes = stride.saturating_mul(4 * lane as usize);
+                    let x = match i32::try_from(bytes) {
+                        Ok(offset) => self.b.ins().load(F32, flags, addr, offset),
+                        Err(_) => {
+                            let at = self.b.ins().iadd_imm_s(addr, bytes as i64);
+                            self.b.ins().load(F32, flags, at, 0)
+                        }
+                    };
                     v = self.b.ins().insertlane(v, x, lane);
                 }
                 v
