@@ -152,10 +152,69 @@ fn same_where_dims_are_one(
             .collect();
         let mut axes_sets = subsets(&maybe_one);
         axes_sets.push(Vec::new());
-        axes_sets
-            .iter()
-            .all(|axes| same_order(dims, &at_ones, &shape_at, perm, axes))
+        let Some(variants) = unknown_strides(operands, &at_ones, &shape_at, dims) else {
+            return false;
+        };
+        variants.iter().all(|ops| {
+            axes_sets
+                .iter()
+                .all(|axes| same_order(dims, ops, &shape_at, perm, axes))
+        })
     })
+}
+
+/// At most this many choices of the strides `unknown_strides` cannot know are tried.
+const STRIDE_CHOICES: usize = 256;
+
+/// The operands at sizes where some free dims are 1, with every choice that matters for
+/// the strides of the axes that are 1 only there (and in the result): PyTorch keeps those
+/// strides, which its `view` sets by the chunks at those sizes, not as in general. A stride
+/// only takes part in comparisons with its operand's other strides, so below, equal to and
+/// between them are all the choices there are; and with one tensor operand the comparison
+/// is an order, in which such an axis cannot move the others. `None` when there are too
+/// many choices.
+fn unknown_strides(
+    general: &[&TensorType],
+    at_ones: &[TensorType],
+    shape: &[Poly],
+    dims: &DimTable,
+) -> Option<Vec<Vec<TensorType>>> {
+    let half = Poly::term(Ratio::new(1, 2), &[]);
+    let mut variants: Vec<Vec<TensorType>> = vec![at_ones.to_vec()];
+    if at_ones.iter().filter(|t| t.rank() > 0).count() < 2 {
+        return Some(variants);
+    }
+    for (o, t) in at_ones.iter().enumerate() {
+        let pad = shape.len() - t.rank().min(shape.len());
+        let unknown: Vec<usize> = (0..t.rank())
+            .filter(|&j| dims.is_one(&t.shape[j]) && !dims.is_one(&general[o].shape[j]))
+            .filter(|&j| dims.is_one(&shape[j + pad]))
+            .collect();
+        for &j in &unknown {
+            let others = (0..t.rank())
+                .filter(|k| !unknown.contains(k))
+                .map(|k| &t.strides[k]);
+            let mut choices = vec![half.clone()];
+            for v in others {
+                choices.push(v.clone());
+                choices.push(v.add(&half));
+            }
+            if variants.len() * choices.len() > STRIDE_CHOICES {
+                return None;
+            }
+            variants = variants
+                .iter()
+                .flat_map(|ops| {
+                    choices.iter().map(move |c| {
+                        let mut ops = ops.clone();
+                        ops[o].strides[j] = c.clone();
+                        ops
+                    })
+                })
+                .collect();
+        }
+    }
+    Some(variants)
 }
 
 /// Whether TensorIterator's order, with the result's `axes` (and the operands' axes
