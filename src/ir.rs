@@ -7,6 +7,7 @@
 //! rank-0 tensors, as in PyTorch.
 
 use crate::dims::{DimTable, Poly, Sym};
+pub use crate::ops::prim::{BinaryOp, UnaryOp};
 use crate::source::Span;
 
 mod text;
@@ -38,22 +39,6 @@ pub enum Type {
         item: TensorType,
         len: Poly,
     },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    Neg,
-    Sqrt,
-    Exp,
-}
-
-/// Elementwise arithmetic with PyTorch broadcasting; either side may be a rank-0 scalar.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
 }
 
 /// Elementwise comparison with broadcasting; the result is [`DType::Bool`].

@@ -116,6 +116,17 @@ fn internal(what: String) -> PlanError {
     PlanError(what)
 }
 
+/// The elementwise primitives the Cranelift maps generate today; the others of
+/// [`crate::ops::prim`] are being added to the native backend (issue #10's native kernels).
+const NATIVE_UNARY: &[UnaryOp] = &[UnaryOp::Neg, UnaryOp::Sqrt, UnaryOp::Exp];
+const NATIVE_BINARY: &[BinaryOp] = &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+
+fn not_native(op: &str) -> PlanError {
+    PlanError(format!(
+        "the native backend has no kernel for `{op}` yet; run with `--backend interp`"
+    ))
+}
+
 impl<'p> Lowerer<'p> {
     // ---- buffers, sizes and values ------------------------------------------------------
 
@@ -476,13 +487,8 @@ impl<'p> Lowerer<'p> {
         Ok(match &node.op {
             Op::Literal(v) => *v as f32,
             Op::DimValue(p) => self.size(p)? as f32,
-            Op::Unary(UnaryOp::Neg) => -a(0)?,
-            Op::Unary(UnaryOp::Sqrt) => a(0)?.sqrt(),
-            Op::Unary(UnaryOp::Exp) => a(0)?.exp(),
-            Op::Binary(BinaryOp::Add) => a(0)? + a(1)?,
-            Op::Binary(BinaryOp::Sub) => a(0)? - a(1)?,
-            Op::Binary(BinaryOp::Mul) => a(0)? * a(1)?,
-            Op::Binary(BinaryOp::Div) => a(0)? / a(1)?,
+            Op::Unary(u) => u.eval(a(0)?),
+            Op::Binary(b) => b.eval(a(0)?, a(1)?),
             _ => return Err(internal(format!("node {id} is not a constant"))),
         })
     }
@@ -544,8 +550,10 @@ impl<'p> Lowerer<'p> {
                 a.push(self.expr(root, x, shape, inputs, expr)?);
             }
             match (&node.op, a.as_slice()) {
-                (Op::Unary(u), &[x]) => Expr::Unary(*u, x),
-                (Op::Binary(b), &[x, y]) => Expr::Binary(*b, x, y),
+                (Op::Unary(u), &[x]) if NATIVE_UNARY.contains(u) => Expr::Unary(*u, x),
+                (Op::Binary(b), &[x, y]) if NATIVE_BINARY.contains(b) => Expr::Binary(*b, x, y),
+                (Op::Unary(u), _) => return Err(not_native(u.name())),
+                (Op::Binary(b), _) => return Err(not_native(b.name())),
                 (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
                 (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
                 _ => return Err(internal(format!("node {id} is not elementwise"))),

@@ -108,6 +108,7 @@ pub fn eval(e: &mut Emit, expr: &[Expr], inputs: &[Value], w: usize) -> Value {
             Expr::Unary(UnaryOp::Neg, a) => e.b.ins().fneg(v[a]),
             Expr::Unary(UnaryOp::Sqrt, a) => e.b.ins().sqrt(v[a]),
             Expr::Unary(UnaryOp::Exp, a) => e.exp(v[a]),
+            Expr::Unary(op, _) => unreachable!("the lowering refuses `{op}` (lower::NATIVE_UNARY)"),
             Expr::Binary(op, a, b) => {
                 let (a, b) = (v[a], v[b]);
                 match op {
@@ -115,6 +116,7 @@ pub fn eval(e: &mut Emit, expr: &[Expr], inputs: &[Value], w: usize) -> Value {
                     BinaryOp::Sub => e.b.ins().fsub(a, b),
                     BinaryOp::Mul => e.b.ins().fmul(a, b),
                     BinaryOp::Div => e.b.ins().fdiv(a, b),
+                    _ => unreachable!("the lowering refuses `{op}` (lower::NATIVE_BINARY)"),
                 }
             }
             Expr::Compare(op, a, b) => e.cmp_value(float_cc(op), v[a], v[b]),

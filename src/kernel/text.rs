@@ -1,7 +1,7 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
 use super::{BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
-use crate::ir::{BinaryOp, UnaryOp};
+use crate::ir::BinaryOp;
 use std::fmt::Write as _;
 
 pub fn buffers(plan: &Plan, out: &mut String) {
@@ -143,23 +143,14 @@ pub fn expr_text(expr: &[Expr], i: usize) -> String {
     match &expr[i] {
         Expr::Input(j) => format!("in{j}"),
         Expr::Const(c) => format!("{c:?}"),
-        Expr::Unary(op, a) => {
-            let name = match op {
-                UnaryOp::Neg => "neg",
-                UnaryOp::Sqrt => "sqrt",
-                UnaryOp::Exp => "exp",
-            };
-            format!("{name}({})", e(*a))
-        }
-        Expr::Binary(op, a, b) => {
-            let sym = match op {
-                BinaryOp::Add => "+",
-                BinaryOp::Sub => "-",
-                BinaryOp::Mul => "*",
-                BinaryOp::Div => "/",
-            };
-            format!("({} {sym} {})", e(*a), e(*b))
-        }
+        Expr::Unary(op, a) => format!("{op}({})", e(*a)),
+        Expr::Binary(op, a, b) => match op {
+            BinaryOp::Add => format!("({} + {})", e(*a), e(*b)),
+            BinaryOp::Sub => format!("({} - {})", e(*a), e(*b)),
+            BinaryOp::Mul => format!("({} * {})", e(*a), e(*b)),
+            BinaryOp::Div => format!("({} / {})", e(*a), e(*b)),
+            _ => format!("{op}({}, {})", e(*a), e(*b)),
+        },
         Expr::Compare(op, a, b) => format!("({} {} {})", e(*a), op.symbol(), e(*b)),
         Expr::Select(m, v, x) => format!("select({}, {}, {})", e(*m), e(*v), e(*x)),
     }

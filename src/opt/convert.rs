@@ -15,7 +15,7 @@ use super::analysis::EG;
 use super::cost::Extraction;
 use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::{Poly, Sym};
-use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, TensorType, Type, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, TensorType, Type, ValueId};
 use crate::source::Span;
 use egg::{Id, Language, RecExpr};
 use std::collections::HashMap;
@@ -112,18 +112,8 @@ impl Into<'_> {
             Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
             Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
             Op::MaskedFill => Tensor::MaskedFill([a[0], a[1], a[2]]),
-            Op::Unary(UnaryOp::Neg) => Tensor::Neg(a[0]),
-            Op::Unary(UnaryOp::Sqrt) => Tensor::Sqrt(a[0]),
-            Op::Unary(UnaryOp::Exp) => Tensor::Exp(a[0]),
-            Op::Binary(op) => {
-                let ab = [a[0], a[1]];
-                match op {
-                    BinaryOp::Add => Tensor::Add(ab),
-                    BinaryOp::Sub => Tensor::Sub(ab),
-                    BinaryOp::Mul => Tensor::Mul(ab),
-                    BinaryOp::Div => Tensor::Div(ab),
-                }
-            }
+            Op::Unary(op) => Tensor::Unary(*op, [a[0]]),
+            Op::Binary(op) => Tensor::Binary(*op, [a[0], a[1]]),
             Op::Compare(op) => {
                 let ab = [a[0], a[1]];
                 match op {
@@ -367,13 +357,8 @@ impl Out<'_> {
             Tensor::Squeeze(c) => (Op::Squeeze(axis(c[1])?), vec![c[0]]),
             Tensor::Softmax(c) => (Op::Softmax(axis(c[1])?), vec![c[0]]),
             Tensor::MaskedFill(c) => (Op::MaskedFill, c.to_vec()),
-            Tensor::Neg(c) => (Op::Unary(UnaryOp::Neg), vec![*c]),
-            Tensor::Sqrt(c) => (Op::Unary(UnaryOp::Sqrt), vec![*c]),
-            Tensor::Exp(c) => (Op::Unary(UnaryOp::Exp), vec![*c]),
-            Tensor::Add(c) => (Op::Binary(BinaryOp::Add), c.to_vec()),
-            Tensor::Sub(c) => (Op::Binary(BinaryOp::Sub), c.to_vec()),
-            Tensor::Mul(c) => (Op::Binary(BinaryOp::Mul), c.to_vec()),
-            Tensor::Div(c) => (Op::Binary(BinaryOp::Div), c.to_vec()),
+            Tensor::Unary(op, c) => (Op::Unary(*op), c.to_vec()),
+            Tensor::Binary(op, c) => (Op::Binary(*op), c.to_vec()),
             Tensor::Eq(c) => (Op::Compare(CmpOp::Eq), c.to_vec()),
             Tensor::Ne(c) => (Op::Compare(CmpOp::Ne), c.to_vec()),
             Tensor::Lt(c) => (Op::Compare(CmpOp::Lt), c.to_vec()),

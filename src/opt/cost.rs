@@ -111,11 +111,8 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
     match node {
         Tensor::Reshape(_) if copies => copy,
         Tensor::Contiguous(_) | Tensor::Concat(_) | Tensor::Stack(_) | Tensor::Cat(_) => copy,
-        Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::Scale(_) => Cost::kernel(out, io(&[0])),
-        Tensor::Add(_)
-        | Tensor::Sub(_)
-        | Tensor::Mul(_)
-        | Tensor::Div(_)
+        Tensor::Unary(..) | Tensor::Scale(_) => Cost::kernel(out, io(&[0])),
+        Tensor::Binary(..)
         | Tensor::Eq(_)
         | Tensor::Ne(_)
         | Tensor::Lt(_)

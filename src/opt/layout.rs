@@ -79,15 +79,10 @@ pub fn lay_out(
             s.remove(attrs.get(1)?.axis()?);
             s
         }
-        Tensor::Softmax(_) | Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::MaskedFill(_) => {
-            like(kid(0))
-        }
+        Tensor::Softmax(_) | Tensor::Unary(..) | Tensor::MaskedFill(_) => like(kid(0)),
         // Lowered as `mul(x, literal)`: like the operand of full rank, as the checker does.
         Tensor::Scale(_) => like(kid(0)),
-        Tensor::Add(_)
-        | Tensor::Sub(_)
-        | Tensor::Mul(_)
-        | Tensor::Div(_)
+        Tensor::Binary(..)
         | Tensor::Eq(_)
         | Tensor::Ne(_)
         | Tensor::Lt(_)

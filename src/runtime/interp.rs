@@ -219,22 +219,13 @@ fn scalar(v: f32) -> Strided {
     Tensor::scalar(v).into()
 }
 
-/// One match per op, outside the element loop, so each loop is monomorphic.
+/// A primitive's meaning from the op table, one element at a time.
 fn unary(op: UnaryOp, x: &Strided) -> Strided {
-    match op {
-        UnaryOp::Neg => ops::map(x, |v| -v),
-        UnaryOp::Sqrt => ops::map(x, f32::sqrt),
-        UnaryOp::Exp => ops::map(x, f32::exp),
-    }
+    ops::map(x, |v| op.eval(v))
 }
 
 fn binary(op: BinaryOp, a: &Strided, b: &Strided) -> Option<Strided> {
-    match op {
-        BinaryOp::Add => ops::zip_with(a, b, |x, y| x + y),
-        BinaryOp::Sub => ops::zip_with(a, b, |x, y| x - y),
-        BinaryOp::Mul => ops::zip_with(a, b, |x, y| x * y),
-        BinaryOp::Div => ops::zip_with(a, b, |x, y| x / y),
-    }
+    ops::zip_with(a, b, |x, y| op.eval(x, y))
 }
 
 /// A program the interpreter cannot run although the checker accepted it: a bug.

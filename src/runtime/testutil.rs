@@ -179,7 +179,9 @@ impl Builder {
 /// A reference fixture, kept in the repository under `tests/fixtures` (its README says where
 /// the files came from and how to make them again).
 pub fn fixture(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// Which mask the attention program takes, as in the fixtures.
