@@ -7,7 +7,7 @@
 //! rank-0 tensors, as in PyTorch.
 
 use crate::dims::{DimTable, Poly, Sym};
-pub use crate::ops::prim::{BinaryOp, UnaryOp};
+pub use crate::ops::prim::{BinaryOp, ReduceOp, UnaryOp};
 use crate::source::Span;
 
 mod text;
@@ -104,6 +104,13 @@ pub enum Op {
     Unsqueeze(usize),
     Squeeze(usize),
     Softmax(usize),
+    /// `op` over `axes` (sorted, distinct, at least one); `keepdim` keeps them as size 1.
+    /// arg `[x]`. Sums accumulate in f64 in the interpreter, as a tight reference.
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
     /// args `[x, mask, value]`: where the boolean mask holds, the result is `value`.
     MaskedFill,
     Unary(UnaryOp),

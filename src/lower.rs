@@ -333,6 +333,7 @@ impl<'p> Lowerer<'p> {
                     None => Ok(Val::Tensor(self.copy(&x, self.label(id)))),
                 }
             }
+            Op::Reduce { op, .. } => Err(not_native(op.name())),
             Op::Softmax(axis) => {
                 let pat = match self.fusion.fused.get(&id) {
                     Some(Fused::Softmax(p)) => *p,

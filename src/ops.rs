@@ -5,3 +5,12 @@
 //! its shape rule, from which the checker binds arguments and builds IR.
 
 pub mod prim;
+pub mod table;
+
+pub use table::{Class, Default, OpDef, Param};
+
+/// Every op with its parameters and defaults, in table order: for completion and help
+/// (`ops::signatures().map(OpDef::signature)` gives `softmax(input, dim)`, ..).
+pub fn signatures() -> impl Iterator<Item = &'static OpDef> {
+    table::OPS.iter()
+}

@@ -633,7 +633,7 @@ impl Checker {
                 .filter(|(_, e)| matches!(e, Entry::Fn(_)))
                 .map(|(k, _)| k.as_str())
         });
-        let ops = super::ops::OPS.iter().map(|op| op.0);
+        let ops = super::op_names().map(|op| -> &str { op });
         crate::suggest::closest(name, fns.chain(ops)).map(str::to_string)
     }
 }

@@ -7,10 +7,12 @@
 //! are reported. Op shape rules live in `ops`, stride rules in `layout`, dim expressions in
 //! `dim_expr`, declarations and statements in `items`.
 
+mod args;
 mod dim_expr;
 mod items;
 pub(crate) mod layout;
 mod ops;
+mod rules;
 
 use crate::ast;
 use crate::diagnostic::{Code, Diagnostic};
@@ -24,7 +26,7 @@ pub use items::dim_override_error;
 
 /// The names of the built-in ops (`linear`, `view`, ..), for completion and help.
 pub fn op_names() -> impl Iterator<Item = &'static str> {
-    ops::OPS.iter().map(|op| op.0)
+    crate::ops::signatures().flat_map(|op| std::iter::once(op.name).chain(op.aliases.iter().copied()))
 }
 
 /// A value as the checker sees it: IR tensors plus the compile-time-only kinds.

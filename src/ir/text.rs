@@ -105,6 +105,13 @@ impl Printer<'_> {
             Op::Unsqueeze(a) => ("unsqueeze", vec![a.to_string()]),
             Op::Squeeze(a) => ("squeeze", vec![a.to_string()]),
             Op::Softmax(a) => ("softmax", vec![a.to_string()]),
+            Op::Reduce { op, axes, keepdim } => {
+                let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+                (
+                    op.name(),
+                    vec![format!("[{}]", axes.join(", ")), format!("keepdim={keepdim}")],
+                )
+            }
             Op::MaskedFill => ("masked_fill", vec![]),
             Op::Unary(u) => (u.name(), vec![]),
             Op::Binary(b) => (b.name(), vec![]),

@@ -95,5 +95,62 @@ primitives! {
     }
 }
 
+/// How a reduction combines a row: `sum`, `amax`, `amin`. Every other reduction of the
+/// language (`mean`, `var`, `std`, the norms) decomposes into these and elementwise ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+impl ReduceOp {
+    pub const ALL: &[ReduceOp] = &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "amax",
+            ReduceOp::Min => "amin",
+        }
+    }
+
+    /// The value of an empty row: 0 for a sum, -inf/inf for `amax`/`amin` (PyTorch refuses
+    /// those on an empty axis; the checker proves the axis is not empty).
+    pub fn identity(self) -> f32 {
+        match self {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+        }
+    }
+
+    /// One step of the reduction: NaN anywhere in a row makes `amax`/`amin` NaN.
+    pub fn combine(self, acc: f32, x: f32) -> f32 {
+        match self {
+            ReduceOp::Sum => acc + x,
+            ReduceOp::Max => BinaryOp::Maximum.eval(acc, x),
+            ReduceOp::Min => BinaryOp::Minimum.eval(acc, x),
+        }
+    }
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ReduceOp {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ReduceOp, String> {
+        ReduceOp::ALL
+            .iter()
+            .copied()
+            .find(|op| op.name() == s)
+            .ok_or_else(|| format!("not a reduction: {s}"))
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -376,6 +376,24 @@ impl Ctx {
                 }
                 Some(Kind::Value(t))
             }
+            T::Reduce(..) => {
+                let t = ty(0)?;
+                let axes = k[1].shape_attr()?;
+                let keepdim = k[2].int()? == 1;
+                let mut shape = Vec::new();
+                for (a, size) in t.shape.iter().enumerate() {
+                    let reduced = axes.iter().any(|p| p.as_int() == Some(a as i64));
+                    match (reduced, keepdim) {
+                        (false, _) => shape.push(size.clone()),
+                        (true, true) => shape.push(Poly::int(1)),
+                        (true, false) => {}
+                    }
+                }
+                Some(Kind::Value(Ty {
+                    shape,
+                    dtype: DType::F32,
+                }))
+            }
             T::Softmax(_) => {
                 (k[1].axis()? < shape(0)?.len()).then_some(())?;
                 same(0)

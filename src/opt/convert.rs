@@ -111,6 +111,10 @@ impl Into<'_> {
             Op::Unsqueeze(d) => Tensor::Unsqueeze([a[0], self.int(*d)]),
             Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
             Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
+            Op::Reduce { op, axes, keepdim } => {
+                let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
+                Tensor::Reduce(*op, [a[0], self.shape(&p), self.int(usize::from(*keepdim))])
+            }
             Op::MaskedFill => Tensor::MaskedFill([a[0], a[1], a[2]]),
             Op::Unary(op) => Tensor::Unary(*op, [a[0]]),
             Op::Binary(op) => Tensor::Binary(*op, [a[0], a[1]]),
@@ -356,6 +360,20 @@ impl Out<'_> {
             Tensor::Unsqueeze(c) => (Op::Unsqueeze(axis(c[1])?), vec![c[0]]),
             Tensor::Squeeze(c) => (Op::Squeeze(axis(c[1])?), vec![c[0]]),
             Tensor::Softmax(c) => (Op::Softmax(axis(c[1])?), vec![c[0]]),
+            Tensor::Reduce(op, c) => {
+                let axes = d(c[1]).shape_attr().ok_or("axes")?;
+                let axes: Option<Vec<usize>> =
+                    axes.iter().map(|p| usize::try_from(p.as_int()?).ok()).collect();
+                let keepdim = axis(c[2])? == 1;
+                (
+                    Op::Reduce {
+                        op: *op,
+                        axes: axes.ok_or("axes")?,
+                        keepdim,
+                    },
+                    vec![c[0]],
+                )
+            }
             Tensor::MaskedFill(c) => (Op::MaskedFill, c.to_vec()),
             Tensor::Unary(op, c) => (Op::Unary(*op), c.to_vec()),
             Tensor::Binary(op, c) => (Op::Binary(*op), c.to_vec()),

@@ -10,7 +10,7 @@
 //! are dims 3 and 4, `[s0,s1,512]` a shape, `0.125` a float, `3` an integer.
 
 use crate::dims::{Poly, Ratio, Sym};
-use crate::ir::{BinaryOp, UnaryOp};
+use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
 use egg::{define_language, Id};
 use std::fmt;
 use std::str::FromStr;
@@ -37,6 +37,7 @@ define_language! {
         // Elementwise primitives, named as in the op table (`neg`, `exp`, `add`, `maximum`).
         Unary(UnaryOp, [Id; 1]),
         Binary(BinaryOp, [Id; 2]),
+        Reduce(ReduceOp, [Id; 3]),           // x, axes (a shape of integers), keepdim (0 or 1)
         "eq" = Eq([Id; 2]),
         "ne" = Ne([Id; 2]),
         "lt" = Lt([Id; 2]),

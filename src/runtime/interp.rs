@@ -136,6 +136,7 @@ impl<'p> Interp<'p> {
             Op::Unsqueeze(axis) => arg(0)?.unsqueeze(*axis),
             Op::Squeeze(axis) => arg(0)?.squeeze(*axis),
             Op::Softmax(axis) => ops::softmax(arg(0)?, *axis),
+            Op::Reduce { op, axes, keepdim } => ops::reduce(arg(0)?, *op, axes, *keepdim),
             Op::MaskedFill => ops::masked_fill(arg(0)?, arg(1)?, arg(2)?),
             Op::Unary(op) => Some(unary(*op, arg(0)?)),
             Op::Binary(op) => binary(*op, arg(0)?, arg(1)?),
