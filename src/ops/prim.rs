@@ -74,6 +74,8 @@ primitives! {
         Tanh "tanh" => x.tanh(),
         /// `1 / (1 + exp(-x))`, as ATen computes it for float32.
         Sigmoid "sigmoid" => 1.0 / (1.0 + (-x).exp()),
+        /// The error function (`libm`'s `erff`, which glibc's `erff` agrees with).
+        Erf "erf" => libm::erff(x),
         Sin "sin" => x.sin(),
         Cos "cos" => x.cos(),
     }

@@ -152,6 +152,7 @@ pub static OPS: &[OpDef] = &[
     op!("log",         INPUT, Elementwise, Unary(UnaryOp::Log)),
     op!("tanh",        INPUT, Elementwise, Unary(UnaryOp::Tanh)),
     op!("sigmoid",     INPUT, Elementwise, Unary(UnaryOp::Sigmoid)),
+    op!("erf",         INPUT, Elementwise, Unary(UnaryOp::Erf)),
     op!("sin",         INPUT, Elementwise, Unary(UnaryOp::Sin)),
     op!("cos",         INPUT, Elementwise, Unary(UnaryOp::Cos)),
     op!("pow",         &[p("input"), p("exponent")], Elementwise, Binary(BinaryOp::Pow)),
