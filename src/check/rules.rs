@@ -310,6 +310,44 @@ impl Checker {
         Some(Value::Tensor(self.bin(BinaryOp::Maximum, x, zero, span)?))
     }
 
+    /// `gelu(x, approximate="none")`: `x * 0.5 * (1 + erf(x / sqrt(2)))`; with `"tanh"`,
+    /// `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`, both as ATen writes them.
+    pub(crate) fn gelu(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the input of `gelu`")?;
+        let tanh = match args.get(1).map(|e| &e.kind) {
+            None => false,
+            Some(ExprKind::Str(s)) if s == "none" => false,
+            Some(ExprKind::Str(s)) if s == "tanh" => true,
+            Some(_) => {
+                let msg = "`approximate` must be \"none\" or \"tanh\"";
+                self.error(Code::E0208, args[1].span, msg);
+                return None;
+            }
+        };
+        let half = self.literal_id(0.5, span);
+        let one = self.literal_id(1.0, span);
+        let inner = match tanh {
+            false => {
+                let r = self.literal_id(std::f64::consts::FRAC_1_SQRT_2, span);
+                let scaled = self.bin(BinaryOp::Mul, x, r, span)?;
+                self.unary_id(UnaryOp::Erf, scaled, span)
+            }
+            true => {
+                let beta = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
+                let (beta, kappa) = (self.literal_id(beta, span), self.literal_id(0.044715, span));
+                let x2 = self.bin(BinaryOp::Mul, x, x, span)?;
+                let x3 = self.bin(BinaryOp::Mul, x2, x, span)?;
+                let cubic = self.bin(BinaryOp::Mul, kappa, x3, span)?;
+                let sum = self.bin(BinaryOp::Add, x, cubic, span)?;
+                let arg = self.bin(BinaryOp::Mul, beta, sum, span)?;
+                self.unary_id(UnaryOp::Tanh, arg, span)
+            }
+        };
+        let one_plus = self.bin(BinaryOp::Add, one, inner, span)?;
+        let half_x = self.bin(BinaryOp::Mul, x, half, span)?;
+        Some(Value::Tensor(self.bin(BinaryOp::Mul, half_x, one_plus, span)?))
+    }
+
     /// `silu(x) = x * sigmoid(x)`.
     pub(crate) fn silu(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the input of `silu`")?;

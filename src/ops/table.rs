@@ -161,6 +161,7 @@ pub static OPS: &[OpDef] = &[
     // elementwise, built from primitives
     op!("relu",        INPUT, Elementwise, Check(Checker::relu)),
     op!("silu",        INPUT, Elementwise, Check(Checker::silu)),
+    op!("gelu",        &[p("input"), opt("approximate", Default::Str("none"))], Elementwise, Check(Checker::gelu)),
     // reductions
     op!("sum",         REDUCE, Reduction, Reduce(ReduceOp::Sum)),
     op!("amax",        REDUCE, Reduction, Reduce(ReduceOp::Max)),
