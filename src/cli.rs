@@ -53,6 +53,12 @@ enum Command {
         /// program equal to the source
         #[arg(long)]
         explain: bool,
+        #[command(flatten)]
+        memory: MemoryArgs,
+        /// `dot`: the typed or optimized program as a Graphviz graph, one node per op with
+        /// its shape, fused ops filled (`| dot -Tsvg > graph.svg`)
+        #[arg(long, value_enum, default_value_t = IrFormat::Text)]
+        format: IrFormat,
     },
     /// Compile and run a program; print each output's shape, checksum and the time taken
     Run(RunArgs),
@@ -77,26 +83,60 @@ enum Command {
 struct RunArgs {
     /// The .attn source file
     file: PathBuf,
+    #[command(flatten)]
+    tensors: TensorArgs,
+    /// Write every output, as float32, under its output name
+    #[arg(short = 'o', long = "output", value_name = "OUT.safetensors")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    dims: DimArgs,
+    /// Worker threads, 1 to 1024 (the interpreter runs on one)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    /// Which backend runs the program
+    #[arg(long, value_enum, default_value_t = Backend::Jit)]
+    backend: Backend,
+    #[command(flatten)]
+    memory: MemoryArgs,
+}
+
+#[derive(clap::Args)]
+struct MemoryArgs {
+    /// The memory budget in bytes: a program whose tensors need more is refused (E0305)
+    /// before anything is allocated [default: the machine's physical memory]
+    #[arg(long = "max-memory", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_memory: Option<u64>,
+}
+
+impl MemoryArgs {
+    fn budget(&self) -> u64 {
+        self.max_memory.unwrap_or_else(runtime::budget::physical_memory)
+    }
+}
+
+/// Where a run's weights and inputs come from: `run` and `bench` take the same flags.
+#[derive(clap::Args)]
+struct TensorArgs {
     /// Weights (safetensors); without it every param is drawn as nn.Linear initializes it
     #[arg(long, value_name = "W.safetensors")]
     weights: Option<PathBuf>,
     /// Inputs (safetensors); without it inputs are drawn from a standard normal, masks all ones
     #[arg(long, value_name = "I.safetensors")]
     inputs: Option<PathBuf>,
-    /// Write every output, as float32, under its output name
-    #[arg(short = 'o', long = "output", value_name = "OUT.safetensors")]
-    output: Option<PathBuf>,
-    #[command(flatten)]
-    dims: DimArgs,
     /// Seed for drawn weights and inputs
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Worker threads (the interpreter runs on one)
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
-    threads: Option<u16>,
-    /// Which backend runs the program
-    #[arg(long, value_enum, default_value_t = Backend::Jit)]
-    backend: Backend,
+}
+
+impl TensorArgs {
+    fn options(&self) -> RunOptions {
+        RunOptions {
+            weights: self.weights.clone(),
+            inputs: self.inputs.clone(),
+            seed: self.seed,
+            ..RunOptions::default()
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,6 +159,13 @@ struct DimArgs {
 enum Format {
     Text,
     Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum IrFormat {
+    Text,
+    /// Graphviz's DOT language
+    Dot,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -166,7 +213,19 @@ pub fn main() -> i32 {
             dims,
             stats,
             explain,
-        } => ir(&file, &dims.dims, stage, IrFlags { stats, explain }),
+            memory,
+            format,
+        } => ir(
+            &file,
+            &dims.dims,
+            stage,
+            IrFlags {
+                stats,
+                explain,
+                dot: format == IrFormat::Dot,
+            },
+            memory.budget(),
+        ),
         Command::Run(args) => run(&args),
         Command::Repl { file, dims, echo } => repl::run(&repl::Options {
             file,
@@ -227,15 +286,23 @@ fn check(path: &Path, dims: &[DimOverride], format: Format) -> i32 {
 struct IrFlags {
     stats: bool,
     explain: bool,
+    /// A Graphviz graph instead of text.
+    dot: bool,
 }
 
-fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
+fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u64) -> i32 {
     if stage != Stage::Optimized && (flags.stats || flags.explain) {
         eprintln!("error: `--stats` and `--explain` apply to `--stage optimized` only");
         return 2;
     }
+    if flags.dot && (matches!(stage, Stage::Kernels | Stage::Clif) || flags.stats || flags.explain) {
+        eprintln!(
+            "error: `--format dot` draws `--stage typed` or `optimized`, without `--stats` or `--explain`"
+        );
+        return 2;
+    }
     if matches!(stage, Stage::Kernels | Stage::Clif) {
-        return native::ir(path, dims, stage == Stage::Clif);
+        return native::ir(path, dims, stage == Stage::Clif, budget);
     }
     let (src, checked) = match load(path, dims) {
         Ok(x) => x,
@@ -250,7 +317,11 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags) -> i32 {
     }
     match stage {
         Stage::Kernels | Stage::Clif => unreachable!("handled above"),
+        Stage::Typed if flags.dot => print!("{}", checked.program.to_dot()),
         Stage::Typed => print!("{}", checked.program.to_text()),
+        Stage::Optimized if flags.dot => {
+            print!("{}", attnc::opt::optimize(&checked.program).program.to_dot())
+        }
         Stage::Optimized => {
             let optimized = attnc::opt::optimize(&checked.program);
             print!("{}", optimized.program.to_text());
@@ -285,9 +356,8 @@ fn run(args: &RunArgs) -> i32 {
     }
     let program = &checked.program;
     let opts = RunOptions {
-        weights: args.weights.clone(),
-        inputs: args.inputs.clone(),
-        seed: args.seed,
+        max_memory: Some(args.memory.budget()),
+        ..args.tensors.options()
     };
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
@@ -295,7 +365,7 @@ fn run(args: &RunArgs) -> i32 {
         let (outputs, compile_ms) = match args.backend {
             Backend::Interp => (runtime::interpret(program, &bound)?, None),
             Backend::Jit => {
-                let (outputs, compile_ms) = native::run(program, &bound, args.threads)?;
+                let (outputs, compile_ms) = native::run(program, &bound, args.threads, opts.budget())?;
                 (outputs, Some(compile_ms))
             }
         };

@@ -43,6 +43,9 @@ pub enum Code {
     E0303,
     /// A free dim without a value where one is needed.
     E0304,
+    /// Run time: the program's tensors do not fit (a size overflows 64 bits, or the memory
+    /// the plan needs exceeds `--max-memory`).
+    E0305,
 }
 
 impl fmt::Display for Code {

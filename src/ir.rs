@@ -10,6 +10,7 @@ use crate::dims::{DimTable, Poly, Sym};
 pub use crate::ops::prim::{BinaryOp, ReduceOp, UnaryOp};
 use crate::source::Span;
 
+mod dot;
 mod text;
 
 /// Index of a node in [`Program::nodes`].

@@ -20,7 +20,11 @@
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
 use std::fmt::{self, Write as _};
 
+mod index_mask;
 mod text;
+
+pub use index_mask::{Affine, IndexMask, Keep, Tile, TileCounts, Truth};
+pub use text::byte_size;
 
 /// Index of a buffer in [`Plan::buffers`].
 pub type BufId = usize;
@@ -63,7 +67,8 @@ pub struct Operand {
 
 impl Operand {
     /// The largest element index the operand reaches over `shape` (`None` for an empty
-    /// shape, which reaches nothing).
+    /// shape, which reaches nothing). The arithmetic saturates: a reach past `usize::MAX`
+    /// is `usize::MAX`, outside every buffer, never a small wrapped index.
     pub fn max_index(&self, shape: &[usize]) -> Option<usize> {
         if shape.contains(&0) {
             return None;
@@ -71,9 +76,8 @@ impl Operand {
         let reach = shape
             .iter()
             .zip(&self.strides)
-            .map(|(&n, &s)| (n - 1) * s)
-            .sum::<usize>();
-        Some(self.offset + reach)
+            .fold(0usize, |r, (&n, &s)| r.saturating_add((n - 1).saturating_mul(s)));
+        Some(self.offset.saturating_add(reach))
     }
 }
 
@@ -131,6 +135,12 @@ pub struct Softmax {
 /// One task is a block of `block.0` query rows; keys are visited in blocks of `block.1`
 /// with a running maximum and sum per row, so the scores need `block.0 * block.1` floats of
 /// scratch, never `n * m`.
+///
+/// `positions` is a mask known from the positions alone, applied before `mask`
+/// (`scores.masked_fill(~keep, fill).masked_fill(mask, ..)`): tiles it keeps whole test no
+/// element, and where [`Attention::skips_tiles`] holds, tiles it removes are not visited.
+/// With `kv_group` G > 1 (grouped-query attention), `k` and `v` have a G times smaller last
+/// batch axis and query head `h` reads key/value head `h / G`, in place.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attention {
     pub batch: Vec<usize>,
@@ -144,7 +154,38 @@ pub struct Attention {
     pub out: Operand,
     pub scale: f32,
     pub mask: Option<MaskFill>,
+    pub positions: Option<IndexMask>,
+    pub kv_group: usize,
     pub block: (usize, usize),
+}
+
+impl Attention {
+    /// The batch axes `k` and `v` are read over: the last one divided by `kv_group`.
+    pub fn kv_batch(&self) -> Vec<usize> {
+        let mut batch = self.batch.clone();
+        if let Some(heads) = batch.last_mut() {
+            *heads /= self.kv_group.max(1);
+        }
+        batch
+    }
+
+    /// Whether the tiles `positions` removes may be skipped: every row must keep a key
+    /// (a row that keeps none is uniform under a finite fill, which needs every key), and a
+    /// tensor mask, if any, must fill with `-inf` (under a finite fill, the rows it removes
+    /// whole would need every key too).
+    pub fn skips_tiles(&self) -> bool {
+        let tensor_mask_ok = self.mask.as_ref().is_none_or(|m| m.fill == f32::NEG_INFINITY);
+        self.positions
+            .as_ref()
+            .is_some_and(|p| tensor_mask_ok && p.every_row_keeps(self.n, self.m, self.block.1))
+    }
+
+    /// The tiles `positions` keeps whole, in part, and removes (removed ones are visited
+    /// like partial ones where [`Attention::skips_tiles`] does not hold).
+    pub fn tile_counts(&self) -> Option<TileCounts> {
+        let p = self.positions.as_ref()?;
+        Some(p.tiles((self.n, self.m), self.block))
+    }
 }
 
 /// One node of a [`Map`] expression; operands index earlier nodes.
@@ -215,27 +256,61 @@ impl KernelOp {
     /// The number of independent tasks.
     pub fn tasks(&self) -> usize {
         match self {
-            KernelOp::Gemm(g) => {
-                g.batch.iter().product::<usize>() * ceil_div(g.m, g.block.0) * ceil_div(g.n, g.block.1)
-            }
+            KernelOp::Gemm(g) => product(&g.batch)
+                .saturating_mul(ceil_div(g.m, g.block.0))
+                .saturating_mul(ceil_div(g.n, g.block.1)),
             KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
-            KernelOp::Attention(a) => a.batch.iter().product::<usize>() * ceil_div(a.n, a.block.0),
+            KernelOp::Attention(a) => product(&a.batch).saturating_mul(ceil_div(a.n, a.block.0)),
             KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
         }
     }
 
     /// A rough count of the kernel's arithmetic (flops; ten per element for the others),
-    /// to tell a program worth spreading over threads from one that is not.
+    /// to tell a program worth spreading over threads from one that is not. In floats, so
+    /// that no size can overflow it.
     pub fn work(&self) -> f64 {
+        let f = |sizes: &[usize]| sizes.iter().map(|&n| n as f64).product::<f64>();
+        match self {
+            KernelOp::Gemm(g) => 2.0 * f(&g.batch) * f(&[g.m, g.n, g.k]),
+            KernelOp::Attention(a) => {
+                let scores = f(&a.batch) * f(&[a.n, a.m]);
+                2.0 * scores * (a.dk + a.dv) as f64 + 30.0 * scores
+            }
+            KernelOp::Softmax(s) => 30.0 * f(&s.shape),
+            KernelOp::Map(m) => 10.0 * f(&m.shape),
+        }
+    }
+
+    /// The arithmetic of the kernel's matrix products (2 per multiply-add; attention's two
+    /// products counted dense, masked pairs included, as the peers count them); 0 for the
+    /// kernels without one.
+    pub fn flops(&self) -> f64 {
         match self {
             KernelOp::Gemm(g) => 2.0 * (g.batch.iter().product::<usize>() * g.m * g.n * g.k) as f64,
             KernelOp::Attention(a) => {
                 let b = a.batch.iter().product::<usize>();
-                (2 * b * a.n * a.m * (a.dk + a.dv) + 30 * b * a.n * a.m) as f64
+                2.0 * (b * a.n * a.m * (a.dk + a.dv)) as f64
             }
-            KernelOp::Softmax(s) => 30.0 * s.shape.iter().product::<usize>() as f64,
-            KernelOp::Map(m) => 10.0 * m.shape.iter().product::<usize>() as f64,
+            KernelOp::Softmax(_) | KernelOp::Map(_) => 0.0,
         }
+    }
+
+    /// The bytes the kernel reads and writes, each element counted once (what it moves
+    /// between memory and the cores at best): for each operand, the elements its strides
+    /// reach, so a broadcast axis counts once.
+    pub fn bytes(&self) -> usize {
+        self.operands()
+            .iter()
+            .map(|(op, shape, _)| {
+                let reached: usize = shape
+                    .iter()
+                    .zip(&op.strides)
+                    .filter(|&(_, &s)| s != 0)
+                    .map(|(&n, _)| n)
+                    .product();
+                reached * 4
+            })
+            .sum()
     }
 
     /// Floats of per-thread scratch a task needs.
@@ -270,10 +345,12 @@ impl KernelOp {
             }
             KernelOp::Attention(a) => {
                 let with = |tail: [usize; 2]| [a.batch.as_slice(), &tail].concat();
+                let kv_batch = a.kv_batch();
+                let kv = |tail: [usize; 2]| [kv_batch.as_slice(), &tail].concat();
                 let mut v = vec![
                     (&a.q, with([a.n, a.dk]), false),
-                    (&a.k, with([a.m, a.dk]), false),
-                    (&a.v, with([a.m, a.dv]), false),
+                    (&a.k, kv([a.m, a.dk]), false),
+                    (&a.v, kv([a.m, a.dv]), false),
                     (&a.out, with([a.n, a.dv]), true),
                 ];
                 if let Some(mask) = &a.mask {
@@ -342,7 +419,12 @@ impl KernelOp {
 
 /// The number of rows of a shape whose last axis is the row (a rank-0 shape has one).
 pub fn rows(shape: &[usize]) -> usize {
-    shape.split_last().map_or(1, |(_, outer)| outer.iter().product())
+    shape.split_last().map_or(1, |(_, outer)| product(outer))
+}
+
+/// The product of sizes, saturating (a validated plan's products are all in range).
+fn product(sizes: &[usize]) -> usize {
+    sizes.iter().fold(1usize, |p, &n| p.saturating_mul(n))
 }
 
 /// A plan that breaks one of its invariants: a bug in the lowering, never the user's.
@@ -390,14 +472,17 @@ impl Plan {
                     return Err(PlanError(format!("k{ki} writes read-only b{}", op.buf)));
                 }
                 // Tasks write disjoint elements only if no written element repeats.
-                if written && shape.iter().zip(&op.strides).any(|(&n, &s)| n > 1 && s == 0) {
+                let empty = shape.contains(&0);
+                if written && !empty && shape.iter().zip(&op.strides).any(|(&n, &s)| n > 1 && s == 0) {
                     return Err(PlanError(format!("k{ki} writes b{} through a broadcast", op.buf)));
                 }
                 match (early, &buf.kind, written) {
                     (false, BufferKind::Temp { live, .. }, _) if ki < live.0 || ki > live.1 => {
                         return Err(PlanError(format!("k{ki} uses b{} outside its life", op.buf)));
                     }
-                    (false, BufferKind::Derived { offset }, _) if offset + buf.len > self.derived_len => {
+                    (false, BufferKind::Derived { offset }, _)
+                        if offset.saturating_add(buf.len) > self.derived_len =>
+                    {
                         return Err(PlanError("a derived buffer ends past the prepared memory".into()));
                     }
                     (false, BufferKind::Derived { .. }, true) => {
@@ -408,6 +493,13 @@ impl Plan {
                         return Err(PlanError(format!("a prologue kernel touches b{}", op.buf)));
                     }
                     _ => {}
+                }
+            }
+            if let KernelOp::Attention(a) = &kernel.op {
+                let heads = a.batch.last().copied().unwrap_or(1);
+                if a.kv_group == 0 || heads % a.kv_group != 0 {
+                    let what = format!("k{ki}: {heads} query heads in groups of {}", a.kv_group);
+                    return Err(PlanError(what));
                 }
             }
             if let KernelOp::Map(m) = &kernel.op {
@@ -432,11 +524,11 @@ impl Plan {
             })
             .collect();
         for (i, &(o1, l1, (s1, e1))) in temps.iter().enumerate() {
-            if o1 + l1 > self.arena_len {
+            if o1.saturating_add(l1) > self.arena_len {
                 return Err(PlanError("a temporary ends past the arena".into()));
             }
             for &(o2, l2, (s2, e2)) in &temps[i + 1..] {
-                let space = o1 < o2 + l2 && o2 < o1 + l1;
+                let space = o1 < o2.saturating_add(l2) && o2 < o1.saturating_add(l1);
                 let time = s1 <= e2 && s2 <= e1;
                 if space && time && l1 > 0 && l2 > 0 {
                     return Err(PlanError("two live temporaries overlap".into()));

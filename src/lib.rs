@@ -13,6 +13,7 @@ pub mod lexer;
 pub mod ast;
 pub mod parser;
 pub mod dims;
+pub mod size;
 pub mod ops;
 pub mod ir;
 pub mod check;

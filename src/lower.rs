@@ -31,6 +31,7 @@ use crate::kernel::{
     Attention, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
     PlanError, Softmax,
 };
+use crate::size;
 pub use flops::source_flops;
 use fuse::{Fused, Fusion, Scale, SoftmaxPat};
 use std::collections::HashMap;
@@ -140,7 +141,9 @@ impl<'p> Lowerer<'p> {
     }
 
     fn temp(&mut self, shape: Vec<usize>) -> View {
-        let len = shape.iter().product();
+        // Shapes come through `sizes`, which bounds them; a join of several that passes the
+        // bound gets a length no plan can validate, never a wrapped one.
+        let len = size::numel(&shape).unwrap_or(usize::MAX);
         let buf = self.buffer(
             BufferKind::Temp {
                 offset: 0,
@@ -154,7 +157,7 @@ impl<'p> Lowerer<'p> {
 
     fn source(&mut self, kind: BufferKind, name: &str, shape: &[Poly]) -> Result<(), PlanError> {
         let shape = self.sizes(shape)?;
-        self.buffer(kind, name, shape.iter().product());
+        self.buffer(kind, name, size::numel(&shape).unwrap_or(usize::MAX));
         Ok(())
     }
 
@@ -171,8 +174,15 @@ impl<'p> Lowerer<'p> {
         })
     }
 
+    /// The concrete sizes of a shape, refused when its elements pass [`size::MAX_ELEMENTS`]:
+    /// every stride and offset of a view is then below that bound, so none of the
+    /// arithmetic on them can wrap.
     fn sizes(&self, ps: &[Poly]) -> Result<Vec<usize>, PlanError> {
-        ps.iter().map(|p| self.size(p)).collect()
+        let sizes = ps.iter().map(|p| self.size(p)).collect::<Result<Vec<_>, _>>()?;
+        match size::numel(&sizes) {
+            Some(_) => Ok(sizes),
+            None => Err(internal(format!("the shape {sizes:?} has too many elements"))),
+        }
     }
 
     /// The concrete shape of a node's type.
@@ -208,6 +218,14 @@ impl<'p> Lowerer<'p> {
 
     fn kernel(&mut self, label: String, op: KernelOp) {
         let ops = op.operands();
+        // A kernel that writes no element (a derived size of 0: an empty slice, `N - 1` at
+        // N = 1) is an empty step of the plan: nothing to compute, no call.
+        if ops
+            .iter()
+            .any(|(_, shape, written)| *written && shape.contains(&0))
+        {
+            return;
+        }
         if ops.iter().filter(|o| !o.2).all(|o| self.param_derived(o.0.buf)) {
             self.derived.extend(ops.iter().filter(|o| o.2).map(|o| o.0.buf));
         }
@@ -837,6 +855,8 @@ impl<'p> Lowerer<'p> {
             out: out.operand(),
             scale,
             mask,
+            positions: None,
+            kv_group: 1,
             block: attention_blocks(n, m),
         };
         self.kernel(self.label(id), KernelOp::Attention(a));

@@ -280,3 +280,110 @@ fn bench_json_has_every_key_and_positive_numbers() {
     }
     assert!(v["min_ms"].as_f64() <= v["median_ms"].as_f64());
 }
+
+#[test]
+fn bench_profile_lists_every_kernel_with_its_share() {
+    let plan = {
+        let mut a = vec!["ir", "examples/self_attention.attn", "--stage", "kernels"];
+        a.extend(SMALL);
+        stdout(&attnc(&a))
+    };
+    let kernels = plan.lines().filter(|l| l.starts_with("  k")).count();
+    assert!(kernels > 0 && plan.contains("moved per call:"), "{plan}");
+
+    let mut args = vec!["bench", "examples/self_attention.attn", "--profile"];
+    args.extend(SMALL);
+    let o = attnc(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with('k')).collect();
+    assert_eq!(
+        rows.len() - 1,
+        kernels,
+        "a row per kernel, after the header:\n{text}"
+    );
+    assert!(text
+        .lines()
+        .last()
+        .is_some_and(|l| l.starts_with("total") && l.ends_with("100.0%")));
+
+    args.extend(["--format", "json"]);
+    let o = attnc(&args);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    let profile = v["profile"].as_array().expect("a profile array");
+    assert_eq!(profile.len(), kernels);
+    let share: f64 = profile.iter().map(|k| k["share"].as_f64().unwrap()).sum();
+    assert!((share - 1.0).abs() < 1e-9, "shares sum to {share}");
+    let gemm = profile
+        .iter()
+        .find(|k| k["kernel"].as_str().unwrap().ends_with("gemm"));
+    assert!(gemm.is_some_and(|k| k["gflops"].as_f64().unwrap() > 0.0 && k["gbps"].as_f64().unwrap() > 0.0));
+}
+
+const FIXTURE: [&str; 4] = [
+    "--weights",
+    "tests/fixtures/weights_pad_b2_n7_d16_h4.safetensors",
+    "--inputs",
+    "tests/fixtures/inputs_pad_b2_n7_d16_h4.safetensors",
+];
+
+#[test]
+fn a_dim_that_makes_a_division_false_says_so_once_with_the_values() {
+    let dims = ["--dim", "D=100", "--dim", "H=8", "--dim", "B=1", "--dim", "N=4"];
+    let o = attnc(&[&["run", "examples/mha.attn"][..], &dims].concat());
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("error[E0205]: `D = 100` is not a multiple of `H = 8`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: give `--dim D` a multiple of 8, such as 96 or 104"),
+        "{err}"
+    );
+    assert!(!err.contains("assert"), "no hint to add a false assert: {err}");
+    assert_eq!(
+        err.matches("error[").count(),
+        1,
+        "the errors that follow are left out: {err}"
+    );
+}
+
+#[test]
+fn a_call_with_a_failed_argument_reports_no_shape_variable() {
+    let src = "dim B, N\ndim D = 12, H = 5\ndim Dk = D / H\ninput x: [B, N, D]\n\
+               fn f(a: [B, Q, Dk], m: [B, 1, Q]) -> [B, N, Dk] { a + m }\n\
+               let y = x.view(B, N, H, Dk)\noutput out = f(y, x)\n";
+    let path = std::env::temp_dir().join(format!("attnc-shape-var-{}.attn", std::process::id()));
+    std::fs::write(&path, src).unwrap();
+    let o = attnc(&["check", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).unwrap();
+    let err = stderr(&o);
+    assert!(err.contains("`D = 12` is not a multiple of `H = 5`"), "{err}");
+    assert!(!err.contains('Q'), "a shape variable is shown: {err}");
+    assert_eq!(err.matches("error[").count(), 1, "{err}");
+}
+
+#[test]
+fn an_input_that_disagrees_with_a_constant_dim_hints_the_dim_that_fits() {
+    let o = attnc(&[&["run", "examples/mha.attn"][..], &FIXTURE].concat());
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("error[E0301]: input `query` has size 16 on axis 2"),
+        "{err}"
+    );
+    assert!(err.contains("hint: pass `--dim D=16`"), "{err}");
+}
+
+#[test]
+fn bench_reads_weights_and_inputs_like_run() {
+    let dims = ["--dim", "D=16", "--dim", "H=4", "--format", "json", "--seed", "3"];
+    let o = attnc(&[&["bench", "examples/mha.attn"][..], &FIXTURE, &dims].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    assert!(v["median_ms"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    // The file decides the sizes: a size it contradicts is the same error as `run`'s.
+    let o = attnc(&[&["bench", "examples/mha.attn"][..], &FIXTURE].concat());
+    assert!(stderr(&o).contains("error[E0301]"), "{}", stderr(&o));
+}

@@ -6,7 +6,8 @@
 use attnc::codegen::Jit;
 use attnc::ir::{BinaryOp, CmpOp, UnaryOp};
 use attnc::kernel::{
-    Attention, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan, Softmax,
+    Affine, Attention, Buffer, BufferKind, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp, Map, MaskFill,
+    Operand, Plan, Softmax,
 };
 use attnc::runtime::jit::sgemm_address;
 
@@ -108,6 +109,33 @@ fn attention_keeps_a_running_max_and_sum() {
         out: op(3, &[12, 4, 1]),
         scale: 0.5,
         mask: None,
+        positions: None,
+        kv_group: 1,
+        block: (2, 4),
+    };
+    let p = plan(&[24, 40, 40], 24, KernelOp::Attention(a));
+    insta::assert_snapshot!(clif(&p));
+}
+
+#[test]
+fn attention_decides_each_tile_of_a_causal_mask_from_its_corners() {
+    let a = Attention {
+        batch: vec![2],
+        n: 3,
+        m: 5,
+        dk: 4,
+        dv: 4,
+        q: op(0, &[12, 4, 1]),
+        k: op(1, &[20, 1, 5]),
+        v: op(2, &[20, 4, 1]),
+        out: op(3, &[12, 4, 1]),
+        scale: 0.5,
+        mask: None,
+        positions: Some(IndexMask {
+            keep: Keep::Atom(Affine { ci: 1, cj: -1, c: 0 }),
+            fill: f32::NEG_INFINITY,
+        }),
+        kv_group: 1,
         block: (2, 4),
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(a));

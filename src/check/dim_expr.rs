@@ -93,22 +93,69 @@ impl Checker {
         }
     }
 
-    /// E0205 for a division that is not provably exact, with the `assert` that would fix it.
+    /// E0205 for a division that is not provably exact. When the constant values decide it,
+    /// the message gives them and the hint names the `--dim` to change; otherwise the hint
+    /// is the `assert` that would prove it.
     pub(super) fn division_error(&self, err: DivError, a: &Poly, b: &Poly, e: &Expr) -> Diagnostic {
-        let (a, b) = (self.dim_text(a), self.dim_text(b));
-        match err {
-            DivError::ByZero => Diagnostic::error(Code::E0205, e.span, format!("division of `{a}` by zero")),
-            DivError::NotExact => Diagnostic::error(
+        let values = (self.const_value(a), self.const_value(b));
+        let (a_text, b_text) = (self.dim_text(a), self.dim_text(b));
+        match (err, values) {
+            (DivError::ByZero, _) => {
+                Diagnostic::error(Code::E0205, e.span, format!("division of `{a_text}` by zero"))
+            }
+            (DivError::NotExact, (Some(va), Some(vb))) => {
+                let msg = format!(
+                    "{} is not a multiple of {}",
+                    valued(&a_text, va),
+                    valued(&b_text, vb)
+                );
+                let d = Diagnostic::error(Code::E0205, e.span, msg);
+                match (self.overridden(a), self.overridden(b)) {
+                    (Some(name), _) if name == a_text => {
+                        let below = va - va.rem_euclid(vb);
+                        let near = match below > 0 {
+                            true => format!("{below} or {}", below + vb),
+                            false => format!("{}", below + vb),
+                        };
+                        d.with_hint(format!("give `--dim {name}` a multiple of {vb}, such as {near}"))
+                    }
+                    (Some(name), _) => d.with_hint(format!(
+                        "give `--dim {name}` a value that makes `{a_text}` a multiple of {vb}"
+                    )),
+                    (None, Some(name)) if name == b_text => {
+                        d.with_hint(format!("give `--dim {name}` a divisor of {va}"))
+                    }
+                    (None, Some(name)) => d.with_hint(format!(
+                        "give `--dim {name}` a value that makes `{b_text}` divide {va}"
+                    )),
+                    (None, None) => d,
+                }
+            }
+            (DivError::NotExact, _) => Diagnostic::error(
                 Code::E0205,
                 e.span,
-                format!("cannot prove that `{b}` divides `{a}`"),
+                format!("cannot prove that `{b_text}` divides `{a_text}`"),
             )
             .with_hint(format!(
                 "add `assert {} % {} == 0` above this line if it always holds",
-                paren(&a, false),
-                paren(&b, true)
+                paren(&a_text, false),
+                paren(&b_text, true)
             )),
         }
+    }
+
+    /// The value of `p` when it depends on constant dims only.
+    fn const_value(&self, p: &Poly) -> Option<i64> {
+        self.prog.dims.with_consts(p).as_int()
+    }
+
+    /// A constant dim of `p` whose value a `--dim` gave, if any.
+    fn overridden(&self, p: &Poly) -> Option<String> {
+        p.syms()
+            .into_iter()
+            .map(|s| &self.prog.dims.info(s).name)
+            .find(|name| self.overrides.iter().any(|o| o.name == **name))
+            .cloned()
     }
 
     /// An axis argument: a constant integer, negative counting from the end, for a tensor of
@@ -154,5 +201,14 @@ fn paren(a: &str, divisor: bool) -> String {
         format!("({a})")
     } else {
         a.to_string()
+    }
+}
+
+/// `` `D = 100` `` for a dim, `` `D * 2` = 200 `` for a larger expression.
+fn valued(text: &str, value: i64) -> String {
+    match text.parse::<i64>() {
+        Ok(_) => format!("`{text}`"),
+        Err(_) if text.contains(' ') => format!("`{text}` = {value}"),
+        Err(_) => format!("`{text} = {value}`"),
     }
 }

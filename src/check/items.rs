@@ -89,18 +89,41 @@ impl Checker {
                 ..
             }) => {
                 let v = given.unwrap_or(i64::try_from(*n).unwrap_or(i64::MAX));
-                Poly::sym(self.dims_mut().declare(name, DimKind::Const(v)))
+                match self.positive_constant(d, v) {
+                    true => Poly::sym(self.dims_mut().declare(name, DimKind::Const(v))),
+                    false => Poly::sym(self.dims_mut().declare(name, DimKind::Free { value: None })),
+                }
             }
             Some(e) => match self.dim_expr(e) {
+                Some(p) if p.as_int().is_some_and(|v| !self.positive_constant(d, v)) => {
+                    Poly::sym(self.dims_mut().declare(name, DimKind::Free { value: None }))
+                }
                 Some(p) => {
                     self.dims_mut().declare(name, DimKind::Derived(p.clone()));
                     p
                 }
-                // Declared anyway, so its uses do not report it as unknown again.
-                None => Poly::sym(self.dims_mut().declare(name, DimKind::Free { value: None })),
+                // Bound to an error, so its uses fail silently instead of reporting the
+                // same mistake again in every shape that mentions it.
+                None => {
+                    self.bind(name, Entry::Value(Value::Error));
+                    return;
+                }
             },
         };
         self.bind(name, Entry::Dim(poly));
+    }
+
+    /// Whether the constant value `v` of dim `d` is a size; E0208 at its `dim` line when it
+    /// is 0 or negative (section 7.1: sizes a program declares are at least 1; only derived
+    /// sizes such as `N - 1` may be 0). Declared anyway, so its uses report nothing more.
+    fn positive_constant(&mut self, d: &ast::DimDecl, v: i64) -> bool {
+        if v >= 1 {
+            return true;
+        }
+        let span = d.value.as_ref().map_or(d.name.span, |e| e.span);
+        let message = format!("the constant dim `{}` is {v}; a dim is at least 1", d.name.name);
+        self.error(Code::E0208, span, message);
+        false
     }
 
     /// `assert a % b == 0` becomes a divisibility fact; any assert is checked now when the
@@ -404,6 +427,9 @@ impl Checker {
         let values: Vec<Value> = args.iter().map(|a| self.expr(a)).collect();
         if values.contains(&Value::Error) {
             // Its shape variables could not be bound: the body would only echo the error.
+            // It counts as called, so it is not checked alone either, where its shape
+            // variables would stand in for what the call meant.
+            self.called.push(f.name.name.clone());
             return Value::Error;
         }
         let caller_scopes = self.scopes.split_off(1);

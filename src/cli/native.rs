@@ -1,6 +1,6 @@
 //! The native backend's commands: `run --backend jit`, `bench`, `ir --stage kernels|clif`.
 
-use super::{load, render, DimArgs, Format};
+use super::{load, render, DimArgs, Format, MemoryArgs, TensorArgs};
 use attnc::check::DimOverride;
 use attnc::codegen::Jit;
 use attnc::ir::Program;
@@ -15,13 +15,20 @@ pub struct BenchArgs {
     /// The .attn source file
     file: PathBuf,
     #[command(flatten)]
+    tensors: TensorArgs,
+    #[command(flatten)]
     dims: DimArgs,
-    /// Worker threads (default: one per core)
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Worker threads, 1 to 1024 (default: one per core)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
+    #[command(flatten)]
+    memory: MemoryArgs,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Also time each kernel: its time, GFLOP/s, GB/s and share of the whole, as a table
+    #[arg(long)]
+    profile: bool,
 }
 
 fn threads(t: Option<u16>) -> usize {
@@ -42,17 +49,18 @@ pub fn run(
     program: &Program,
     bound: &Bound,
     t: Option<u16>,
+    budget: u64,
 ) -> Result<(Vec<(String, Tensor)>, f64), RunError> {
-    let (exe, compile_ms) = compile(program, &bound.dims)?;
+    let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
     Ok((exe.run(bound, &pool(threads(t))?)?, compile_ms))
 }
 
 /// The native code of `program`: optimized (the e-graph pass), then lowered and compiled
 /// for these dims; with the time all of it took, in ms.
-fn compile(program: &Program, dims: &[Option<i64>]) -> Result<(Executable, f64), RunError> {
+fn compile(program: &Program, dims: &[Option<i64>], budget: u64) -> Result<(Executable, f64), RunError> {
     let start = Instant::now();
     let optimized = attnc::opt::optimize(program).program;
-    let exe = Executable::compile(&optimized, dims)?;
+    let exe = Executable::compile_within(&optimized, dims, budget)?;
     Ok((exe, start.elapsed().as_secs_f64() * 1e3))
 }
 
@@ -70,15 +78,16 @@ fn checked(path: &Path, dims: &[DimOverride]) -> Result<Program, i32> {
 }
 
 /// `attnc ir --stage kernels|clif`: the plan, or the Cranelift IR of every kernel.
-pub fn ir(path: &Path, dims: &[DimOverride], clif: bool) -> i32 {
+pub fn ir(path: &Path, dims: &[DimOverride], clif: bool, budget: u64) -> i32 {
     let program = match checked(path, dims) {
         Ok(p) => p,
         Err(code) => return code,
     };
     let result = runtime::bind_dims(&program).and_then(|dims| {
         let internal = |e: String| RunError::new(None, format!("internal error: {e}"));
+        runtime::budget::program(&program, &dims, budget)?;
         let optimized = attnc::opt::optimize(&program).program;
-        let plan = lower::lower(&optimized, &dims).map_err(|e| internal(e.to_string()))?;
+        let plan = runtime::jit::plan(&optimized, &dims, budget)?;
         if !clif {
             return Ok(plan.to_text());
         }
@@ -115,32 +124,32 @@ pub fn bench(args: &BenchArgs) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    match measure(&program, threads(args.threads)) {
+    let opts = RunOptions {
+        max_memory: Some(args.memory.budget()),
+        ..args.tensors.options()
+    };
+    match measure(&program, &opts, threads(args.threads), args.profile) {
         Ok(m) => {
             match args.format {
-                Format::Json => println!(
-                    "{}",
-                    serde_json::json!({
-                        "median_ms": m.median_ms,
-                        "min_ms": m.min_ms,
-                        "iters": m.iters,
-                        "gflops": m.gflops,
-                        "compile_ms": m.compile_ms,
-                    })
-                ),
-                Format::Text => println!(
-                    "median {:.4} ms, min {:.4} ms over {} calls; {:.2} GFLOP/s; compile {:.2} ms \
-                     ({} kernels, {} functions, {} threads); weights prepared once in {:.3} ms",
-                    m.median_ms,
-                    m.min_ms,
-                    m.iters,
-                    m.gflops,
-                    m.compile_ms,
-                    m.kernels,
-                    m.functions,
-                    m.threads,
-                    m.prepare_ms
-                ),
+                Format::Json => println!("{}", json(&m)),
+                Format::Text => {
+                    println!(
+                        "median {:.4} ms, min {:.4} ms over {} calls; {:.2} GFLOP/s; compile {:.2} ms \
+                         ({} kernels, {} functions, {} threads); weights prepared once in {:.3} ms",
+                        m.median_ms,
+                        m.min_ms,
+                        m.iters,
+                        m.gflops,
+                        m.compile_ms,
+                        m.kernels,
+                        m.functions,
+                        m.threads,
+                        m.prepare_ms
+                    );
+                    if let Some(rows) = &m.profile {
+                        print!("{}", profile_table(rows));
+                    }
+                }
             }
             0
         }
@@ -151,28 +160,99 @@ pub fn bench(args: &BenchArgs) -> i32 {
     }
 }
 
-/// `ATTNC_PROFILE=1`: the mean time of each kernel over `iters` more calls, on stderr.
+fn json(m: &Measured) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "median_ms": m.median_ms,
+        "min_ms": m.min_ms,
+        "iters": m.iters,
+        "gflops": m.gflops,
+        "compile_ms": m.compile_ms,
+    });
+    if let Some(rows) = &m.profile {
+        let total: f64 = rows.iter().map(|r| r.ms).sum();
+        v["profile"] = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "kernel": r.name, "label": r.label, "ms": r.ms, "share": r.ms / total,
+                    "gflops": r.gflops(), "gbps": r.gbps(), "tasks": r.tasks,
+                })
+            })
+            .collect();
+    }
+    v
+}
+
+/// One kernel's mean time per call, with what it computes and moves.
+struct KernelTime {
+    name: String,
+    label: String,
+    ms: f64,
+    flops: f64,
+    bytes: usize,
+    tasks: usize,
+}
+
+impl KernelTime {
+    /// `None` for a kernel without a matrix product.
+    fn gflops(&self) -> Option<f64> {
+        (self.flops > 0.0).then(|| self.flops / (self.ms * 1e-3) / 1e9)
+    }
+
+    fn gbps(&self) -> f64 {
+        self.bytes as f64 / (self.ms * 1e-3) / 1e9
+    }
+}
+
+/// Each kernel's mean time over `iters` more calls.
 fn profile(
     exe: &Executable,
     (bound, prepared): (&Bound, &Prepared),
     pool: &rayon::ThreadPool,
     outputs: &mut Vec<(String, Tensor)>,
     iters: usize,
-) -> Result<(), RunError> {
-    let mut times = vec![0.0; exe.plan.kernels.len()];
+) -> Result<Vec<KernelTime>, RunError> {
+    let mut times = vec![0.0; exe.plan().kernels.len()];
     for _ in 0..iters {
         exe.run_prepared(bound, prepared, pool, outputs, Some(&mut times))?;
     }
-    for (k, t) in exe.plan.kernels.iter().zip(&times) {
-        let ms = t / iters as f64 * 1e3;
-        eprintln!(
-            "{ms:9.4} ms  {} `{}` ({} tasks)",
-            k.op.kind(),
-            k.label,
-            k.op.tasks()
+    let rows = exe.plan().kernels.iter().zip(&times).enumerate();
+    Ok(rows
+        .map(|(i, (k, t))| KernelTime {
+            name: format!("k{i} {}", k.op.kind()),
+            label: k.label.clone(),
+            ms: t / iters as f64 * 1e3,
+            flops: k.op.flops(),
+            bytes: k.op.bytes(),
+            tasks: k.op.tasks(),
+        })
+        .collect())
+}
+
+/// The profile as a table, the slowest kernel first, with a total line.
+fn profile_table(rows: &[KernelTime]) -> String {
+    let total: f64 = rows.iter().map(|r| r.ms).sum();
+    let mut sorted: Vec<&KernelTime> = rows.iter().collect();
+    sorted.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    let mut out = format!(
+        "{:<16} {:>10} {:>7} {:>9} {:>8} {:>6}  computes\n",
+        "kernel", "ms", "share", "GFLOP/s", "GB/s", "tasks"
+    );
+    for r in sorted {
+        let gflops = r.gflops().map_or("-".to_string(), |g| format!("{g:.1}"));
+        out += &format!(
+            "{:<16} {:>10.4} {:>6.1}% {:>9} {:>8.1} {:>6}  {}\n",
+            r.name,
+            r.ms,
+            100.0 * r.ms / total,
+            gflops,
+            r.gbps(),
+            r.tasks,
+            r.label
         );
     }
-    Ok(())
+    out += &format!("{:<16} {:>10.4} {:>6.1}%\n", "total", total, 100.0);
+    out
 }
 
 struct Measured {
@@ -185,11 +265,18 @@ struct Measured {
     kernels: usize,
     functions: usize,
     threads: usize,
+    profile: Option<Vec<KernelTime>>,
 }
 
-fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
-    let bound = runtime::bind(program, &RunOptions::default())?;
-    let (exe, compile_ms) = compile(program, &bound.dims)?;
+fn measure(
+    program: &Program,
+    opts: &RunOptions,
+    threads: usize,
+    with_profile: bool,
+) -> Result<Measured, RunError> {
+    let budget = opts.max_memory.unwrap_or_else(runtime::budget::physical_memory);
+    let bound = runtime::bind(program, opts)?;
+    let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
     let pool = pool(threads)?;
     let start = Instant::now();
     let prepared = exe.prepare(&bound.params, &pool)?;
@@ -211,9 +298,16 @@ fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
-    if std::env::var_os("ATTNC_PROFILE").is_some() {
-        profile(&exe, (&bound, &prepared), &pool, &mut outputs, times.len())?;
-    }
+    let profile = match with_profile {
+        true => Some(profile(
+            &exe,
+            (&bound, &prepared),
+            &pool,
+            &mut outputs,
+            times.len(),
+        )?),
+        false => None,
+    };
     let median_ms = times[times.len() / 2];
     let flops = lower::source_flops(program, &bound.dims);
     Ok(Measured {
@@ -223,8 +317,9 @@ fn measure(program: &Program, threads: usize) -> Result<Measured, RunError> {
         gflops: flops / (median_ms * 1e-3) / 1e9,
         compile_ms,
         prepare_ms,
-        kernels: exe.plan.kernels.len(),
+        kernels: exe.plan().kernels.len(),
         functions: exe.functions(),
         threads,
+        profile,
     })
 }

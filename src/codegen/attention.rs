@@ -4,13 +4,18 @@
 //! `exp(s - max)`; the output rows are rescaled by `exp(old max - new max)` and the tile
 //! times the value block is accumulated onto them (microkernel). At the end each row is
 //! divided by its sum. Memory: `rows · (keys per block + 2)` floats of scratch.
+//!
+//! A mask of positions is decided per tile from the tile's corners: a tile it removes is
+//! not visited (where the kernel may skip), a tile it keeps whole tests no element, and only
+//! a tile it keeps in part evaluates the formula per element. A row whose maximum is still
+//! `-inf` (every key so far removed) subtracts 0 instead, so `-inf - -inf` never makes NaN.
 
 use super::emit::Emit;
 use super::softmax::{exp_sum, scale_mask_max, scale_row, Row};
-use crate::kernel::Attention;
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::{F32, I32};
-use cranelift_codegen::ir::{InstBuilder, MemFlagsData};
+use crate::kernel::{Attention, Keep};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::{F32, I32, I8};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
 
 pub fn translate(e: &mut Emit, a: &Attention) {
     let r = a.batch.len();
@@ -25,6 +30,7 @@ pub fn translate(e: &mut Emit, a: &Attention) {
     let sum_row = e.at(e.scratch, off1);
     let tile = e.at(e.scratch, off2);
     let (begin, end) = (e.begin, e.end);
+    let skip = a.skips_tiles();
     e.for_range(begin, end, 1, |e, t| {
         let block = e.b.ins().urem_imm_u(t, nb as i64);
         let bi = e.b.ins().udiv_imm_u(t, nb as i64);
@@ -39,12 +45,13 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             let p = e.at(q_ptr, o);
             e.step(p, i0, qs[r])
         };
+        let kv_idx = kv_index(e, &idx, a.kv_group);
         let k = {
-            let o = e.dot(&idx, &ks[..r]);
+            let o = e.dot(&kv_idx, &ks[..r]);
             e.at(k_ptr, o)
         };
         let v = {
-            let o = e.dot(&idx, &vs[..r]);
+            let o = e.dot(&kv_idx, &vs[..r]);
             e.at(v_ptr, o)
         };
         let out = {
@@ -70,67 +77,100 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             e.store(z, at);
         });
         let m_all = e.int(a.m as i64);
+        // Whether a tile of this task was visited yet: the first one writes the output rows,
+        // later ones rescale and add to them.
+        let no = e.b.ins().iconst(I8, 0);
+        let started = e.var(I8, no);
         e.for_range(zero, m_all, bc as i64, |e, j0| {
             let left = e.b.ins().isub(m_all, j0);
             let bc_v = e.int(bc as i64);
             let cols = e.min_usize(bc_v, left);
-            // tile[i, j] = scale * Σ_p q[i, p] k[j0 + j, p]
-            let kb = e.step(k, j0, ks[r]);
-            let dk = e.int(a.dk as i64);
-            let [t_rs, t_cs, q_rs, q_cs, k_rs, k_cs] =
-                [bc, 1, qs[r], qs[r + 1], ks[r + 1], ks[r]].map(|s| e.int(s as i64));
-            let scale = e.f32(a.scale);
-            let no = e.b.ins().iconst(I32, 0);
-            e.sgemm([
-                rows, cols, dk, tile, t_rs, t_cs, q, q_rs, q_cs, kb, k_rs, k_cs, scale, no,
-            ]);
-            let later = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, j0, 0);
-            let zero = e.int(0);
-            e.for_range(zero, rows, 1, |e, i| {
-                let trow = e.step(tile, i, bc);
-                let mrow = mask.as_ref().map(|(p, m)| {
-                    let p = e.step(*p, i, m.mask.strides[r]);
-                    let p = e.step(p, j0, m.mask.strides[r + 1]);
-                    (p, m.mask.strides[r + 1], (*m).clone())
-                });
-                let row = Row {
-                    len: cols,
-                    src: trow,
-                    src_stride: 1,
-                    src_ro: false,
-                    dst: trow,
-                    dst_stride: 1,
-                    scale: 1.0,
-                    mask: mrow,
-                };
-                let row_max = scale_mask_max(e, &row);
-                let m_at = e.step(max_row, i, 1);
-                let s_at = e.step(sum_row, i, 1);
-                let m_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), m_at, 0);
-                let m_new = e.max(m_old, row_max);
-                let sum = exp_sum(e, &row, m_new);
-                let d = e.b.ins().fsub(m_old, m_new);
-                let corr = e.exp1(d);
-                let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
-                let l_new = e.b.ins().fma(l_old, corr, sum);
-                e.store(l_new, s_at);
-                e.store(m_new, m_at);
-                e.when(later, |e| {
-                    let orow = e.step(out, i, os[r]);
-                    let dv = e.int(a.dv as i64);
-                    scale_row(e, orow, dv, os[r + 1], corr);
-                });
+            let tile_truth = a.positions.as_ref().map(|p| {
+                let last_i = e.b.ins().iadd(i0, rows);
+                let last_i = e.b.ins().iadd_imm_s(last_i, -1);
+                let last_j = e.b.ins().iadd(j0, cols);
+                let last_j = e.b.ins().iadd_imm_s(last_j, -1);
+                truth(e, &p.keep, (i0, last_i), (j0, last_j))
             });
-            // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
-            let vb = e.step(v, j0, vs[r]);
-            let dv = e.int(a.dv as i64);
-            let [o_rs, o_cs, t_rs, t_cs, v_rs, v_cs] =
-                [os[r], os[r + 1], bc, 1, vs[r], vs[r + 1]].map(|s| e.int(s as i64));
-            let one = e.f32(1.0);
-            let acc = e.b.ins().uextend(I32, later);
-            e.sgemm([
-                rows, dv, cols, out, o_rs, o_cs, tile, t_rs, t_cs, vb, v_rs, v_cs, one, acc,
-            ]);
+            let mut visit = |e: &mut Emit| {
+                // tile[i, j] = scale * Σ_p q[i, p] k[j0 + j, p]
+                let kb = e.step(k, j0, ks[r]);
+                let dk = e.int(a.dk as i64);
+                let [t_rs, t_cs, q_rs, q_cs, k_rs, k_cs] =
+                    [bc, 1, qs[r], qs[r + 1], ks[r + 1], ks[r]].map(|s| e.int(s as i64));
+                let scale = e.f32(a.scale);
+                let no = e.b.ins().iconst(I32, 0);
+                e.sgemm([
+                    rows, cols, dk, tile, t_rs, t_cs, q, q_rs, q_cs, kb, k_rs, k_cs, scale, no,
+                ]);
+                let later = e.b.use_var(started);
+                let zero = e.int(0);
+                e.for_range(zero, rows, 1, |e, i| {
+                    let trow = e.step(tile, i, bc);
+                    if let (Some(p), Some((all, _))) = (&a.positions, tile_truth) {
+                        let partial = e.b.ins().bxor_imm_u(all, 1);
+                        let row_i = e.b.ins().iadd(i0, i);
+                        e.when(partial, |e| {
+                            fill_removed(e, &p.keep, p.fill, trow, row_i, j0, cols)
+                        });
+                    }
+                    let mrow = mask.as_ref().map(|(p, m)| {
+                        let p = e.step(*p, i, m.mask.strides[r]);
+                        let p = e.step(p, j0, m.mask.strides[r + 1]);
+                        (p, m.mask.strides[r + 1], (*m).clone())
+                    });
+                    let row = Row {
+                        len: cols,
+                        src: trow,
+                        src_stride: 1,
+                        src_ro: false,
+                        dst: trow,
+                        dst_stride: 1,
+                        scale: 1.0,
+                        mask: mrow,
+                    };
+                    let row_max = scale_mask_max(e, &row);
+                    let m_at = e.step(max_row, i, 1);
+                    let s_at = e.step(sum_row, i, 1);
+                    let m_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), m_at, 0);
+                    let m_new = e.max(m_old, row_max);
+                    let ninf = e.f32(f32::NEG_INFINITY);
+                    let none_yet = e.cmp(FloatCC::Equal, m_new, ninf);
+                    let z = e.f32(0.0);
+                    let base = e.pick(none_yet, z, m_new);
+                    let sum = exp_sum(e, &row, base);
+                    let d = e.b.ins().fsub(m_old, base);
+                    let corr = e.exp1(d);
+                    let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
+                    let l_new = e.b.ins().fma(l_old, corr, sum);
+                    e.store(l_new, s_at);
+                    e.store(m_new, m_at);
+                    e.when(later, |e| {
+                        let orow = e.step(out, i, os[r]);
+                        let dv = e.int(a.dv as i64);
+                        scale_row(e, orow, dv, os[r + 1], corr);
+                    });
+                });
+                // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
+                let vb = e.step(v, j0, vs[r]);
+                let dv = e.int(a.dv as i64);
+                let [o_rs, o_cs, t_rs, t_cs, v_rs, v_cs] =
+                    [os[r], os[r + 1], bc, 1, vs[r], vs[r + 1]].map(|s| e.int(s as i64));
+                let one = e.f32(1.0);
+                let acc = e.b.ins().uextend(I32, later);
+                e.sgemm([
+                    rows, dv, cols, out, o_rs, o_cs, tile, t_rs, t_cs, vb, v_rs, v_cs, one, acc,
+                ]);
+                let yes = e.b.ins().iconst(I8, 1);
+                e.b.def_var(started, yes);
+            };
+            match tile_truth.filter(|_| skip) {
+                Some((_, none)) => {
+                    let some = e.b.ins().bxor_imm_u(none, 1);
+                    e.when(some, &mut visit);
+                }
+                None => visit(e),
+            }
         });
         e.for_range(zero, rows, 1, |e, i| {
             let s_at = e.step(sum_row, i, 1);
@@ -141,5 +181,94 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             let dv = e.int(a.dv as i64);
             scale_row(e, orow, dv, os[r + 1], inv);
         });
+    });
+}
+
+/// The batch index of `k` and `v`: the head (the last batch axis) divided by the group.
+fn kv_index(e: &mut Emit, idx: &[Value], group: usize) -> Vec<Value> {
+    let mut kv = idx.to_vec();
+    if let Some(head) = kv.last_mut().filter(|_| group > 1) {
+        *head = e.b.ins().udiv_imm_u(*head, group as i64);
+    }
+    kv
+}
+
+/// Whether `keep` holds on all, and on none, of rows `i.0..=i.1` and keys `j.0..=j.1`, as
+/// two booleans ([`Keep::truth`] in code: each comparison at the corners its signs pick).
+fn truth(e: &mut Emit, keep: &Keep, i: (Value, Value), j: (Value, Value)) -> (Value, Value) {
+    match keep {
+        Keep::Atom(a) => {
+            let lo = affine(
+                e,
+                a,
+                if a.ci >= 0 { i.0 } else { i.1 },
+                if a.cj >= 0 { j.0 } else { j.1 },
+            );
+            let hi = affine(
+                e,
+                a,
+                if a.ci >= 0 { i.1 } else { i.0 },
+                if a.cj >= 0 { j.1 } else { j.0 },
+            );
+            let all = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, lo, 0);
+            let none = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, hi, 0);
+            (all, none)
+        }
+        Keep::And(a, b) => {
+            let ((a_all, a_none), (b_all, b_none)) = (truth(e, a, i, j), truth(e, b, i, j));
+            (e.b.ins().band(a_all, b_all), e.b.ins().bor(a_none, b_none))
+        }
+        Keep::Or(a, b) => {
+            let ((a_all, a_none), (b_all, b_none)) = (truth(e, a, i, j), truth(e, b, i, j));
+            (e.b.ins().bor(a_all, b_all), e.b.ins().band(a_none, b_none))
+        }
+        Keep::Not(a) => {
+            let (all, none) = truth(e, a, i, j);
+            (none, all)
+        }
+    }
+}
+
+/// `ci * i + cj * j + c`.
+fn affine(e: &mut Emit, a: &crate::kernel::Affine, i: Value, j: Value) -> Value {
+    let ti = e.b.ins().imul_imm_s(i, a.ci);
+    let tj = e.b.ins().imul_imm_s(j, a.cj);
+    let sum = e.b.ins().iadd(ti, tj);
+    e.b.ins().iadd_imm_s(sum, a.c)
+}
+
+/// Whether `keep` holds at row `i`, key `j`.
+fn holds(e: &mut Emit, keep: &Keep, i: Value, j: Value) -> Value {
+    match keep {
+        Keep::Atom(a) => {
+            let x = affine(e, a, i, j);
+            e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x, 0)
+        }
+        Keep::And(a, b) => {
+            let (a, b) = (holds(e, a, i, j), holds(e, b, i, j));
+            e.b.ins().band(a, b)
+        }
+        Keep::Or(a, b) => {
+            let (a, b) = (holds(e, a, i, j), holds(e, b, i, j));
+            e.b.ins().bor(a, b)
+        }
+        Keep::Not(a) => {
+            let a = holds(e, a, i, j);
+            e.b.ins().bxor_imm_u(a, 1)
+        }
+    }
+}
+
+/// `row[j] = fill` for the keys `j0 + j` (`j < cols`) that `keep` removes from row `i`.
+fn fill_removed(e: &mut Emit, keep: &Keep, fill: f32, row: Value, i: Value, j0: Value, cols: Value) {
+    let zero = e.int(0);
+    e.for_range(zero, cols, 1, |e, j| {
+        let key = e.b.ins().iadd(j0, j);
+        let kept = holds(e, keep, i, key);
+        let at = e.step(row, j, 1);
+        let x = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), at, 0);
+        let f = e.f32(fill);
+        let y = e.b.ins().select(kept, x, f);
+        e.store(y, at);
     });
 }

@@ -85,22 +85,59 @@ impl Printer<'_> {
         let indent = "  ".repeat(depth);
         let args: Vec<String> = node.args.iter().map(|&a| self.name(a)).collect();
         let name = self.name(id);
-        let dims = &self.prog.dims;
-        let d = |p: &Poly| dims.display(p);
-        let (op, attrs): (&str, Vec<String>) = match &node.op {
+        if let Op::For { body, result, .. } = &node.op {
+            let header = self.prog.for_header(id);
+            let _ = writeln!(self.out, "{indent}{name} = {header} {{");
+            self.nodes(body, depth + 1);
+            let result = self.name(*result);
+            let _ = writeln!(self.out, "{indent}  yield {result}");
+            let _ = writeln!(self.out, "{indent}}}");
+            return;
+        }
+        let (op, attrs) = self.prog.op_parts(id);
+        let all: Vec<String> = args.into_iter().chain(attrs).collect();
+        let ty = self.prog.type_text(self.prog.tensor_type(id));
+        let _ = writeln!(self.out, "{indent}{name} = {op}({}) : {ty}", all.join(", "));
+    }
+}
+
+impl Program {
+    /// `for h in 0..H : seq[H] [B, N, Dk]`: a loop node's variable, range and type.
+    pub(super) fn for_header(&self, id: ValueId) -> String {
+        let node = &self.nodes[id];
+        let (Op::For { var, start, end, .. }, Type::Seq { item, len }) = (&node.op, &node.ty) else {
+            unreachable!("only a for is a sequence")
+        };
+        let d = |p: &Poly| self.dims.display(p);
+        let var = &self.dims.info(*var).name;
+        format!(
+            "for {var} in {}..{} : seq[{}] {}",
+            d(start),
+            d(end),
+            d(len),
+            self.type_text(item)
+        )
+    }
+
+    /// The op name of a node that is not a `for`, and its attributes as text: what
+    /// follows its arguments in `%3 = transpose(%2, 1, 2)`.
+    pub(super) fn op_parts(&self, id: ValueId) -> (&'static str, Vec<String>) {
+        let node = &self.nodes[id];
+        let d = |p: &Poly| self.dims.display(p);
+        match &node.op {
             Op::Param(i) => {
-                let p = &self.prog.params[*i];
+                let p = &self.params[*i];
                 ("param", vec![p.name.clone(), format!("{:?}", p.key)])
             }
-            Op::Input(i) => ("input", vec![self.prog.inputs[*i].name.clone()]),
+            Op::Input(i) => ("input", vec![self.inputs[*i].name.clone()]),
             Op::Literal(x) => ("literal", vec![format!("{x:?}")]),
             Op::DimValue(p) => ("dim", vec![d(p)]),
             Op::Linear => ("linear", vec![]),
             Op::MatMul => ("matmul", vec![]),
             Op::Transpose(a, b) => ("transpose", vec![a.to_string(), b.to_string()]),
             Op::Permute(axes) => ("permute", axes.iter().map(|a| a.to_string()).collect()),
-            Op::View(s) => ("view", vec![self.prog.shape_text(s)]),
-            Op::Reshape(s) => ("reshape", vec![self.prog.shape_text(s)]),
+            Op::View(s) => ("view", vec![self.shape_text(s)]),
+            Op::Reshape(s) => ("reshape", vec![self.shape_text(s)]),
             Op::Contiguous => ("contiguous", vec![]),
             Op::Unsqueeze(a) => ("unsqueeze", vec![a.to_string()]),
             Op::Squeeze(a) => ("squeeze", vec![a.to_string()]),
@@ -121,26 +158,7 @@ impl Printer<'_> {
                 vec![axis.to_string(), format!("{}..{}", d(start), d(end))],
             ),
             Op::Select { axis, index } => ("select", vec![axis.to_string(), d(index)]),
-            Op::For {
-                var,
-                start,
-                end,
-                body,
-                result,
-            } => {
-                let var = dims.info(*var).name.clone();
-                let (start, end) = (d(start), d(end));
-                let Type::Seq { item, len } = &node.ty else {
-                    unreachable!("a for is a sequence")
-                };
-                let ty = format!("seq[{}] {}", d(len), self.prog.type_text(item));
-                let _ = writeln!(self.out, "{indent}{name} = for {var} in {start}..{end} : {ty} {{");
-                self.nodes(body, depth + 1);
-                let result = self.name(*result);
-                let _ = writeln!(self.out, "{indent}  yield {result}");
-                let _ = writeln!(self.out, "{indent}}}");
-                return;
-            }
+            Op::For { .. } => ("for", vec![]),
             Op::Concat(a) => ("concat", vec![a.to_string()]),
             Op::Stack(a) => ("stack", vec![a.to_string()]),
             Op::Gemm {
@@ -166,10 +184,7 @@ impl Printer<'_> {
             ),
             Op::Attention { scale, fill } => ("attention", softmax_attrs(*scale, *fill, node.args.len() > 3)),
             Op::Cat(a) => ("cat", vec![a.to_string()]),
-        };
-        let all: Vec<String> = args.into_iter().chain(attrs).collect();
-        let ty = self.prog.type_text(self.prog.tensor_type(id));
-        let _ = writeln!(self.out, "{indent}{name} = {op}({}) : {ty}", all.join(", "));
+        }
     }
 }
 

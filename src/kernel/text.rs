@@ -1,6 +1,6 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
-use super::{BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
+use super::{Attention, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
 use crate::ir::BinaryOp;
 use std::fmt::Write as _;
 
@@ -55,16 +55,38 @@ pub fn kernels(plan: &Plan, out: &mut String) {
     }
     let _ = writeln!(out, "kernels:");
     list(&plan.kernels, "k", out);
+    let total: usize = plan.kernels.iter().map(|k| k.op.bytes()).sum();
+    let _ = writeln!(
+        out,
+        "moved per call: {} (each operand's elements once)",
+        byte_size(total)
+    );
+}
+
+/// A byte count in the largest binary unit that keeps it at 1 or more.
+pub fn byte_size(n: usize) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = n as f64;
+    let mut unit = 0;
+    while x >= 1024.0 && unit + 1 < units.len() {
+        x /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{n} bytes"),
+        _ => format!("{x:.1} {}", units[unit]),
+    }
 }
 
 fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
     for (i, k) in kernels.iter().enumerate() {
         let _ = writeln!(
             out,
-            "  {prefix}{i} {} `{}`: {} tasks",
+            "  {prefix}{i} {} `{}`: {} tasks, moves {}",
             k.op.kind(),
             k.label,
-            k.op.tasks()
+            k.op.tasks(),
+            byte_size(k.op.bytes())
         );
         match &k.op {
             KernelOp::Gemm(g) => {
@@ -118,7 +140,15 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 for (name, o) in [("q", &a.q), ("k", &a.k), ("v", &a.v), ("out", &a.out)] {
                     let _ = writeln!(out, "      {name} {}", operand(o));
                 }
+                if a.kv_group > 1 {
+                    let _ = writeln!(
+                        out,
+                        "      k, v read in place: query head h reads head h / {}",
+                        a.kv_group
+                    );
+                }
                 mask(out, &a.mask);
+                positions(out, a);
             }
             KernelOp::Map(m) => {
                 let _ = writeln!(
@@ -154,4 +184,21 @@ pub fn expr_text(expr: &[Expr], i: usize) -> String {
         Expr::Compare(op, a, b) => format!("({} {} {})", e(*a), op.symbol(), e(*b)),
         Expr::Select(m, v, x) => format!("select({}, {}, {})", e(*m), e(*v), e(*x)),
     }
+}
+
+/// A mask of positions: its formula, and its tiles counted by what the kernel does with them.
+fn positions(out: &mut String, a: &Attention) {
+    let (Some(p), Some(t)) = (&a.positions, a.tile_counts()) else {
+        return;
+    };
+    let _ = writeln!(out, "      positions: keep {}, else {:?}", p.keep, p.fill);
+    let removed = match a.skips_tiles() {
+        true => "skipped",
+        false => "removed but visited (a row keeps no key)",
+    };
+    let _ = writeln!(
+        out,
+        "      tiles: {} kept whole, {} partial, {} {removed}",
+        t.kept, t.partial, t.skipped
+    );
 }

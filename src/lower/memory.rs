@@ -35,7 +35,7 @@ fn hoist(plan: &mut Plan) {
     for (b, d) in derived.iter().enumerate() {
         if *d == Some(true) {
             plan.buffers[b].kind = BufferKind::Derived { offset };
-            offset += plan.buffers[b].len.div_ceil(ALIGN) * ALIGN;
+            offset = offset.saturating_add(aligned(plan.buffers[b].len));
         }
     }
     plan.derived_len = offset;
@@ -43,6 +43,12 @@ fn hoist(plan: &mut Plan) {
 
 /// Offsets are multiples of this many floats (64 bytes, a cache line).
 const ALIGN: usize = 16;
+
+/// `len` rounded up to [`ALIGN`]. Sums saturate: a saturated plan fails the budget and
+/// `Plan::validate`, where a wrapped one could pass.
+fn aligned(len: usize) -> usize {
+    len.div_ceil(ALIGN).saturating_mul(ALIGN)
+}
 
 pub fn plan(plan: &mut Plan) {
     hoist(plan);
@@ -63,22 +69,22 @@ pub fn plan(plan: &mut Plan) {
     let mut arena = 0;
     for b in order {
         let range = live[b].unwrap_or((0, 0));
-        let len = plan.buffers[b].len.div_ceil(ALIGN) * ALIGN;
+        let len = aligned(plan.buffers[b].len);
         let mut busy: Vec<(usize, usize)> = placed
             .iter()
             .filter(|p| p.2 >= range.0)
             .map(|p| (p.0, p.1))
             .collect();
         busy.sort_unstable();
-        let mut offset = 0;
+        let mut offset = 0usize;
         for (o, l) in busy {
-            if o >= offset + len {
+            if o >= offset.saturating_add(len) {
                 break;
             }
-            offset = offset.max(o + l);
+            offset = offset.max(o.saturating_add(l));
         }
         placed.push((offset, len, range.1));
-        arena = arena.max(offset + len);
+        arena = arena.max(offset.saturating_add(len));
         plan.buffers[b].kind = BufferKind::Temp { offset, live: range };
     }
     plan.arena_len = arena;

@@ -2,7 +2,7 @@
 //!
 //! The order is fixed so that the first error is the most useful one: the files open, the
 //! inputs bind their free dims (E0302, E0301), every needed free dim has a value (E0304),
-//! the asserts hold (E0209), every input fits its declaration (E0301), and the params are
+//! the asserts hold (E0209), the tensors fit (E0305), every input fits its declaration (E0301), and the params are
 //! read (E0302, E0303) or drawn.
 
 use super::defaults;
@@ -24,6 +24,7 @@ pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
     };
     dims.require_needed()?;
     dims.check_asserts()?;
+    super::budget::program(program, &dims.all_values(), opts.budget())?;
     let inputs = match read {
         Some(tensors) => {
             for (decl, t) in program.inputs.iter().zip(&tensors) {
@@ -123,7 +124,23 @@ impl<'p> Dims<'p> {
         (free && *p == Poly::sym(s)).then_some(s)
     }
 
+    /// The constant dim `p` is, if it is exactly one: `--dim` can give it another value.
+    fn const_sym(&self, p: &Poly) -> Option<Sym> {
+        let &[s] = p.syms().as_slice() else {
+            return None;
+        };
+        let constant = matches!(self.program.dims.info(s).kind, DimKind::Const(_));
+        (constant && *p == Poly::sym(s)).then_some(s)
+    }
+
     fn bind_free(&mut self, s: Sym, size: i64, input: &str, axis: usize) -> Result<(), RunError> {
+        if size == 0 {
+            let message = format!(
+                "input `{input}` has size 0 on axis {axis}, the free dim `{}`; a free dim is at least 1",
+                self.name(s)
+            );
+            return Err(RunError::new(Some(Code::E0301), message));
+        }
         let from = match (self.values[s], &self.origins[s]) {
             (None, _) => {
                 self.values[s] = Some(size);
@@ -194,7 +211,14 @@ impl<'p> Dims<'p> {
                 None => format!("its declaration `{text}` is not a whole number"),
             };
             let message = format!("input `{}` has size {size} on axis {axis}, but {says}", decl.name);
-            return Err(RunError::new(Some(Code::E0301), message));
+            let error = RunError::new(Some(Code::E0301), message);
+            return Err(match self.const_sym(poly) {
+                Some(s) => error.with_hint(format!(
+                    "pass `--dim {}={size}` to run the program at the input's size",
+                    self.name(s)
+                )),
+                None => error,
+            });
         }
         Ok(())
     }
@@ -214,7 +238,7 @@ impl<'p> Dims<'p> {
             let numel = sizes.iter().try_fold(1usize, |n, &s| n.checked_mul(s));
             if numel.is_none_or(|n| n > isize::MAX as usize / size_of::<f32>()) {
                 let message = format!("`{name}` of shape {sizes:?} is too large to allocate");
-                return Err(RunError::new(None, message));
+                return Err(RunError::new(Some(Code::E0305), message));
             }
             shapes.push(sizes);
         }

@@ -3,7 +3,7 @@
 //! program is compiled once per shape.
 
 use super::native::{self, Derived, Memory};
-use super::{Bound, RunError, Tensor};
+use super::{budget, Bound, RunError, Tensor};
 use crate::codegen::{Compiled, Jit};
 use crate::ir::Program;
 use crate::kernel::Plan;
@@ -20,8 +20,11 @@ pub struct Prepared {
 }
 
 /// A program compiled for one binding of its dims.
+///
+/// Its plan is private and set once, by the constructors, after [`Plan::validate`] passed:
+/// the kernels' memory safety rests on that proof, so nothing may change the plan after it.
 pub struct Executable {
-    pub plan: Plan,
+    plan: Plan,
     compiled: Compiled,
     /// Milliseconds spent lowering and generating code.
     pub compile_ms: f64,
@@ -36,22 +39,39 @@ fn internal(what: impl std::fmt::Display) -> RunError {
 }
 
 impl Executable {
-    /// Lowers and compiles `program` for the dim values `dims` (as in [`Bound::dims`]).
+    /// Lowers and compiles `program` for the dim values `dims` (as in [`Bound::dims`]),
+    /// within the machine's physical memory.
     pub fn compile(program: &Program, dims: &[Option<i64>]) -> Result<Executable, RunError> {
+        Executable::compile_within(program, dims, budget::physical_memory())
+    }
+
+    /// As [`Executable::compile`], with a memory budget in bytes: E0305 when the program's
+    /// tensors or its plan do not fit, before anything is allocated.
+    pub fn compile_within(
+        program: &Program,
+        dims: &[Option<i64>],
+        budget: u64,
+    ) -> Result<Executable, RunError> {
         let start = Instant::now();
-        let plan = lower::lower(program, dims).map_err(internal)?;
-        Executable::from_plan_since(plan, start)
+        let plan = plan(program, dims, budget)?;
+        Executable::from_plan_since(plan, start, budget)
     }
 
     /// Compiles a plan made by hand (kernel tests and benchmarks). Its params and inputs
     /// are the `Bound`'s by index, as for a program.
     pub fn from_plan(plan: Plan) -> Result<Executable, RunError> {
-        Executable::from_plan_since(plan, Instant::now())
+        Executable::from_plan_since(plan, Instant::now(), budget::physical_memory())
+    }
+
+    /// The validated plan the executable runs.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     /// Every executable's plan is validated here, once: the runtime calls kernels of valid
     /// plans only.
-    fn from_plan_since(plan: Plan, start: Instant) -> Result<Executable, RunError> {
+    fn from_plan_since(plan: Plan, start: Instant, budget: u64) -> Result<Executable, RunError> {
+        budget::plan(&plan, budget)?;
         plan.validate().map_err(internal)?;
         let compiled = Jit::new(sgemm_address())
             .and_then(|jit| jit.compile(&plan))
@@ -202,6 +222,15 @@ impl<'p> Cache<'p> {
     pub fn is_empty(&self) -> bool {
         self.compiled.is_empty()
     }
+}
+
+/// The kernel plan of `program` for `dims`: E0305 when its tensors do not fit `budget`
+/// bytes (checked before lowering, so no size wraps on the way, and after).
+pub fn plan(program: &Program, dims: &[Option<i64>], budget: u64) -> Result<Plan, RunError> {
+    budget::program(program, dims, budget)?;
+    let plan = lower::lower(program, dims).map_err(internal)?;
+    budget::plan(&plan, budget)?;
+    Ok(plan)
 }
 
 /// The address of the GEMM shim JIT code calls, for [`Jit::new`].

@@ -1,7 +1,7 @@
 //! The runtime: from a checked [`Program`] and optional safetensors files to output tensors.
 //!
 //! [`bind`] reads the weights and inputs (or draws [`defaults`]), binds every free dim from
-//! the inputs' shapes and reports the run-time errors E0209 and E0301–E0304; [`interpret`]
+//! the inputs' shapes and reports the run-time errors E0209 and E0301–E0305; [`interpret`]
 //! evaluates the IR with the reference interpreter, [`jit`] with native code;
 //! [`save_outputs`] writes the results.
 //! Nothing here prints: errors are [`RunError`] values for the CLI to render.
@@ -9,7 +9,7 @@
 //! ```no_run
 //! # fn demo(program: &attnc::ir::Program) -> Result<(), attnc::runtime::RunError> {
 //! use attnc::runtime::{bind, checksum, interpret, save_outputs, RunOptions};
-//! let opts = RunOptions { weights: Some("w.safetensors".into()), inputs: None, seed: 0 };
+//! let opts = RunOptions { weights: Some("w.safetensors".into()), ..RunOptions::default() };
 //! let bound = bind(program, &opts)?;
 //! let outputs = interpret(program, &bound)?;
 //! for (name, t) in &outputs {
@@ -20,6 +20,7 @@
 //! ```
 
 mod bind;
+pub mod budget;
 pub mod defaults;
 pub mod files;
 mod interp;
@@ -85,6 +86,15 @@ pub struct RunOptions {
     pub inputs: Option<PathBuf>,
     /// `--seed` for the drawn tensors.
     pub seed: u64,
+    /// `--max-memory`: the budget of E0305 in bytes (`None`: the machine's physical memory).
+    pub max_memory: Option<u64>,
+}
+
+impl RunOptions {
+    /// The memory budget in bytes.
+    pub fn budget(&self) -> u64 {
+        self.max_memory.unwrap_or_else(budget::physical_memory)
+    }
 }
 
 /// Everything a program needs to run: one tensor per param and per input, in declaration
@@ -121,5 +131,6 @@ pub fn save_outputs(path: &Path, outputs: &[(String, Tensor)]) -> Result<(), Run
 
 /// The sum of a tensor's elements, accumulated in f64 (what `attnc run` prints).
 pub fn checksum(t: &Tensor) -> f64 {
-    t.data.iter().map(|&x| f64::from(x)).sum()
+    // A fold from +0.0: `sum` starts at -0.0, which an empty tensor would print.
+    t.data.iter().fold(0.0, |s, &x| s + f64::from(x))
 }

@@ -126,6 +126,24 @@ pub fn huge_pages(mem: &mut [f32]) -> &mut [f32] {
     aligned
 }
 
+/// The machine's physical memory in bytes (`u64::MAX` where the system does not say).
+pub fn physical_memory() -> u64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: `sysconf` only reads system configuration; it takes no pointers.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        if pages > 0 && page > 0 {
+            return (pages as u64).saturating_mul(page as u64);
+        }
+    }
+    u64::MAX
+}
+
 /// Frees the code of `compiled`: a JIT module keeps its memory until told.
 pub fn release(compiled: &mut crate::codegen::Compiled) {
     compiled.code.clear();

@@ -15,6 +15,7 @@ fn files(name: &str) -> RunOptions {
         weights: Some(fixture(&format!("weights_{name}.safetensors"))),
         inputs: Some(fixture(&format!("inputs_{name}.safetensors"))),
         seed: 0,
+        max_memory: None,
     }
 }
 
@@ -248,5 +249,6 @@ fn a_default_too_large_to_allocate_is_an_error() {
         set_dim(&mut program, name, 1 << 30);
     }
     let e = error(&program, &RunOptions::default());
-    assert!(e.message.contains("too large to allocate"), "{e}");
+    assert_eq!(e.code, Some(Code::E0305));
+    assert!(e.message.contains("a size that overflows 64 bits"), "{e}");
 }

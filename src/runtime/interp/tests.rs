@@ -137,7 +137,7 @@ fn check_fixture(program: &Program, name: &str) {
     let opts = RunOptions {
         weights: Some(fixture(&format!("weights_{name}.safetensors"))),
         inputs: Some(fixture(&format!("inputs_{name}.safetensors"))),
-        seed: 0,
+        ..RunOptions::default()
     };
     let bound = bind::bind(program, &opts).unwrap();
     let expected = TensorFile::open(&fixture(&format!("expected_{name}.safetensors"))).unwrap();
