@@ -112,6 +112,17 @@ pub enum Op {
         axes: Vec<usize>,
         keepdim: bool,
     },
+    /// `torch.where`: args `[cond, a, b]`, all three broadcast; `a` where `cond` holds.
+    Where,
+    /// `tril` (`upper` false) or `triu` of the last two axes: entries off the kept
+    /// triangle are 0, the others are selected (never multiplied); arg `[x]`.
+    Tri {
+        upper: bool,
+        diagonal: i64,
+    },
+    /// A fresh tensor of the node's shape, every element `value` (`ones`, `zeros`,
+    /// `full`); no args.
+    Fill(f64),
     /// args `[x, mask, value]`: where the boolean mask holds, the result is `value`.
     MaskedFill,
     Unary(UnaryOp),

@@ -352,6 +352,8 @@ impl<'p> Lowerer<'p> {
                 }
             }
             Op::Reduce { op, .. } => Err(not_native(op.name())),
+            Op::Tri { upper, .. } => Err(not_native(if *upper { "triu" } else { "tril" })),
+            Op::Fill(_) => Err(not_native("full")),
             Op::Softmax(axis) => {
                 let pat = match self.fusion.fused.get(&id) {
                     Some(Fused::Softmax(p)) => *p,
@@ -575,6 +577,7 @@ impl<'p> Lowerer<'p> {
                 (Op::Binary(b), _) => return Err(not_native(b.name())),
                 (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
                 (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
+                (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
                 _ => return Err(internal(format!("node {id} is not elementwise"))),
             }
         } else {

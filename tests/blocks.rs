@@ -88,3 +88,20 @@ fn encoder_layer_reproduces_the_annotated_transformer() {
         "interp",
     );
 }
+
+#[test]
+fn gpt2_block_reproduces_hugging_face() {
+    let dims = ["D=24", "H=4"];
+    reproduce("examples/gpt2_block.attn", "gpt2_b2_n9_d24_h4", &dims, "interp");
+}
+
+#[test]
+fn llama_layer_reproduces_hugging_face() {
+    let dims = ["D=32", "H=4", "Hkv=2", "F=48"];
+    reproduce(
+        "examples/llama_layer.attn",
+        "llama_b1_n8_d32_h4_kv2_f48",
+        &dims,
+        "interp",
+    );
+}

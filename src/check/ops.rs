@@ -219,7 +219,42 @@ impl Checker {
     }
 
     pub(crate) fn concat(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        self.join("concat", args, span)
+        match &args[0].kind {
+            ExprKind::List(items) | ExprKind::Tuple(items) => self.cat_list(items, args[1], span),
+            _ => self.join("concat", args, span),
+        }
+    }
+
+    /// `cat([a, b, ..], dim)`: tensors of one rank that agree on every axis but `dim`.
+    fn cat_list(&mut self, items: &[Expr], dim: &Expr, span: Span) -> Option<Value> {
+        let mut parts = Vec::new();
+        for e in items {
+            parts.push(self.tensor_arg(e, "a part of `cat`"));
+        }
+        let parts: Vec<ValueId> = parts.into_iter().collect::<Option<_>>()?;
+        let Some(&first) = parts.first() else {
+            self.error(Code::E0208, span, "`cat` of an empty list");
+            return None;
+        };
+        let t = self.ty(first).clone();
+        let axis = self.axis(dim, t.rank(), false)?;
+        let mut shape = t.shape.clone();
+        for (&p, e) in parts.iter().zip(items).skip(1) {
+            let s = self.ty(p).shape.clone();
+            let fits = s.len() == t.rank()
+                && (0..s.len()).all(|i| i == axis || self.prog.dims.equal(&s[i], &t.shape[i]));
+            if !fits {
+                let msg = format!(
+                    "`cat` along axis {axis} of {} and {}: the other axes differ",
+                    self.shape_text(&t.shape),
+                    self.shape_text(&s)
+                );
+                self.error(Code::E0201, e.span, msg);
+                return None;
+            }
+            shape[axis] = shape[axis].add(&s[axis]);
+        }
+        Some(self.push(Op::Cat(axis), parts, TensorType::row_major(shape, t.dtype), span))
     }
 
     pub(crate) fn stack(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
@@ -316,8 +351,13 @@ impl Checker {
 
     /// The broadcast shape of two tensors: axes aligned from the right, equal or the
     /// literal 1.
-    fn broadcast(&mut self, x: ValueId, y: ValueId, span: Span) -> Option<Vec<Poly>> {
+    pub(super) fn broadcast(&mut self, x: ValueId, y: ValueId, span: Span) -> Option<Vec<Poly>> {
         let (a, b) = (self.ty(x).shape.clone(), self.ty(y).shape.clone());
+        self.broadcast_shapes(&a, &b, span)
+    }
+
+    /// The broadcast shape of two shapes.
+    pub(super) fn broadcast_shapes(&mut self, a: &[Poly], b: &[Poly], span: Span) -> Option<Vec<Poly>> {
         let n = a.len().max(b.len());
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
@@ -330,8 +370,8 @@ impl Checker {
                 (Some(p), Some(q)) => {
                     let msg = format!(
                         "cannot broadcast {} with {}: `{}` vs `{}` on axis {i} of the result",
-                        self.shape_text(&a),
-                        self.shape_text(&b),
+                        self.shape_text(a),
+                        self.shape_text(b),
                         self.dim_text(p),
                         self.dim_text(q)
                     );
@@ -803,7 +843,7 @@ impl Checker {
     }
 
     /// Slice `axis` of `x`; the node and whether the axis is kept (always).
-    fn slice(
+    pub(super) fn slice(
         &mut self,
         x: ValueId,
         axis: usize,

@@ -354,4 +354,228 @@ impl Checker {
         let s = self.unary_id(UnaryOp::Sigmoid, x, span);
         Some(Value::Tensor(self.bin(BinaryOp::Mul, x, s, span)?))
     }
+
+    /// `clamp(x, min=None, max=None) = minimum(maximum(x, min), max)`: NaN stays NaN.
+    pub(crate) fn clamp(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let mut x = self.tensor_arg(args[0], "the input of `clamp`")?;
+        for (i, op) in [(1, BinaryOp::Maximum), (2, BinaryOp::Minimum)] {
+            if let Some(e) = given(args, i) {
+                let bound = self.tensor_arg(e, "a bound of `clamp`")?;
+                x = self.bin(op, x, bound, span)?;
+            }
+        }
+        Some(Value::Tensor(x))
+    }
+
+    /// `where(condition, input, other)`: `input` where the boolean `condition` holds,
+    /// `other` elsewhere; the broadcast shape of all three.
+    pub(crate) fn where_op(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let c = self.tensor_arg(args[0], "the condition of `where`");
+        let a = self.tensor_arg(args[1], "the input of `where`");
+        let b = self.tensor_arg(args[2], "the other of `where`");
+        let (c, a, b) = (c?, a?, b?);
+        if self.ty(c).dtype != DType::Bool {
+            self.error(
+                Code::E0208,
+                args[0].span,
+                "the condition of `where` is not boolean",
+            );
+            return None;
+        }
+        let ca = self.broadcast(c, a, span)?;
+        let t = TensorType::row_major(ca, DType::F32);
+        let shape = self.broadcast_shapes(&t.shape, &self.ty(b).shape.clone(), span)?;
+        let like = [c, a, b]
+            .into_iter()
+            .map(|v| self.ty(v).clone())
+            .find(|t| t.rank() == shape.len());
+        let strides = crate::check::layout::elementwise_strides(&self.prog.dims, like.as_ref(), &shape);
+        let ty = TensorType {
+            shape,
+            strides,
+            dtype: DType::F32,
+        };
+        Some(self.push(Op::Where, vec![c, a, b], ty, span))
+    }
+
+    /// Sizes given as separate dims or as one list or tuple.
+    fn sizes(&mut self, args: &[&Expr]) -> Option<Vec<Poly>> {
+        let items: Vec<&Expr> = match args {
+            [one] => match &one.kind {
+                ExprKind::List(items) | ExprKind::Tuple(items) => items.iter().collect(),
+                _ => args.to_vec(),
+            },
+            _ => args.to_vec(),
+        };
+        let mut sizes = Vec::new();
+        for e in items {
+            let p = self.dim_expr(e)?;
+            if !self.prog.dims.provably_nonneg(&p) {
+                let msg = format!("size `{}` may be negative", self.dim_text(&p));
+                self.error(Code::E0208, e.span, msg);
+                return None;
+            }
+            sizes.push(p);
+        }
+        Some(sizes)
+    }
+
+    fn fill(&mut self, sizes: Vec<Poly>, value: f64, span: Span) -> Value {
+        self.push(
+            Op::Fill(value),
+            vec![],
+            TensorType::row_major(sizes, DType::F32),
+            span,
+        )
+    }
+
+    pub(crate) fn ones(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let sizes = self.sizes(args)?;
+        Some(self.fill(sizes, 1.0, span))
+    }
+
+    pub(crate) fn zeros(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let sizes = self.sizes(args)?;
+        Some(self.fill(sizes, 0.0, span))
+    }
+
+    /// `full(size, fill_value)`: `size` one list or tuple.
+    pub(crate) fn full(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let sizes = self.sizes(&args[..1])?;
+        let value = self.float_param(args[1], "the fill value of `full`")?;
+        Some(self.fill(sizes, value, span))
+    }
+
+    pub(crate) fn tril(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        self.tri(args, false, span)
+    }
+
+    pub(crate) fn triu(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        self.tri(args, true, span)
+    }
+
+    /// `tril`/`triu` of the last two axes; `diagonal` a constant, negative below.
+    fn tri(&mut self, args: &[&Expr], upper: bool, span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the input of `tril`/`triu`")?;
+        let t = self.ty(x).clone();
+        if t.rank() < 2 {
+            let msg = format!(
+                "`tril`/`triu` need a tensor of rank 2 or more, found {}",
+                self.shape_text(&t.shape)
+            );
+            self.error(Code::E0201, span, msg);
+            return None;
+        }
+        let diagonal = match args.get(1) {
+            Some(e) => {
+                let p = self.dim_expr(e)?;
+                let Some(d) = self.prog.dims.with_consts(&p).as_int() else {
+                    self.error(Code::E0208, e.span, "`diagonal` must be a constant integer");
+                    return None;
+                };
+                d
+            }
+            None => 0,
+        };
+        let ty = TensorType::row_major(t.shape, t.dtype);
+        Some(self.push(Op::Tri { upper, diagonal }, vec![x], ty, span))
+    }
+
+    /// `split(x, size, dim=0)` into parts of `size` (the count a constant the checker
+    /// proves, E0205 otherwise), or `split(x, [a, b, ..], dim)` into those sections (their
+    /// sum the axis, E0201 otherwise): a tuple of slices.
+    pub(crate) fn split(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the input of `split`")?;
+        let t = self.ty(x).clone();
+        let axis = self.axis(args.get(2).copied()?, t.rank(), false)?;
+        let size = t.shape[axis].clone();
+        let sections = match &args[1].kind {
+            ExprKind::List(items) | ExprKind::Tuple(items) => {
+                let mut sections = Vec::new();
+                for e in items {
+                    sections.push(self.dim_expr(e)?);
+                }
+                let total = sections.iter().fold(Poly::int(0), |acc, s| acc.add(s));
+                if !self.prog.dims.equal(&total, &size) {
+                    let msg = format!(
+                        "sections summing to `{}` do not split an axis of `{}`",
+                        self.dim_text(&total),
+                        self.dim_text(&size)
+                    );
+                    self.error(Code::E0201, args[1].span, msg);
+                    return None;
+                }
+                sections
+            }
+            _ => {
+                let part = self.dim_expr(args[1])?;
+                let n = self.part_count(&size, &part, args[1])?;
+                vec![part; n]
+            }
+        };
+        self.parts(x, axis, &sections, args[1].span, span)
+    }
+
+    /// `chunk(x, chunks, dim=0)`: `chunks` equal parts (proved exact, E0205 otherwise).
+    pub(crate) fn chunk(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the input of `chunk`")?;
+        let t = self.ty(x).clone();
+        let axis = self.axis(args.get(2).copied()?, t.rank(), false)?;
+        let chunks = self.dim_expr(args[1])?;
+        let Some(n) = self.prog.dims.with_consts(&chunks).as_int().filter(|&n| n > 0) else {
+            self.error(
+                Code::E0205,
+                args[1].span,
+                "the number of chunks must be a positive constant",
+            );
+            return None;
+        };
+        let part = match self.prog.dims.div(&t.shape[axis], &chunks) {
+            Ok(q) => q,
+            Err(err) => {
+                let d = self.division_error(err, &t.shape[axis], &chunks, args[1]);
+                self.report(d);
+                return None;
+            }
+        };
+        self.parts(x, axis, &vec![part; n as usize], args[1].span, span)
+    }
+
+    /// How many parts of `part` make `size`: a constant, or E0205.
+    fn part_count(&mut self, size: &Poly, part: &Poly, e: &Expr) -> Option<usize> {
+        let q = match self.prog.dims.div(size, part) {
+            Ok(q) => q,
+            Err(err) => {
+                let d = self.division_error(err, size, part, e);
+                self.report(d);
+                return None;
+            }
+        };
+        match self.prog.dims.with_consts(&q).as_int().filter(|&n| n > 0) {
+            Some(n) => Some(n as usize),
+            None => {
+                let msg = format!(
+                    "`{}` in parts of `{}` is `{}` parts: not a constant",
+                    self.dim_text(size),
+                    self.dim_text(part),
+                    self.dim_text(&q)
+                );
+                self.error(Code::E0205, e.span, msg);
+                None
+            }
+        }
+    }
+
+    /// Consecutive slices of `axis` of these sizes, as a tuple.
+    fn parts(&mut self, x: ValueId, axis: usize, sizes: &[Poly], ixspan: Span, span: Span) -> Option<Value> {
+        let mut start = Poly::int(0);
+        let mut items = Vec::new();
+        for s in sizes {
+            let end = start.add(s);
+            let (id, _) = self.slice(x, axis, Some(start.clone()), Some(end.clone()), ixspan, span)?;
+            items.push(Value::Tensor(id));
+            start = end;
+        }
+        Some(Value::Tuple(items))
+    }
 }

@@ -142,6 +142,9 @@ impl Program {
             Op::Unsqueeze(a) => ("unsqueeze", vec![a.to_string()]),
             Op::Squeeze(a) => ("squeeze", vec![a.to_string()]),
             Op::Softmax(a) => ("softmax", vec![a.to_string()]),
+            Op::Where => ("where", vec![]),
+            Op::Tri { upper, diagonal } => (if *upper { "triu" } else { "tril" }, vec![diagonal.to_string()]),
+            Op::Fill(v) => ("fill", vec![format!("{v:?}")]),
             Op::Reduce { op, axes, keepdim } => {
                 let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
                 (

@@ -162,6 +162,17 @@ pub static OPS: &[OpDef] = &[
     op!("relu",        INPUT, Elementwise, Check(Checker::relu)),
     op!("silu",        INPUT, Elementwise, Check(Checker::silu)),
     op!("gelu",        &[p("input"), opt("approximate", Default::Str("none"))], Elementwise, Check(Checker::gelu)),
+    op!("clamp",       &[p("input"), opt("min", Default::None), opt("max", Default::None)], Elementwise, Check(Checker::clamp)),
+    op!("where",       &[p("condition"), p("input"), p("other")],               Elementwise, Check(Checker::where_op)),
+    // made from sizes
+    op!("ones",        &[rest("size")],                                         Special, Check(Checker::ones)),
+    op!("zeros",       &[rest("size")],                                         Special, Check(Checker::zeros)),
+    op!("full",        &[p("size"), p("fill_value")],                           Special, Check(Checker::full)),
+    op!("tril",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::tril)),
+    op!("triu",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::triu)),
+    // several results
+    op!("split",       &[p("tensor"), p("split_size_or_sections"), opt("dim", Default::Int(0))], Layout, Check(Checker::split)),
+    op!("chunk",       &[p("input"), p("chunks"), opt("dim", Default::Int(0))], Layout, Check(Checker::chunk)),
     // reductions
     op!("sum",         REDUCE, Reduction, Reduce(ReduceOp::Sum)),
     op!("amax",        REDUCE, Reduction, Reduce(ReduceOp::Max)),

@@ -376,6 +376,19 @@ impl Ctx {
                 }
                 Some(Kind::Value(t))
             }
+            T::Where(_) => {
+                (ty(0)?.dtype == DType::Bool).then_some(())?;
+                let s = self.broadcast(shape(0)?, shape(1)?)?;
+                Some(Kind::Value(Ty {
+                    shape: self.broadcast(&s, shape(2)?)?,
+                    dtype: DType::F32,
+                }))
+            }
+            T::Tri(_) => (shape(0)?.len() >= 2).then(|| same(0))?,
+            T::Fill(_) => Some(Kind::Value(Ty {
+                shape: k[1].shape_attr()?.to_vec(),
+                dtype: DType::F32,
+            })),
             T::Reduce(..) => {
                 let t = ty(0)?;
                 let axes = k[1].shape_attr()?;

@@ -111,6 +111,16 @@ impl Into<'_> {
             Op::Unsqueeze(d) => Tensor::Unsqueeze([a[0], self.int(*d)]),
             Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
             Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
+            Op::Where => Tensor::Where([a[0], a[1], a[2]]),
+            Op::Tri { upper, diagonal } => Tensor::Tri([
+                a[0],
+                self.int(usize::from(*upper)),
+                self.leaf(Tensor::Int(*diagonal)),
+            ]),
+            Op::Fill(v) => {
+                let shape = self.prog.tensor_type(id).shape.clone();
+                Tensor::Fill([self.float(*v), self.shape(&shape)])
+            }
             Op::Reduce { op, axes, keepdim } => {
                 let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
                 Tensor::Reduce(*op, [a[0], self.shape(&p), self.int(usize::from(*keepdim))])
@@ -360,6 +370,13 @@ impl Out<'_> {
             Tensor::Unsqueeze(c) => (Op::Unsqueeze(axis(c[1])?), vec![c[0]]),
             Tensor::Squeeze(c) => (Op::Squeeze(axis(c[1])?), vec![c[0]]),
             Tensor::Softmax(c) => (Op::Softmax(axis(c[1])?), vec![c[0]]),
+            Tensor::Where(c) => (Op::Where, c.to_vec()),
+            Tensor::Tri(c) => {
+                let upper = axis(c[1])? == 1;
+                let diagonal = d(c[2]).int().ok_or("diagonal")?;
+                (Op::Tri { upper, diagonal }, vec![c[0]])
+            }
+            Tensor::Fill(c) => (Op::Fill(d(c[0]).float().ok_or("fill value")?), vec![]),
             Tensor::Reduce(op, c) => {
                 let axes = d(c[1]).shape_attr().ok_or("axes")?;
                 let axes: Option<Vec<usize>> =

@@ -122,6 +122,9 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
         Tensor::MaskedFill(_) => Cost::kernel(out, io(&[0, 1])),
         // One FLOP more than `masked_softmax` without a mask, so a tie prints as the fused op.
         Tensor::Softmax(_) => Cost::kernel(SOFTMAX * out + 1, io(&[0])),
+        Tensor::Where(_) => Cost::kernel(out, io(&[0, 1, 2])),
+        Tensor::Tri(_) => Cost::kernel(out, io(&[0])),
+        Tensor::Fill(_) => Cost::kernel(0, 4 * out),
         Tensor::Reduce(..) => Cost::kernel(n(kid(0)), 4 * (n(kid(0)) + out)),
         Tensor::Linear(_) => {
             let inner = kid(0).shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));

@@ -37,7 +37,10 @@ define_language! {
         // Elementwise primitives, named as in the op table (`neg`, `exp`, `add`, `maximum`).
         Unary(UnaryOp, [Id; 1]),
         Binary(BinaryOp, [Id; 2]),
-        Reduce(ReduceOp, [Id; 3]),           // x, axes (a shape of integers), keepdim (0 or 1)
+        Reduce(ReduceOp, [Id; 3]),
+        "where" = Where([Id; 3]),            // cond, a, b
+        "tri" = Tri([Id; 3]),                // x, upper (0 or 1), diagonal
+        "fill" = Fill([Id; 2]),              // float, shape           // x, axes (a shape of integers), keepdim (0 or 1)
         "eq" = Eq([Id; 2]),
         "ne" = Ne([Id; 2]),
         "lt" = Lt([Id; 2]),

@@ -82,14 +82,15 @@ pub fn lay_out(
         Tensor::Softmax(_) | Tensor::Unary(..) | Tensor::MaskedFill(_) => like(kid(0)),
         // Lowered as `mul(x, literal)`: like the operand of full rank, as the checker does.
         Tensor::Scale(_) => like(kid(0)),
-        Tensor::Binary(..)
+        Tensor::Where(_)
+        | Tensor::Binary(..)
         | Tensor::Eq(_)
         | Tensor::Ne(_)
         | Tensor::Lt(_)
         | Tensor::Le(_)
         | Tensor::Gt(_)
         | Tensor::Ge(_) => {
-            let full = [kid(0), kid(1)]
+            let full = [kid(0), kid(1), kid(2)]
                 .into_iter()
                 .flatten()
                 .find(|t| t.rank() == shape.len());

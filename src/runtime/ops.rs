@@ -282,6 +282,23 @@ pub fn reduce(x: &Strided, op: ReduceOp, axes: &[usize], keepdim: bool) -> Optio
     Some(Tensor::new(shape, out).into())
 }
 
+/// `tril(x, diagonal)` (`upper` false) or `triu`: on the last two axes, element `(i, j)`
+/// is kept when `j - i <= diagonal` (`>=` for `triu`), else 0.
+pub fn tri(x: &Strided, upper: bool, diagonal: i64) -> Option<Strided> {
+    let r = x.rank().checked_sub(2)?;
+    let (rows, cols) = (x.shape[r], x.shape[r + 1]);
+    let mut data = x.to_vec();
+    for (k, v) in data.iter_mut().enumerate() {
+        let (i, j) = ((k / cols.max(1)) % rows.max(1), k % cols.max(1));
+        let d = j as i64 - i as i64;
+        let keep = if upper { d >= diagonal } else { d <= diagonal };
+        if !keep {
+            *v = 0.0;
+        }
+    }
+    Some(Tensor::new(x.shape.clone(), data).into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
