@@ -124,6 +124,15 @@ pub fn rules() -> Vec<Rw> {
             rules.push(Rewrite::new(name, lhs, applier).unwrap());
         }
     }
+    // `where(x == k, a, f)` with a scalar `f` is `a.masked_fill(x != k, f)` (and `!=` the
+    // other way), NaN included: so a causal mask built with `where`, as GPT-2 builds it,
+    // reaches the fused attention like a `masked_fill`.
+    for (op, negated) in [("eq", "ne"), ("ne", "eq")] {
+        let lhs: egg::Pattern<Tensor> = format!("(where ({op} ?x ?k) ?a ?f)").parse().unwrap();
+        let rhs = format!("(masked_fill ?a ({negated} ?x ?k) ?f)").parse().unwrap();
+        let applier = Checked { rhs, scalar: Some("?f".parse().unwrap()) };
+        rules.push(Rewrite::new(format!("where-{op}-masked-fill"), lhs, applier).unwrap());
+    }
     rules
 }
 
