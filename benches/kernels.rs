@@ -1,12 +1,17 @@
 //! Kernel benchmarks: GEMM GFLOP/s (the `gemm` crate alone, and attnc's GEMM kernel with
-//! its bias prologue) beside the FMA peak, and the fused softmax's elements per second.
+//! its bias prologue) beside the FMA peak, the fused softmax's elements per second, each
+//! transcendental primitive of a map beside a plain Rust loop over the same scalar function,
+//! and a layer_norm row kernel.
 //! `cargo bench --bench kernels`; single-threaded unless `ATTNC_THREADS` says otherwise;
 //! `ATTNC_NO_TILE=1` sends every tile to the `gemm` crate instead of the AVX-512 tile
 //! product. The `(64, 256, 64)` and `(64, 64, 256)` shapes are the attention kernel's tiles.
 //! Plain timing, no harness: warm-up, then the median of repeated calls.
 
 use attnc::ir::CmpOp;
-use attnc::kernel::{Buffer, BufferKind, Gemm, Kernel, KernelOp, MaskFill, Operand, Plan, Softmax};
+use attnc::kernel::{
+    Binary, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan, Reduce, Row,
+    Softmax, Stage, Unary,
+};
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{Bound, Tensor};
 use std::time::{Duration, Instant};
@@ -210,6 +215,124 @@ fn softmax(rows: usize, len: usize, threads: usize) -> f64 {
     (rows * len) as f64 / s
 }
 
+/// Runs a plan of one kernel over one input of `len` elements (buffer 0) and `extra` (buffer
+/// 1, if any), writing `out_len` elements; elements of the input per second.
+fn throughput(op: KernelOp, len: usize, extra: Option<Vec<f32>>, out_len: usize, threads: usize) -> f64 {
+    let mut buffers = vec![buffer(BufferKind::Input(0), len, "x")];
+    let mut inputs = vec![Tensor::new(vec![len], data(len, 1))];
+    if let Some(w) = extra {
+        buffers.push(buffer(BufferKind::Input(1), w.len(), "w"));
+        inputs.push(Tensor::new(vec![w.len()], w));
+    }
+    let out = buffers.len();
+    buffers.push(buffer(BufferKind::Output(0), out_len, "y"));
+    let plan = Plan {
+        buffers,
+        prologue: vec![],
+        kernels: vec![Kernel {
+            label: "bench".into(),
+            op,
+        }],
+        outputs: vec![("y".into(), out, vec![out_len])],
+        arena_len: 0,
+        derived_len: 0,
+        flops: 0.0,
+    };
+    let bound = Bound {
+        params: vec![],
+        inputs,
+        dims: vec![],
+    };
+    let exe = Executable::from_plan(plan).unwrap();
+    let pool = pool(threads).unwrap();
+    let mut out = Vec::new();
+    let prepared = exe.prepare(&bound.params, &pool).unwrap();
+    let s = time(|| {
+        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
+            .unwrap()
+    });
+    len as f64 / s
+}
+
+/// A map of one unary primitive over `rows × len` elements (inputs scaled to [-4, 4]).
+fn primitive(u: Unary, rows: usize, len: usize, threads: usize) -> f64 {
+    let expr = vec![
+        Expr::Input(0),
+        Expr::Const(8.0),
+        Expr::Binary(Binary::Mul, 0, 1),
+        Expr::Unary(u, 2),
+    ];
+    let map = Map {
+        shape: vec![rows, len],
+        inputs: vec![op(0, &[len, 1])],
+        expr,
+        out: op(1, &[len, 1]),
+        rows_per_task: (8192 / len).max(1),
+    };
+    throughput(KernelOp::Map(map), rows * len, None, rows * len, threads)
+}
+
+/// A plain Rust loop of `f` over the same elements as [`primitive`], one thread.
+fn scalar_loop(f: fn(f32) -> f32, len: usize) -> f64 {
+    let x = data(len, 1);
+    let mut y = vec![0.0f32; len];
+    let s = time(|| {
+        for (y, &x) in y.iter_mut().zip(&x) {
+            *y = f(std::hint::black_box(x * 8.0));
+        }
+    });
+    std::hint::black_box(&y);
+    len as f64 / s
+}
+
+/// `layer_norm` over the last axis of `rows × len` with a weight: two sums and the write.
+fn layer_norm(rows: usize, len: usize, threads: usize) -> f64 {
+    let n = len as f32;
+    let centered = vec![
+        Expr::Input(0),
+        Expr::Reduced(0),
+        Expr::Const(n),
+        Expr::Binary(Binary::Div, 1, 2),
+        Expr::Binary(Binary::Sub, 0, 3),
+        Expr::Binary(Binary::Mul, 4, 4),
+    ];
+    let write = vec![
+        Expr::Input(0),
+        Expr::Reduced(0),
+        Expr::Reduced(1),
+        Expr::Const(n),
+        Expr::Binary(Binary::Div, 1, 3),
+        Expr::Binary(Binary::Div, 2, 3),
+        Expr::Const(1e-5),
+        Expr::Binary(Binary::Add, 5, 6),
+        Expr::Unary(Unary::Rsqrt, 7),
+        Expr::Binary(Binary::Sub, 0, 4),
+        Expr::Binary(Binary::Mul, 9, 8),
+        Expr::Input(1),
+        Expr::Binary(Binary::Mul, 10, 11),
+    ];
+    let sum = |expr| Stage {
+        reduce: Reduce::Sum,
+        expr,
+    };
+    let row = Row {
+        rows: vec![rows],
+        n: len,
+        inputs: vec![op(0, &[len, 1]), op(1, &[0, 1])],
+        stages: vec![sum(vec![Expr::Input(0)]), sum(centered)],
+        write,
+        out: op(2, &[len, 1]),
+        rows_per_task: (8192 / len).max(1),
+    };
+    throughput(
+        KernelOp::Row(row),
+        rows * len,
+        Some(data(len, 2)),
+        rows * len,
+        threads,
+    )
+}
+
 fn main() {
     let threads: usize = std::env::var("ATTNC_THREADS")
         .ok()
@@ -239,6 +362,32 @@ fn main() {
         println!(
             "  {rows:>5} rows x {len:<5}  {:6.2} G elements/s",
             softmax(rows, len, threads) / 1e9
+        );
+    }
+    let (rows, len) = (1024, 1024);
+    println!("elementwise primitives over {rows} x {len} in [-4, 4], G elements/s: attnc map, {threads} thread(s) | Rust loop of the scalar function, 1 thread");
+    type Scalar = fn(f32) -> f32;
+    let scalar: [(Unary, Scalar); 6] = [
+        (Unary::Exp, f32::exp),
+        (Unary::Tanh, f32::tanh),
+        (Unary::Erf, libm::erff),
+        (Unary::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
+        (Unary::Log, f32::ln),
+        (Unary::Sqrt, f32::sqrt),
+    ];
+    for (u, f) in scalar {
+        println!(
+            "  {:8} {:6.3} | {:6.3}",
+            u.name(),
+            primitive(u, rows, len, threads) / 1e9,
+            scalar_loop(f, rows * len) / 1e9
+        );
+    }
+    println!("layer_norm row kernel (two sums, then the write with a weight), {threads} thread(s)");
+    for &(rows, len) in &[(4096, 512), (1024, 2048), (16384, 64)] {
+        println!(
+            "  {rows:>5} rows x {len:<5}  {:6.3} G elements/s",
+            layer_norm(rows, len, threads) / 1e9
         );
     }
 }

@@ -9,12 +9,16 @@
 //!
 //! GEMM tiles call `attnc_sgemm`, an `extern "C"` shim over the `gemm` crate (declared as
 //! an import and bound to the shim's address), so the JIT code does the loops, the
-//! prologues and the softmax arithmetic, and the microkernel does the tile products.
+//! prologues and the softmax arithmetic, and the microkernel does the tile products. The
+//! float functions without a vector form yet (`sigmoid`, `log`, `sin`, ...) are imported the
+//! same way, as Rust `extern "C"` functions called once per lane ([`math::Call`]).
 
 mod attention;
 mod emit;
 mod gemm;
 mod map;
+mod math;
+mod row;
 mod softmax;
 
 use crate::kernel::{KernelOp, Plan};
@@ -55,6 +59,8 @@ pub struct Jit {
     module: JITModule,
     /// The microkernel shim as an import of the module.
     sgemm: FuncId,
+    /// Each math function of [`math::Call::ALL`] as an import, with its signature.
+    calls: Vec<(FuncId, Signature)>,
 }
 
 /// The host ISA, with the flags the JIT needs.
@@ -94,16 +100,30 @@ impl Jit {
     pub fn new(sgemm: *const u8) -> Result<Jit, String> {
         let mut builder = JITBuilder::with_isa(isa("speed")?, default_libcall_names());
         builder.symbol(SGEMM_SYMBOL, sgemm);
+        for f in math::Call::ALL {
+            builder.symbol(f.symbol(), f.address());
+        }
         let mut module = JITModule::new(builder);
         let sig = sgemm_signature(&module);
         let sgemm = module
             .declare_function(SGEMM_SYMBOL, Linkage::Import, &sig)
             .map_err(|e| e.to_string())?;
+        let mut calls = Vec::new();
+        for f in math::Call::ALL {
+            let mut sig = module.make_signature();
+            sig.params.extend((0..f.arity()).map(|_| AbiParam::new(F32)));
+            sig.returns.push(AbiParam::new(F32));
+            let id = module
+                .declare_function(f.symbol(), Linkage::Import, &sig)
+                .map_err(|e| e.to_string())?;
+            calls.push((id, sig));
+        }
         Ok(Jit {
             builder_ctx: FunctionBuilderContext::new(),
             ctx: module.make_context(),
             module,
             sgemm,
+            calls,
         })
     }
 
@@ -128,12 +148,15 @@ impl Jit {
             begin: p[2],
             end: p[3],
             sgemm,
+            calls: &self.calls,
+            imported: [None; math::Call::ALL.len()],
         };
         match op {
             KernelOp::Gemm(g) => gemm::translate(&mut e, g),
             KernelOp::Softmax(s) => softmax::translate(&mut e, s),
             KernelOp::Attention(a) => attention::translate(&mut e, a),
             KernelOp::Map(m) => map::translate(&mut e, m),
+            KernelOp::Row(r) => row::translate(&mut e, r),
         }
         e.b.ins().return_(&[]);
         e.b.finalize(config);

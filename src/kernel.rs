@@ -11,13 +11,18 @@
 //! arithmetic never depends on which thread runs it or how the range was split, so every
 //! thread count gives the same bits.
 //!
-//! Four kernel kinds cover the typed IR and the optimizer's fused ops:
+//! Five kernel kinds cover the typed IR and the optimizer's fused ops:
 //! [`Gemm`] (batched, any strides, `alpha`, a bias epilogue), [`Softmax`] (fused scale, mask
 //! fill and a numerically safe softmax along the last axis), [`Attention`] (flash style:
-//! blocked over keys with a running max and sum) and [`Map`] (a fused elementwise
-//! expression, which also does every layout copy).
+//! blocked over keys with a running max and sum), [`Map`] (a fused elementwise
+//! expression, which also does every layout copy) and [`Row`] (reductions along one axis and
+//! what is computed from them: norms, softmax, `sum`, `var`).
+//!
+//! Elementwise arithmetic is written with the backend's own primitives ([`Unary`],
+//! [`Binary`], comparisons and a select), each computed as PyTorch computes it in float32:
+//! the lowering decomposes every elementwise op of the language into them.
 
-use crate::ir::{BinaryOp, CmpOp, UnaryOp};
+use crate::ir::CmpOp;
 use std::fmt::{self, Write as _};
 
 mod index_mask;
@@ -188,17 +193,97 @@ impl Attention {
     }
 }
 
-/// One node of a [`Map`] expression; operands index earlier nodes.
+/// A unary primitive, with PyTorch's float32 meaning over the whole range (NaN, infinities
+/// and subnormal results included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unary {
+    Neg,
+    Abs,
+    Sqrt,
+    /// `1 / sqrt(x)`, as PyTorch's CPU kernel computes it (`rsqrt(0)` is `inf`).
+    Rsqrt,
+    Exp,
+    /// The natural logarithm.
+    Log,
+    Tanh,
+    /// `1 / (1 + exp(-x))`: 0 below about -88.7, where `exp(-x)` overflows.
+    Sigmoid,
+    Erf,
+    Sin,
+    Cos,
+    /// Logical not of a 0/1 boolean: 1.0 where `x` is 0, else 0.0.
+    Not,
+}
+
+/// A binary primitive, with PyTorch's float32 meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// `torch.pow`: `powf`, except where the exponent is a constant PyTorch special-cases
+    /// (0, 1, 2, 3, -2, 0.5 as `sqrt`, -0.5 as `rsqrt`, -1 as a reciprocal).
+    Pow,
+    /// `torch.maximum`: NaN if either side is NaN, else `a >= b ? a : b`.
+    Maximum,
+    /// `torch.minimum`: NaN if either side is NaN, else `a <= b ? a : b`.
+    Minimum,
+    /// Logical and of 0/1 booleans (any non-zero counts as true).
+    And,
+    /// Logical or of 0/1 booleans.
+    Or,
+}
+
+impl Unary {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unary::Neg => "neg",
+            Unary::Abs => "abs",
+            Unary::Sqrt => "sqrt",
+            Unary::Rsqrt => "rsqrt",
+            Unary::Exp => "exp",
+            Unary::Log => "log",
+            Unary::Tanh => "tanh",
+            Unary::Sigmoid => "sigmoid",
+            Unary::Erf => "erf",
+            Unary::Sin => "sin",
+            Unary::Cos => "cos",
+            Unary::Not => "not",
+        }
+    }
+}
+
+impl Binary {
+    pub fn name(self) -> &'static str {
+        match self {
+            Binary::Add => "+",
+            Binary::Sub => "-",
+            Binary::Mul => "*",
+            Binary::Div => "/",
+            Binary::Pow => "pow",
+            Binary::Maximum => "maximum",
+            Binary::Minimum => "minimum",
+            Binary::And => "and",
+            Binary::Or => "or",
+        }
+    }
+}
+
+/// One node of an elementwise formula ([`Map::expr`], the stages of a [`Row`]); operands
+/// index earlier nodes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
-    /// Element of `Map::inputs[i]`.
+    /// The element of input `i` (`Map::inputs[i]`, `Row::inputs[i]`).
     Input(usize),
     Const(f32),
-    Unary(UnaryOp, usize),
-    Binary(BinaryOp, usize, usize),
+    /// The result of stage `k` of a [`Row`] kernel: one value per row. Not in a [`Map`].
+    Reduced(usize),
+    Unary(Unary, usize),
+    Binary(Binary, usize, usize),
     /// 1.0 where the comparison holds, else 0.0.
     Compare(CmpOp, usize, usize),
-    /// `masked_fill`: `value` where `mask` is not 0, else `x` (args `mask, value, x`).
+    /// `a` where `cond` is not 0, else `b` (args `cond, a, b`): `where`, `masked_fill`.
     Select(usize, usize, usize),
 }
 
@@ -214,12 +299,79 @@ pub struct Map {
     pub rows_per_task: usize,
 }
 
+/// How a [`Stage`] combines the values of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduce {
+    /// The sum (0 for an empty row).
+    Sum,
+    /// The largest value, NaN if any is NaN (`-inf` for an empty row).
+    Max,
+    /// The smallest value, NaN if any is NaN (`inf` for an empty row).
+    Min,
+}
+
+impl Reduce {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduce::Sum => "sum",
+            Reduce::Max => "max",
+            Reduce::Min => "min",
+        }
+    }
+}
+
+/// One reduction of a [`Row`] kernel: `reduce` over the row of `expr`, whose nodes may read
+/// the inputs and the results of earlier stages ([`Expr::Reduced`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stage {
+    pub reduce: Reduce,
+    pub expr: Vec<Expr>,
+}
+
+/// A row program over `rows` (the sizes of the row axes) independent rows of length `n`:
+/// the `stages` in order, each a reduction over the row, then `write`, a formula over the
+/// inputs and every stage's result, stored to `out`. Softmax, log_softmax, layer_norm,
+/// rms_norm and `sum`, `mean`, `amax`, `amin`, `var`, `std` along one axis are such programs.
+///
+/// Every input is strided over `[rows.., n]`: the reduced axis is the last one of the
+/// iteration space whatever its stride, so any single axis of a tensor can be reduced, and a
+/// stride of 0 broadcasts (a norm's weight has stride 0 on every row axis). `out` is strided
+/// over `[rows.., n]` when `write` reads an input (one value per element: a norm), or over
+/// `[rows..]` when it does not (one value per row: a reduction). One task is a block of
+/// `rows_per_task` rows; a row's arithmetic is the same in whichever task it falls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub rows: Vec<usize>,
+    pub n: usize,
+    pub inputs: Vec<Operand>,
+    pub stages: Vec<Stage>,
+    pub write: Vec<Expr>,
+    pub out: Operand,
+    pub rows_per_task: usize,
+}
+
+impl Row {
+    /// Whether `out` holds one value per row rather than one per element.
+    pub fn per_row(&self) -> bool {
+        self.out.strides.len() == self.rows.len()
+    }
+
+    /// The shape `out` is written over.
+    pub fn out_shape(&self) -> Vec<usize> {
+        match self.per_row() {
+            true => self.rows.clone(),
+            false => [self.rows.as_slice(), &[self.n]].concat(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelOp {
     Gemm(Gemm),
     Softmax(Softmax),
     Attention(Attention),
     Map(Map),
+    Row(Row),
 }
 
 /// One kernel: its op, a short label saying what in the program it computes, and how many
@@ -262,6 +414,7 @@ impl KernelOp {
             KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
             KernelOp::Attention(a) => product(&a.batch).saturating_mul(ceil_div(a.n, a.block.0)),
             KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
+            KernelOp::Row(r) => ceil_div(r.rows.iter().product(), r.rows_per_task),
         }
     }
 
@@ -278,6 +431,7 @@ impl KernelOp {
             }
             KernelOp::Softmax(s) => 30.0 * f(&s.shape),
             KernelOp::Map(m) => 10.0 * f(&m.shape),
+            KernelOp::Row(r) => 10.0 * (r.stages.len() + 1) as f64 * r.n as f64 * f(&r.rows),
         }
     }
 
@@ -285,13 +439,11 @@ impl KernelOp {
     /// products counted dense, masked pairs included, as the peers count them); 0 for the
     /// kernels without one.
     pub fn flops(&self) -> f64 {
+        let f = |sizes: &[usize]| sizes.iter().map(|&n| n as f64).product::<f64>();
         match self {
-            KernelOp::Gemm(g) => 2.0 * (g.batch.iter().product::<usize>() * g.m * g.n * g.k) as f64,
-            KernelOp::Attention(a) => {
-                let b = a.batch.iter().product::<usize>();
-                2.0 * (b * a.n * a.m * (a.dk + a.dv)) as f64
-            }
-            KernelOp::Softmax(_) | KernelOp::Map(_) => 0.0,
+            KernelOp::Gemm(g) => 2.0 * f(&g.batch) * f(&[g.m, g.n, g.k]),
+            KernelOp::Attention(a) => 2.0 * f(&a.batch) * f(&[a.n, a.m]) * (a.dk + a.dv) as f64,
+            KernelOp::Softmax(_) | KernelOp::Map(_) | KernelOp::Row(_) => 0.0,
         }
     }
 
@@ -363,6 +515,12 @@ impl KernelOp {
                 v.push((&m.out, m.shape.clone(), true));
                 v
             }
+            KernelOp::Row(r) => {
+                let shape = [r.rows.as_slice(), &[r.n]].concat();
+                let mut v: Vec<_> = r.inputs.iter().map(|i| (i, shape.clone(), false)).collect();
+                v.push((&r.out, r.out_shape(), true));
+                v
+            }
         }
     }
 
@@ -393,6 +551,10 @@ impl KernelOp {
                 m.inputs.iter_mut().for_each(clear);
                 clear(&mut m.out);
             }
+            KernelOp::Row(r) => {
+                r.inputs.iter_mut().for_each(clear);
+                clear(&mut r.out);
+            }
         }
         k
     }
@@ -404,6 +566,7 @@ impl KernelOp {
             KernelOp::Softmax(s) => s.out = out,
             KernelOp::Attention(a) => a.out = out,
             KernelOp::Map(m) => m.out = out,
+            KernelOp::Row(r) => r.out = out,
         }
     }
 
@@ -413,6 +576,7 @@ impl KernelOp {
             KernelOp::Softmax(_) => "softmax",
             KernelOp::Attention(_) => "attention",
             KernelOp::Map(_) => "map",
+            KernelOp::Row(_) => "row",
         }
     }
 }
@@ -434,6 +598,43 @@ pub struct PlanError(pub String);
 impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "invalid kernel plan: {}", self.0)
+    }
+}
+
+/// Whether `expr` is a formula over `inputs` inputs and `reduced` stage results whose
+/// nodes read earlier nodes only.
+fn well_formed(expr: &[Expr], inputs: usize, reduced: usize) -> bool {
+    let bad = expr.iter().enumerate().any(|(i, e)| match *e {
+        Expr::Input(j) => j >= inputs,
+        Expr::Const(_) => false,
+        Expr::Reduced(k) => k >= reduced,
+        Expr::Unary(_, a) => a >= i,
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
+        Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
+    });
+    !bad && !expr.is_empty()
+}
+
+/// Checks the formulas of a map or row kernel.
+fn formulas(op: &KernelOp) -> Result<(), String> {
+    match op {
+        KernelOp::Map(m) if !well_formed(&m.expr, m.inputs.len(), 0) => Err("malformed expression".into()),
+        KernelOp::Row(r) => {
+            let inputs = r.inputs.len();
+            for (k, stage) in r.stages.iter().enumerate() {
+                if !well_formed(&stage.expr, inputs, k) {
+                    return Err(format!("malformed expression in stage {k}"));
+                }
+            }
+            if !well_formed(&r.write, inputs, r.stages.len()) {
+                return Err("malformed write expression".into());
+            }
+            if r.per_row() && r.write.iter().any(|e| matches!(e, Expr::Input(_))) {
+                return Err("a write of one value per row reads an element of an input".into());
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -502,18 +703,7 @@ impl Plan {
                     return Err(PlanError(what));
                 }
             }
-            if let KernelOp::Map(m) = &kernel.op {
-                let bad = m.expr.iter().enumerate().any(|(i, e)| match *e {
-                    Expr::Input(j) => j >= m.inputs.len(),
-                    Expr::Const(_) => false,
-                    Expr::Unary(_, a) => a >= i,
-                    Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
-                    Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
-                });
-                if bad || m.expr.is_empty() {
-                    return Err(PlanError(format!("k{ki}: malformed expression")));
-                }
-            }
+            formulas(&kernel.op).map_err(|what| PlanError(format!("k{ki}: {what}")))?;
         }
         let temps: Vec<(usize, usize, (usize, usize))> = self
             .buffers

@@ -26,10 +26,10 @@ mod tiling;
 mod view;
 
 use crate::dims::Poly;
-use crate::ir::{BinaryOp, Op, Program, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, Op, Program, ReduceOp, UnaryOp, ValueId};
 use crate::kernel::{
-    Attention, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
-    PlanError, Softmax,
+    Attention, Binary, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
+    PlanError, Reduce, Row, Softmax, Stage, Unary,
 };
 use crate::size;
 pub use flops::source_flops;
@@ -37,6 +37,43 @@ use fuse::{Fused, Fusion, Scale, SoftmaxPat};
 use std::collections::HashMap;
 use tiling::{attention_blocks, fold_batch_into_rows, gemm_blocks};
 pub use view::View;
+
+/// The backend's primitive for an elementwise op of the language.
+fn unary(op: UnaryOp) -> Unary {
+    match op {
+        UnaryOp::Neg => Unary::Neg,
+        UnaryOp::Abs => Unary::Abs,
+        UnaryOp::Sqrt => Unary::Sqrt,
+        UnaryOp::Rsqrt => Unary::Rsqrt,
+        UnaryOp::Exp => Unary::Exp,
+        UnaryOp::Log => Unary::Log,
+        UnaryOp::Tanh => Unary::Tanh,
+        UnaryOp::Sigmoid => Unary::Sigmoid,
+        UnaryOp::Erf => Unary::Erf,
+        UnaryOp::Sin => Unary::Sin,
+        UnaryOp::Cos => Unary::Cos,
+    }
+}
+
+fn binary(op: BinaryOp) -> Binary {
+    match op {
+        BinaryOp::Add => Binary::Add,
+        BinaryOp::Sub => Binary::Sub,
+        BinaryOp::Mul => Binary::Mul,
+        BinaryOp::Div => Binary::Div,
+        BinaryOp::Pow => Binary::Pow,
+        BinaryOp::Maximum => Binary::Maximum,
+        BinaryOp::Minimum => Binary::Minimum,
+    }
+}
+
+fn reduce(op: ReduceOp) -> Reduce {
+    match op {
+        ReduceOp::Sum => Reduce::Sum,
+        ReduceOp::Max => Reduce::Max,
+        ReduceOp::Min => Reduce::Min,
+    }
+}
 
 /// Lowers `program` for the dim values `dims` (by [`crate::dims::Sym`], as
 /// [`crate::runtime::Bound::dims`] gives them). Errors are internal: a checked program with
@@ -117,11 +154,7 @@ fn internal(what: String) -> PlanError {
     PlanError(what)
 }
 
-/// The elementwise primitives the Cranelift maps generate today; the others of
-/// [`crate::ops::prim`] are being added to the native backend (issue #10's native kernels).
-const NATIVE_UNARY: &[UnaryOp] = &[UnaryOp::Neg, UnaryOp::Sqrt, UnaryOp::Exp];
-const NATIVE_BINARY: &[BinaryOp] = &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
-
+/// An op the native backend has no kernel for yet.
 fn not_native(op: &str) -> PlanError {
     PlanError(format!(
         "the native backend has no kernel for `{op}` yet; run with `--backend interp`"
@@ -351,9 +384,16 @@ impl<'p> Lowerer<'p> {
                     None => Ok(Val::Tensor(self.copy(&x, self.label(id)))),
                 }
             }
-            Op::Reduce { op, .. } => Err(not_native(op.name())),
+            Op::Reduce { op, axes, .. } => match axes.as_slice() {
+                &[axis] => self.reduction(id, arg(0), *op, axis).map(Val::Tensor),
+                _ => Err(not_native(&format!("{} over several axes", op.name()))),
+            },
             Op::Tri { upper, .. } => Err(not_native(if *upper { "triu" } else { "tril" })),
-            Op::Fill(_) => Err(not_native("full")),
+            Op::Fill(v) => {
+                let out = self.temp(self.shape(id)?);
+                self.map(vec![], vec![Expr::Const(*v as f32)], &out, self.label(id));
+                Ok(Val::Tensor(out))
+            }
             Op::Softmax(axis) => {
                 let pat = match self.fusion.fused.get(&id) {
                     Some(Fused::Softmax(p)) => *p,
@@ -465,7 +505,7 @@ impl<'p> Lowerer<'p> {
                 let expr = vec![
                     Expr::Input(0),
                     Expr::Const(alpha),
-                    Expr::Binary(BinaryOp::Mul, 0, 1),
+                    Expr::Binary(Binary::Mul, 0, 1),
                 ];
                 self.map(
                     vec![v.operand()],
@@ -540,6 +580,41 @@ impl<'p> Lowerer<'p> {
         self.kernel(label, KernelOp::Map(m));
     }
 
+    /// `op` of `x` over one axis as a row kernel: the axis is the row, every other axis a
+    /// row axis; one value per row, written row-major (with or without `keepdim`, the
+    /// same elements in the same order).
+    fn reduction(&mut self, id: ValueId, x: ValueId, op: ReduceOp, axis: usize) -> Result<View, PlanError> {
+        let x = self.view(x)?;
+        let mut perm: Vec<usize> = (0..x.shape.len()).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let moved = x
+            .permute(&perm)
+            .ok_or_else(|| internal(format!("node {id} reduces a missing axis")))?;
+        let (rows, n) = (
+            moved.shape[..moved.shape.len() - 1].to_vec(),
+            moved.shape[moved.shape.len() - 1],
+        );
+        let out = self.temp(self.shape(id)?);
+        let row = Row {
+            out: Operand {
+                buf: out.buf,
+                offset: out.offset,
+                strides: view::row_major(&rows),
+            },
+            rows_per_task: (8192 / n.max(1)).max(16),
+            rows,
+            n,
+            inputs: vec![moved.operand()],
+            stages: vec![Stage {
+                reduce: reduce(op),
+                expr: vec![Expr::Input(0)],
+            }],
+            write: vec![Expr::Reduced(0)],
+        };
+        self.kernel(self.label(id), KernelOp::Row(row));
+        Ok(out)
+    }
+
     /// An elementwise root and every elementwise producer fusion gave it, as one map.
     fn elementwise(&mut self, id: ValueId) -> Result<View, PlanError> {
         let shape = self.shape(id)?;
@@ -571,10 +646,8 @@ impl<'p> Lowerer<'p> {
                 a.push(self.expr(root, x, shape, inputs, expr)?);
             }
             match (&node.op, a.as_slice()) {
-                (Op::Unary(u), &[x]) if NATIVE_UNARY.contains(u) => Expr::Unary(*u, x),
-                (Op::Binary(b), &[x, y]) if NATIVE_BINARY.contains(b) => Expr::Binary(*b, x, y),
-                (Op::Unary(u), _) => return Err(not_native(u.name())),
-                (Op::Binary(b), _) => return Err(not_native(b.name())),
+                (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
+                (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
                 (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
                 (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
                 (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),

@@ -4,10 +4,10 @@
 //! call, the exp polynomial), not the program around it.
 
 use attnc::codegen::Jit;
-use attnc::ir::{BinaryOp, CmpOp, UnaryOp};
+use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Affine, Attention, Buffer, BufferKind, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp, Map, MaskFill,
-    Operand, Plan, Softmax,
+    Affine, Attention, Binary, Buffer, BufferKind, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp, Map,
+    MaskFill, Operand, Plan, Reduce, Row, Softmax, Stage, Unary,
 };
 use attnc::runtime::jit::sgemm_address;
 
@@ -147,8 +147,8 @@ fn map_fuses_an_elementwise_expression() {
     let expr = vec![
         Expr::Input(0),
         Expr::Input(1),
-        Expr::Binary(BinaryOp::Mul, 0, 1),
-        Expr::Unary(UnaryOp::Exp, 2),
+        Expr::Binary(Binary::Mul, 0, 1),
+        Expr::Unary(Unary::Exp, 2),
         Expr::Const(0.0),
         Expr::Compare(CmpOp::Gt, 0, 4),
         Expr::Select(5, 4, 3),
@@ -161,5 +161,71 @@ fn map_fuses_an_elementwise_expression() {
         rows_per_task: 2,
     };
     let p = plan(&[15, 5], 15, KernelOp::Map(m));
+    insta::assert_snapshot!(clif(&p));
+}
+
+/// `log` is a call per lane (four on the vector path, one on the tail), `maximum` a
+/// NaN-propagating select, and `x ** 2` a product.
+#[test]
+fn map_calls_the_math_functions_it_has_no_vector_form_for() {
+    let expr = vec![
+        Expr::Input(0),
+        Expr::Unary(Unary::Log, 0),
+        Expr::Const(2.0),
+        Expr::Binary(Binary::Pow, 0, 2),
+        Expr::Binary(Binary::Maximum, 1, 3),
+    ];
+    let m = Map {
+        shape: vec![6],
+        inputs: vec![op(0, &[1])],
+        expr,
+        out: op(1, &[1]),
+        rows_per_task: 1,
+    };
+    let p = plan(&[6], 6, KernelOp::Map(m));
+    insta::assert_snapshot!(clif(&p));
+}
+
+/// `layer_norm` over rows of 9 with a weight: two sums (eight lanes a trip, four, then one
+/// at a time), `rsqrt(var + eps)` once per row, then the elementwise write.
+#[test]
+fn row_reduces_then_writes_each_element() {
+    let sum = |expr| Stage {
+        reduce: Reduce::Sum,
+        expr,
+    };
+    let centered = vec![
+        Expr::Input(0),
+        Expr::Reduced(0),
+        Expr::Const(9.0),
+        Expr::Binary(Binary::Div, 1, 2),
+        Expr::Binary(Binary::Sub, 0, 3),
+        Expr::Binary(Binary::Mul, 4, 4),
+    ];
+    let write = vec![
+        Expr::Input(0),
+        Expr::Reduced(0),
+        Expr::Reduced(1),
+        Expr::Const(9.0),
+        Expr::Binary(Binary::Div, 1, 3),
+        Expr::Binary(Binary::Div, 2, 3),
+        Expr::Const(1e-5),
+        Expr::Binary(Binary::Add, 5, 6),
+        Expr::Unary(Unary::Rsqrt, 7),
+        Expr::Binary(Binary::Sub, 0, 4),
+        Expr::Binary(Binary::Mul, 9, 8),
+        Expr::Input(1),
+        Expr::Binary(Binary::Mul, 10, 11),
+    ];
+    let r = Row {
+        rows: vec![2],
+        n: 9,
+        inputs: vec![op(0, &[9, 1]), op(1, &[0, 1])],
+        stages: vec![sum(vec![Expr::Input(0)]), sum(centered)],
+        write,
+        out: op(2, &[9, 1]),
+        rows_per_task: 1,
+    };
+    let p = plan(&[18, 9], 18, KernelOp::Row(r));
     insta::assert_snapshot!(clif(&p));
 }

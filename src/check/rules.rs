@@ -45,8 +45,33 @@ impl Checker {
         self.elementwise(Op::Binary(op), DType::F32, x, y, span)
     }
 
-    /// `op` of `x` over `axes`; row-major, as PyTorch's reductions return.
+    /// `op` of `x` over `axes`; row-major, as PyTorch's reductions return. Several axes
+    /// reduce one at a time (the last first, keeping each as size 1), so every backend
+    /// needs only single-axis reductions; then a view drops them unless `keepdim`.
     fn reduce_id(&mut self, op: ReduceOp, x: ValueId, axes: &[usize], keepdim: bool, span: Span) -> ValueId {
+        let [.., last] = axes else {
+            return x;
+        };
+        if axes.len() == 1 {
+            return self.reduce_axis(op, x, *last, keepdim, span);
+        }
+        let mut y = x;
+        for &a in axes.iter().rev() {
+            y = self.reduce_axis(op, y, a, true, span);
+        }
+        if keepdim {
+            return y;
+        }
+        let shape: Vec<Poly> = (0..self.ty(x).rank())
+            .filter(|a| !axes.contains(a))
+            .map(|a| self.ty(x).shape[a].clone())
+            .collect();
+        let ty = TensorType::row_major(shape.clone(), DType::F32);
+        self.push_id(Op::View(shape), vec![y], ty, span)
+    }
+
+    fn reduce_axis(&mut self, op: ReduceOp, x: ValueId, axis: usize, keepdim: bool, span: Span) -> ValueId {
+        let axes = [axis];
         let t = self.ty(x).clone();
         let shape: Vec<Poly> = (0..t.rank())
             .filter_map(|a| match (axes.contains(&a), keepdim) {

@@ -5,9 +5,13 @@
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64};
 use cranelift_codegen::ir::{
-    ConstantData, FuncRef, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value,
+    ConstantData, ExtFuncData, ExternalName, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData,
+    StackSlotKind, Type, UserExternalName, Value,
 };
 use cranelift_frontend::{FunctionBuilder, Variable};
+use cranelift_module::FuncId;
+
+use super::math::Call;
 
 /// Lanes of a vector.
 pub const LANES: usize = 4;
@@ -23,6 +27,10 @@ pub struct Emit<'a> {
     pub end: Value,
     /// The `attnc_sgemm` microkernel shim.
     pub sgemm: FuncRef,
+    /// The module's declaration of each math function ([`Call::ALL`] order).
+    pub calls: &'a [(FuncId, Signature)],
+    /// Each math function's reference in this function, once imported by [`Emit::call`].
+    pub imported: [Option<FuncRef>; Call::ALL.len()],
 }
 
 /// Memory that the kernel only reads: it may be loaded early or merged.
@@ -336,6 +344,37 @@ impl Emit<'_> {
         let e = self.b.ins().iadd(e, bias);
         let pow = self.b.ins().bitcast(F32X4, MemFlagsData::new(), e);
         self.b.ins().fmul(y, pow)
+    }
+
+    /// `f(args)` on one lane. `f` is imported into the function on first use, so the IR
+    /// of a kernel names only the functions it calls.
+    pub fn call(&mut self, f: Call, args: &[Value]) -> Value {
+        let i = Call::ALL
+            .iter()
+            .position(|&c| c == f)
+            .expect("every call is listed");
+        let func_ref = match self.imported[i] {
+            Some(r) => r,
+            None => {
+                let (id, sig) = &self.calls[i];
+                let func = &mut *self.b.func;
+                let signature = func.import_signature(sig.clone());
+                let name = func.declare_imported_user_function(UserExternalName {
+                    namespace: 0,
+                    index: id.as_u32(),
+                });
+                let r = func.import_function(ExtFuncData {
+                    name: ExternalName::user(name),
+                    signature,
+                    colocated: false,
+                    patchable: false,
+                });
+                self.imported[i] = Some(r);
+                r
+            }
+        };
+        let inst = self.b.ins().call(func_ref, args);
+        self.b.inst_results(inst)[0]
     }
 
     /// Calls `attnc_sgemm(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, b_rs, b_cs, alpha, acc)`.

@@ -2,23 +2,10 @@
 //! at a time where every operand is contiguous (or broadcast) along the last axis.
 
 use super::emit::{Emit, LANES};
+use super::math::eval;
 use super::softmax::lanes;
-use crate::ir::{BinaryOp, CmpOp, UnaryOp};
-use crate::kernel::{Expr, Map, Operand};
-use cranelift_codegen::ir::condcodes::FloatCC;
+use crate::kernel::{Map, Operand};
 use cranelift_codegen::ir::{InstBuilder, Value};
-
-/// The float condition code of a comparison (`!=` is true for NaN, as in Rust).
-pub fn float_cc(op: CmpOp) -> FloatCC {
-    match op {
-        CmpOp::Eq => FloatCC::Equal,
-        CmpOp::Ne => FloatCC::NotEqual,
-        CmpOp::Lt => FloatCC::LessThan,
-        CmpOp::Le => FloatCC::LessThanOrEqual,
-        CmpOp::Gt => FloatCC::GreaterThan,
-        CmpOp::Ge => FloatCC::GreaterThanOrEqual,
-    }
-}
 
 /// A rank-0 iteration space as one element.
 fn normalized(m: &Map) -> (Vec<usize>, Vec<Operand>, Operand) {
@@ -85,7 +72,7 @@ pub fn translate(e: &mut Emit, m: &Map) {
                             e.load(addr, w, s, true)
                         })
                         .collect();
-                    let v = eval(e, &m.expr, &vals, w);
+                    let v = eval(e, &m.expr, &vals, &[], w);
                     let addr = e.step(dst, j, out.strides[last]);
                     e.store(v, addr);
                 };
@@ -97,36 +84,3 @@ pub fn translate(e: &mut Emit, m: &Map) {
 
 /// Columns per chunk of a transposing copy.
 const CHUNK: usize = 64;
-
-/// The expression's value on `w` lanes, given each input's lanes.
-pub fn eval(e: &mut Emit, expr: &[Expr], inputs: &[Value], w: usize) -> Value {
-    let mut v: Vec<Value> = Vec::with_capacity(expr.len());
-    for node in expr {
-        let x = match *node {
-            Expr::Input(i) => inputs[i],
-            Expr::Const(c) => e.splat(c, w),
-            Expr::Unary(UnaryOp::Neg, a) => e.b.ins().fneg(v[a]),
-            Expr::Unary(UnaryOp::Sqrt, a) => e.b.ins().sqrt(v[a]),
-            Expr::Unary(UnaryOp::Exp, a) => e.exp(v[a]),
-            Expr::Unary(op, _) => unreachable!("the lowering refuses `{op}` (lower::NATIVE_UNARY)"),
-            Expr::Binary(op, a, b) => {
-                let (a, b) = (v[a], v[b]);
-                match op {
-                    BinaryOp::Add => e.b.ins().fadd(a, b),
-                    BinaryOp::Sub => e.b.ins().fsub(a, b),
-                    BinaryOp::Mul => e.b.ins().fmul(a, b),
-                    BinaryOp::Div => e.b.ins().fdiv(a, b),
-                    _ => unreachable!("the lowering refuses `{op}` (lower::NATIVE_BINARY)"),
-                }
-            }
-            Expr::Compare(op, a, b) => e.cmp_value(float_cc(op), v[a], v[b]),
-            Expr::Select(m, value, x) => {
-                let zero = e.splat(0.0, w);
-                let set = e.cmp(FloatCC::NotEqual, v[m], zero);
-                e.pick(set, v[value], v[x])
-            }
-        };
-        v.push(x);
-    }
-    *v.last().expect("a map has an expression")
-}

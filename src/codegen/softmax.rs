@@ -1,7 +1,7 @@
 //! The fused scale + mask + softmax kernel, and the row passes it shares with attention.
 
 use super::emit::{Emit, LANES};
-use super::map::float_cc;
+use super::math::float_cc;
 use crate::kernel::{MaskFill, Softmax};
 use cranelift_codegen::ir::types::{F32, F32X4};
 use cranelift_codegen::ir::{InstBuilder, Value};

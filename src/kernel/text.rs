@@ -1,7 +1,6 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
-use super::{Attention, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
-use crate::ir::BinaryOp;
+use super::{Attention, Binary, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
 use std::fmt::Write as _;
 
 pub fn buffers(plan: &Plan, out: &mut String) {
@@ -163,6 +162,29 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 }
                 let _ = writeln!(out, "      out {}", operand(&m.out));
             }
+            KernelOp::Row(r) => {
+                let what = if r.per_row() {
+                    "a value per row"
+                } else {
+                    "each element"
+                };
+                let _ = writeln!(
+                    out,
+                    "      over {} rows of {} ({} rows per task), writing {what}:",
+                    dims(&r.rows),
+                    r.n,
+                    r.rows_per_task
+                );
+                for (k, s) in r.stages.iter().enumerate() {
+                    let f = expr_text(&s.expr, s.expr.len() - 1);
+                    let _ = writeln!(out, "      r{k} = {}({f})", s.reduce.name());
+                }
+                let _ = writeln!(out, "      out = {}", expr_text(&r.write, r.write.len() - 1));
+                for (j, o) in r.inputs.iter().enumerate() {
+                    let _ = writeln!(out, "      in{j} {}", operand(o));
+                }
+                let _ = writeln!(out, "      out {}", operand(&r.out));
+            }
         }
     }
 }
@@ -173,14 +195,12 @@ pub fn expr_text(expr: &[Expr], i: usize) -> String {
     match &expr[i] {
         Expr::Input(j) => format!("in{j}"),
         Expr::Const(c) => format!("{c:?}"),
-        Expr::Unary(op, a) => format!("{op}({})", e(*a)),
-        Expr::Binary(op, a, b) => match op {
-            BinaryOp::Add => format!("({} + {})", e(*a), e(*b)),
-            BinaryOp::Sub => format!("({} - {})", e(*a), e(*b)),
-            BinaryOp::Mul => format!("({} * {})", e(*a), e(*b)),
-            BinaryOp::Div => format!("({} / {})", e(*a), e(*b)),
-            _ => format!("{op}({}, {})", e(*a), e(*b)),
-        },
+        Expr::Reduced(k) => format!("r{k}"),
+        Expr::Unary(op, a) => format!("{}({})", op.name(), e(*a)),
+        Expr::Binary(op @ (Binary::Add | Binary::Sub | Binary::Mul | Binary::Div), a, b) => {
+            format!("({} {} {})", e(*a), op.name(), e(*b))
+        }
+        Expr::Binary(op, a, b) => format!("{}({}, {})", op.name(), e(*a), e(*b)),
         Expr::Compare(op, a, b) => format!("({} {} {})", e(*a), op.symbol(), e(*b)),
         Expr::Select(m, v, x) => format!("select({}, {}, {})", e(*m), e(*v), e(*x)),
     }
