@@ -254,3 +254,22 @@ fn reductions_norms_and_activations_run_natively() {
         differential(&format!("ops {dims:?}"), &program(src, dims), i as u64);
     }
 }
+
+/// Indexing as PyTorch writes it: `None`, `...`, open and negative bounds.
+#[test]
+fn pytorch_indexing_runs_natively() {
+    let src = r#"
+        dim B, N
+        dim D = 8
+        input x: [B, N, D]
+        input m: [B, N]
+        output a = m[:, None, None, :] * 2.0
+        output b = cat([-x[..., D / 2 :], x[..., : D / 2]], dim=-1)
+        output c = x[:, -1] + x[:, 0]
+        output d = x[:, 1:] - x[:, :-1]
+        output e = x * m[..., None]
+    "#;
+    for (i, dims) in SHAPES.iter().enumerate().filter(|(_, d)| d.contains(&("N", 7))) {
+        differential(&format!("indexing {dims:?}"), &program(src, dims), i as u64);
+    }
+}

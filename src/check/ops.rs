@@ -798,13 +798,36 @@ impl Checker {
             return Value::Error;
         };
         let rank = self.ty(x).rank();
-        if indices.len() > rank {
-            let msg = format!("{} indices for a tensor of rank {rank}", indices.len());
+        let is_axis = |ix: &&Expr| !matches!(ix.kind, ExprKind::NoneLit | ExprKind::Ellipsis);
+        let real = indices.iter().filter(is_axis).count();
+        let ellipses: Vec<&Expr> = indices
+            .iter()
+            .filter(|ix| matches!(ix.kind, ExprKind::Ellipsis))
+            .collect();
+        if let Some(second) = ellipses.get(1) {
+            self.error(Code::E0208, second.span, "an index may hold one `...` only");
+            return Value::Error;
+        }
+        if real > rank {
+            let msg = format!("{real} indices for a tensor of rank {rank}");
             self.error(Code::E0204, span, msg);
             return Value::Error;
         }
         let mut axis = 0;
         for ix in indices {
+            match ix.kind {
+                // `...` stands for as many `:` as the other indices leave.
+                ExprKind::Ellipsis => {
+                    axis += rank - real;
+                    continue;
+                }
+                ExprKind::NoneLit => {
+                    x = self.new_axis(x, axis, span);
+                    axis += 1;
+                    continue;
+                }
+                _ => {}
+            }
             let next = match self.index_kind(ix) {
                 Some(IndexKind::Slice(a, b)) => self.slice(x, axis, a, b, ix.span, span),
                 Some(IndexKind::Select(i)) => self.select(x, axis, i, ix.span, span),
@@ -817,6 +840,21 @@ impl Checker {
             axis += usize::from(kept);
         }
         Value::Tensor(x)
+    }
+
+    /// `x[.., None, ..]`: a new axis of size 1 at `axis`, as `unsqueeze`.
+    fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
+        let mut t = self.ty(x).clone();
+        let stride = match axis < t.rank() {
+            true => t.strides[axis].mul(&t.shape[axis]),
+            false => Poly::int(1),
+        };
+        t.shape.insert(axis, Poly::int(1));
+        t.strides.insert(axis, stride);
+        match self.push(Op::Unsqueeze(axis), vec![x], t, span) {
+            Value::Tensor(id) => id,
+            _ => unreachable!("push makes a tensor"),
+        }
     }
 
     fn index_kind(&mut self, ix: &Expr) -> Option<IndexKind> {
@@ -854,8 +892,13 @@ impl Checker {
     ) -> Option<(ValueId, bool)> {
         let t = self.ty(x).clone();
         let size = t.shape[axis].clone();
-        let start = a.unwrap_or_else(|| Poly::int(0));
-        let end = b.unwrap_or_else(|| size.clone());
+        // A negative constant bound counts from the end, as in Python.
+        let from_end = |p: Poly, dims: &crate::dims::DimTable| match dims.with_consts(&p).as_int() {
+            Some(n) if n < 0 => size.add(&Poly::int(n)),
+            _ => p,
+        };
+        let start = from_end(a.unwrap_or_else(|| Poly::int(0)), &self.prog.dims);
+        let end = from_end(b.unwrap_or_else(|| size.clone()), &self.prog.dims);
         let dims = &self.prog.dims;
         let unproved = [
             (&start, Poly::int(0)),
