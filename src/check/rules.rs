@@ -603,4 +603,18 @@ impl Checker {
         }
         Some(Value::Tuple(items))
     }
+
+    /// `x.size(d)` as a number; `x.size()` (a shape) is not a value here.
+    pub(crate) fn size(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let Some(d) = args.get(1) else {
+            self.error(
+                Code::E0208,
+                span,
+                "`size()` without an axis is a shape, not a value: give the axis, `x.size(-1)`",
+            );
+            return None;
+        };
+        let p = self.size_of(args[0], d)?;
+        Some(Value::Tensor(self.dim_id(p, span)))
+    }
 }

@@ -164,6 +164,7 @@ pub static OPS: &[OpDef] = &[
     op!("gelu",        &[p("input"), opt("approximate", Default::Str("none"))], Elementwise, Check(Checker::gelu)),
     op!("clamp",       &[p("input"), opt("min", Default::None), opt("max", Default::None)], Elementwise, Check(Checker::clamp)),
     op!("where",       &[p("condition"), p("input"), p("other")],               Elementwise, Check(Checker::where_op)),
+    op!("size",        &[p("input"), opt("dim", Default::None)],                Special, Check(Checker::size)),
     // made from sizes
     op!("ones",        &[rest("size")],                                         Special, Check(Checker::ones)),
     op!("zeros",       &[rest("size")],                                         Special, Check(Checker::zeros)),
