@@ -22,6 +22,8 @@ pub mod lower;
 pub mod kernel;
 pub mod codegen;
 pub mod runtime;
+pub mod plot;
+pub mod lsp;
 pub mod suggest;
 pub mod driver;
 pub mod render;

@@ -410,16 +410,7 @@ impl Checker {
         let ca = self.broadcast(c, a, span)?;
         let t = TensorType::row_major(ca, DType::F32);
         let shape = self.broadcast_shapes(&t.shape, &self.ty(b).shape.clone(), span)?;
-        let like = [c, a, b]
-            .into_iter()
-            .map(|v| self.ty(v).clone())
-            .find(|t| t.rank() == shape.len());
-        let strides = crate::check::layout::elementwise_strides(&self.prog.dims, like.as_ref(), &shape);
-        let ty = TensorType {
-            shape,
-            strides,
-            dtype: DType::F32,
-        };
+        let ty = self.laid_out(super::layout::elementwise_order, &[c, a, b], shape, DType::F32);
         Some(self.push(Op::Where, vec![c, a, b], ty, span))
     }
 

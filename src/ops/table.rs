@@ -133,7 +133,7 @@ pub static OPS: &[OpDef] = &[
     // layout
     op!("transpose",   &[p("input"), p("dim0"), p("dim1")],                     Layout, Check(Checker::transpose)),
     op!("permute",     &[p("input"), rest("dims")],                             Layout, Check(Checker::permute)),
-    op!("view",        &[p("input"), rest("size")],                             Layout, Check(Checker::view_op)),
+    op!("view",        &[p("input"), rest("shape")],                             Layout, Check(Checker::view_op)),
     op!("reshape",     &[p("input"), rest("shape")],                            Layout, Check(Checker::reshape_op)),
     op!("contiguous",  INPUT,                                                   Layout, Check(Checker::contiguous)),
     op!("unsqueeze",   &[p("input"), p("dim")],                                 Layout, Check(Checker::unsqueeze)),

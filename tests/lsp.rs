@@ -1,0 +1,236 @@
+//! `attnc lsp`, driven as an editor drives it: framed JSON-RPC over the binary's stdio.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+mod common;
+use common::example;
+
+const URI: &str = "file:///project/mha.attn";
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    messages: Receiver<Value>,
+    /// Notifications read while waiting for a response.
+    pending: Vec<Value>,
+    next_id: i64,
+}
+
+impl Client {
+    fn start() -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_attnc"))
+            .arg("lsp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the server starts");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, messages) = channel();
+        std::thread::spawn(move || loop {
+            let mut length = None;
+            loop {
+                let mut line = String::new();
+                if stdout.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                if let Some(n) = line.strip_prefix("Content-Length: ") {
+                    length = n.parse::<usize>().ok();
+                }
+            }
+            let mut body = vec![0; length.expect("a Content-Length header")];
+            stdout.read_exact(&mut body).unwrap();
+            if tx.send(serde_json::from_slice(&body).unwrap()).is_err() {
+                return;
+            }
+        });
+        Client {
+            child,
+            stdin,
+            messages,
+            pending: Vec::new(),
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        let body = message.to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn receive(&self) -> Value {
+        self.messages
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the server answers within 20 s")
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let m = self.receive();
+            if m["id"] == json!(id) {
+                assert!(m.get("error").is_none(), "{m}");
+                return m["result"].clone();
+            }
+            self.pending.push(m);
+        }
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// The next notification of `method`.
+    fn notification(&mut self, method: &str) -> Value {
+        if let Some(i) = self.pending.iter().position(|m| m["method"] == method) {
+            return self.pending.remove(i)["params"].clone();
+        }
+        loop {
+            let m = self.receive();
+            if m["method"] == method {
+                return m["params"].clone();
+            }
+            self.pending.push(m);
+        }
+    }
+}
+
+/// The LSP position of the `nth` occurrence of `needle` in `text`, `skip` characters in.
+fn at(text: &str, needle: &str, nth: usize, skip: usize) -> Value {
+    let offset = text
+        .match_indices(needle)
+        .nth(nth)
+        .expect("the needle is in the text")
+        .0
+        + skip;
+    let line = text[..offset].matches('\n').count();
+    let column = offset - text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    json!({"line": line, "character": column})
+}
+
+fn doc_at(position: Value) -> Value {
+    json!({"textDocument": {"uri": URI}, "position": position})
+}
+
+fn hover(client: &mut Client, position: Value) -> String {
+    let h = client.request("textDocument/hover", doc_at(position));
+    h["contents"]["value"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn an_editor_session() {
+    let text = example("mha.attn");
+    let mut client = Client::start();
+    let init = client.request(
+        "initialize",
+        json!({"capabilities": {}, "initializationOptions": {"dims": {"B": 2, "N": 7, "M": 7}}}),
+    );
+    let caps = &init["capabilities"];
+    assert_eq!(caps["hoverProvider"], json!(true), "{init}");
+    assert_eq!(caps["definitionProvider"], json!(true), "{init}");
+    client.notify("initialized", json!({}));
+
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "attn", "version": 1, "text": text}}),
+    );
+    let published = client.notification("textDocument/publishDiagnostics");
+    assert_eq!(published["uri"], URI);
+    assert_eq!(published["diagnostics"], json!([]), "{published}");
+
+    // A binding: its shape, strides and, with the configured dims, its sizes.
+    let q = hover(&mut client, at(&text, "let q", 0, 4));
+    assert!(
+        q.contains("q: [B, H, N, Dk]  non-contiguous, strides [N * D, Dk, D, 1]"),
+        "{q}"
+    );
+    assert!(q.contains("sizes [2, 8, 7, 64]"), "{q}");
+    // A sub-expression: the op's PyTorch signature and the shape of the call.
+    let view = hover(&mut client, at(&text, "view(B, -1, H, Dk)", 0, 1));
+    assert!(view.contains("view(input, *shape)"), "{view}");
+    assert!(view.contains("[B, N, H, Dk]  contiguous"), "{view}");
+    // A dim, with its value.
+    let dk = hover(&mut client, at(&text, "sqrt(Dk)", 0, 5));
+    assert!(dk.contains("dim Dk = D / H  (= 64)"), "{dk}");
+
+    // Go to the definitions of a function, a dim and a shadowed name.
+    let definition = |client: &mut Client, position| {
+        let d = client.request("textDocument/definition", doc_at(position));
+        assert_eq!(d["uri"], URI, "{d}");
+        d["range"]["start"].clone()
+    };
+    let call = at(&text, "attention(q, k", 0, 0);
+    assert_eq!(definition(&mut client, call), at(&text, "attention(q: ", 0, 0));
+    assert_eq!(
+        definition(&mut client, at(&text, "sqrt(Dk)", 0, 5)),
+        at(&text, "Dk = D / H", 0, 0)
+    );
+    // `q` in the call is the top-level `let q`, not the parameter of `attention`.
+    let use_of_q = at(&text, "attention(q, k", 0, 10);
+    assert_eq!(definition(&mut client, use_of_q), at(&text, "let q", 0, 4));
+    // Inside the function, `q` is its parameter.
+    let param = at(&text, "q @ k", 0, 0);
+    assert_eq!(
+        definition(&mut client, param),
+        at(&text, "q: [B, H, N, Dk]", 0, 0)
+    );
+
+    // Completion: the ops with PyTorch's parameter names, and the names in scope.
+    let items = client.request("textDocument/completion", doc_at(at(&text, "let q", 0, 0)));
+    let items = items.as_array().expect("a list of items");
+    let detail = |label: &str| {
+        items
+            .iter()
+            .find(|i| i["label"] == label)
+            .map(|i| i["detail"].as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(
+        detail("masked_fill").as_deref(),
+        Some("masked_fill(input, mask, value)")
+    );
+    assert_eq!(detail("softmax").as_deref(), Some("softmax(input, dim)"));
+    assert!(
+        detail("query").is_some_and(|d| d.contains("[B, N, D]")),
+        "{items:?}"
+    );
+
+    // A change that breaks a view: the error is published at its line.
+    let broken = text.replace(".contiguous().view(B, -1, H * Dk)", ".view(B, -1, H * Dk)");
+    client.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": URI, "version": 2}, "contentChanges": [{"text": broken}]}),
+    );
+    let published = client.notification("textDocument/publishDiagnostics");
+    assert_eq!(published["version"], 2);
+    let diagnostics = published["diagnostics"].as_array().unwrap();
+    assert_eq!(diagnostics.len(), 1, "{published}");
+    let d = &diagnostics[0];
+    assert_eq!(d["code"], "E0203");
+    assert_eq!(
+        d["range"]["start"]["line"],
+        at(&broken, "output out", 0, 0)["line"]
+    );
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .contains("hint: call `.contiguous()`"),
+        "{d}"
+    );
+
+    assert_eq!(client.request("shutdown", Value::Null), Value::Null);
+    client.notify("exit", Value::Null);
+    let status = client.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
