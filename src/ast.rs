@@ -169,6 +169,14 @@ pub enum BinOp {
     Div,
     Rem,
     MatMul,
+    /// `**`
+    Pow,
+    /// `//`
+    FloorDiv,
+    /// `&`
+    And,
+    /// `|`
+    Or,
     Eq,
     Ne,
     Lt,
@@ -186,6 +194,10 @@ impl BinOp {
             BinOp::Div => "/",
             BinOp::Rem => "%",
             BinOp::MatMul => "@",
+            BinOp::Pow => "**",
+            BinOp::FloorDiv => "//",
+            BinOp::And => "&",
+            BinOp::Or => "|",
             BinOp::Eq => "==",
             BinOp::Ne => "!=",
             BinOp::Lt => "<",
@@ -209,10 +221,22 @@ pub enum ExprKind {
     Int(u64),
     /// `1.5`, `1e-9`, `.5`
     Float(f64),
+    /// `True` or `False`.
+    Bool(bool),
+    /// `None`: an absent argument, or a new axis in indexing.
+    NoneLit,
+    /// `inf`
+    Inf,
+    /// `...` in indexing.
+    Ellipsis,
+    /// `"tanh"`: a string argument.
+    Str(String),
     /// A name: a dim, param, input, binding or loop variable.
     Name(String),
     /// `-e`
     Neg(Box<Expr>),
+    /// `~e`
+    Not(Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
     /// `a : b`; inside `[ ]` either end may be left out (`x[:, 2:]`), a bare `:` is both.
     Range(Option<Box<Expr>>, Option<Box<Expr>>),
@@ -220,12 +244,14 @@ pub enum ExprKind {
     Call {
         func: Ident,
         args: Vec<Expr>,
+        kwargs: Vec<Kwarg>,
     },
     /// `x.f(args)`, which means `f(x, args)`.
     Method {
         receiver: Box<Expr>,
         method: Ident,
         args: Vec<Expr>,
+        kwargs: Vec<Kwarg>,
     },
     /// `x[i, a : b, :]`
     Index {
@@ -234,6 +260,8 @@ pub enum ExprKind {
     },
     /// `(a, b)`; `(a)` is just `a` and makes no tuple.
     Tuple(Vec<Expr>),
+    /// `[a, b, ..]`: a list of tensors or of dims.
+    List(Vec<Expr>),
     /// `for h in start..end { body }`
     For {
         var: Ident,
@@ -243,4 +271,11 @@ pub enum ExprKind {
     },
     /// What the parser leaves where it could not make sense of the source.
     Error,
+}
+
+/// `name=value` in a call: a keyword argument, named as PyTorch names the parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kwarg {
+    pub name: Ident,
+    pub value: Expr,
 }

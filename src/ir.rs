@@ -7,6 +7,7 @@
 //! rank-0 tensors, as in PyTorch.
 
 use crate::dims::{DimTable, Poly, Sym};
+pub use crate::ops::prim::{BinaryOp, ReduceOp, UnaryOp};
 use crate::source::Span;
 
 mod dot;
@@ -45,22 +46,6 @@ pub enum Type {
         item: TensorType,
         len: Poly,
     },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    Neg,
-    Sqrt,
-    Exp,
-}
-
-/// Elementwise arithmetic with PyTorch broadcasting; either side may be a rank-0 scalar.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
 }
 
 /// Elementwise comparison with broadcasting; the result is [`DType::Bool`].
@@ -126,6 +111,24 @@ pub enum Op {
     Unsqueeze(usize),
     Squeeze(usize),
     Softmax(usize),
+    /// `op` over `axes` (sorted, distinct, at least one); `keepdim` keeps them as size 1.
+    /// arg `[x]`. Sums accumulate in f64 in the interpreter, as a tight reference.
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+    /// `torch.where`: args `[cond, a, b]`, all three broadcast; `a` where `cond` holds.
+    Where,
+    /// `tril` (`upper` false) or `triu` of the last two axes: entries off the kept
+    /// triangle are 0, the others are selected (never multiplied); arg `[x]`.
+    Tri {
+        upper: bool,
+        diagonal: i64,
+    },
+    /// A fresh tensor of the node's shape, every element `value` (`ones`, `zeros`,
+    /// `full`); no args.
+    Fill(f64),
     /// args `[x, mask, value]`: where the boolean mask holds, the result is `value`.
     MaskedFill,
     Unary(UnaryOp),

@@ -55,6 +55,19 @@ pub enum Token {
     #[token("assert")]
     Assert,
 
+    /// `True`
+    #[token("True")]
+    True,
+    /// `False`
+    #[token("False")]
+    False,
+    /// `None`
+    #[token("None")]
+    NoneLit,
+    /// `inf`
+    #[token("inf")]
+    Inf,
+
     /// `query`, `Dk`, `_tmp1`
     #[regex("[A-Za-z_][A-Za-z0-9_]*")]
     Ident,
@@ -103,6 +116,9 @@ pub enum Token {
     /// `..`
     #[token("..")]
     DotDot,
+    /// `...`
+    #[token("...")]
+    Ellipsis,
     /// `=`
     #[token("=")]
     Equal,
@@ -133,9 +149,24 @@ pub enum Token {
     /// `*`
     #[token("*")]
     Star,
+    /// `**`
+    #[token("**")]
+    StarStar,
     /// `/`
     #[token("/")]
     Slash,
+    /// `//`
+    #[token("//")]
+    SlashSlash,
+    /// `&`
+    #[token("&")]
+    Amp,
+    /// `|`
+    #[token("|")]
+    Pipe,
+    /// `~`
+    #[token("~")]
+    Tilde,
     /// `%`
     #[token("%")]
     Percent,
@@ -169,6 +200,10 @@ impl Token {
             For => "for",
             In => "in",
             Assert => "assert",
+            True => "True",
+            False => "False",
+            NoneLit => "None",
+            Inf => "inf",
             LeftParen => "(",
             RightParen => ")",
             LeftSquare => "[",
@@ -180,6 +215,7 @@ impl Token {
             RArrow => "->",
             Dot => ".",
             DotDot => "..",
+            Ellipsis => "...",
             Equal => "=",
             EqualEqual => "==",
             NotEqual => "!=",
@@ -190,7 +226,12 @@ impl Token {
             Plus => "+",
             Minus => "-",
             Star => "*",
+            StarStar => "**",
             Slash => "/",
+            SlashSlash => "//",
+            Amp => "&",
+            Pipe => "|",
+            Tilde => "~",
             Percent => "%",
             At => "@",
             Ident | Int | Float | Str | Error | Newline | Eof => return None,
@@ -200,6 +241,12 @@ impl Token {
     pub fn is_keyword(self) -> bool {
         use Token::*;
         matches!(self, Dim | Param | Input | Let | Fn | Output | For | In | Assert)
+    }
+
+    /// `True`, `False`, `None` and `inf`: words that are values, never names.
+    pub fn is_literal_word(self) -> bool {
+        use Token::*;
+        matches!(self, True | False | NoneLit | Inf)
     }
 }
 

@@ -14,6 +14,7 @@ pub mod ast;
 pub mod parser;
 pub mod dims;
 pub mod size;
+pub mod ops;
 pub mod ir;
 pub mod check;
 pub mod opt;

@@ -26,10 +26,10 @@ mod tiling;
 mod view;
 
 use crate::dims::Poly;
-use crate::ir::{BinaryOp, Op, Program, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, Op, Program, ReduceOp, UnaryOp, ValueId};
 use crate::kernel::{
     Attention, Binary, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
-    PlanError, Softmax, Unary,
+    PlanError, Reduce, Row, Softmax, Stage, Unary,
 };
 use crate::size;
 pub use flops::source_flops;
@@ -42,8 +42,16 @@ pub use view::View;
 fn unary(op: UnaryOp) -> Unary {
     match op {
         UnaryOp::Neg => Unary::Neg,
+        UnaryOp::Abs => Unary::Abs,
         UnaryOp::Sqrt => Unary::Sqrt,
+        UnaryOp::Rsqrt => Unary::Rsqrt,
         UnaryOp::Exp => Unary::Exp,
+        UnaryOp::Log => Unary::Log,
+        UnaryOp::Tanh => Unary::Tanh,
+        UnaryOp::Sigmoid => Unary::Sigmoid,
+        UnaryOp::Erf => Unary::Erf,
+        UnaryOp::Sin => Unary::Sin,
+        UnaryOp::Cos => Unary::Cos,
     }
 }
 
@@ -53,6 +61,17 @@ fn binary(op: BinaryOp) -> Binary {
         BinaryOp::Sub => Binary::Sub,
         BinaryOp::Mul => Binary::Mul,
         BinaryOp::Div => Binary::Div,
+        BinaryOp::Pow => Binary::Pow,
+        BinaryOp::Maximum => Binary::Maximum,
+        BinaryOp::Minimum => Binary::Minimum,
+    }
+}
+
+fn reduce(op: ReduceOp) -> Reduce {
+    match op {
+        ReduceOp::Sum => Reduce::Sum,
+        ReduceOp::Max => Reduce::Max,
+        ReduceOp::Min => Reduce::Min,
     }
 }
 
@@ -133,6 +152,13 @@ struct Lowerer<'p> {
 
 fn internal(what: String) -> PlanError {
     PlanError(what)
+}
+
+/// An op the native backend has no kernel for yet.
+fn not_native(op: &str) -> PlanError {
+    PlanError(format!(
+        "the native backend has no kernel for `{op}` yet; run with `--backend interp`"
+    ))
 }
 
 impl<'p> Lowerer<'p> {
@@ -358,6 +384,16 @@ impl<'p> Lowerer<'p> {
                     None => Ok(Val::Tensor(self.copy(&x, self.label(id)))),
                 }
             }
+            Op::Reduce { op, axes, .. } => match axes.as_slice() {
+                &[axis] => self.reduction(id, arg(0), *op, axis).map(Val::Tensor),
+                _ => Err(not_native(&format!("{} over several axes", op.name()))),
+            },
+            Op::Tri { upper, .. } => Err(not_native(if *upper { "triu" } else { "tril" })),
+            Op::Fill(v) => {
+                let out = self.temp(self.shape(id)?);
+                self.map(vec![], vec![Expr::Const(*v as f32)], &out, self.label(id));
+                Ok(Val::Tensor(out))
+            }
             Op::Softmax(axis) => {
                 let pat = match self.fusion.fused.get(&id) {
                     Some(Fused::Softmax(p)) => *p,
@@ -512,13 +548,8 @@ impl<'p> Lowerer<'p> {
         Ok(match &node.op {
             Op::Literal(v) => *v as f32,
             Op::DimValue(p) => self.size(p)? as f32,
-            Op::Unary(UnaryOp::Neg) => -a(0)?,
-            Op::Unary(UnaryOp::Sqrt) => a(0)?.sqrt(),
-            Op::Unary(UnaryOp::Exp) => a(0)?.exp(),
-            Op::Binary(BinaryOp::Add) => a(0)? + a(1)?,
-            Op::Binary(BinaryOp::Sub) => a(0)? - a(1)?,
-            Op::Binary(BinaryOp::Mul) => a(0)? * a(1)?,
-            Op::Binary(BinaryOp::Div) => a(0)? / a(1)?,
+            Op::Unary(u) => u.eval(a(0)?),
+            Op::Binary(b) => b.eval(a(0)?, a(1)?),
             _ => return Err(internal(format!("node {id} is not a constant"))),
         })
     }
@@ -547,6 +578,41 @@ impl<'p> Lowerer<'p> {
             rows_per_task: (8192 / len).max(16),
         };
         self.kernel(label, KernelOp::Map(m));
+    }
+
+    /// `op` of `x` over one axis as a row kernel: the axis is the row, every other axis a
+    /// row axis; one value per row, written row-major (with or without `keepdim`, the
+    /// same elements in the same order).
+    fn reduction(&mut self, id: ValueId, x: ValueId, op: ReduceOp, axis: usize) -> Result<View, PlanError> {
+        let x = self.view(x)?;
+        let mut perm: Vec<usize> = (0..x.shape.len()).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let moved = x
+            .permute(&perm)
+            .ok_or_else(|| internal(format!("node {id} reduces a missing axis")))?;
+        let (rows, n) = (
+            moved.shape[..moved.shape.len() - 1].to_vec(),
+            moved.shape[moved.shape.len() - 1],
+        );
+        let out = self.temp(self.shape(id)?);
+        let row = Row {
+            out: Operand {
+                buf: out.buf,
+                offset: out.offset,
+                strides: view::row_major(&rows),
+            },
+            rows_per_task: (8192 / n.max(1)).max(16),
+            rows,
+            n,
+            inputs: vec![moved.operand()],
+            stages: vec![Stage {
+                reduce: reduce(op),
+                expr: vec![Expr::Input(0)],
+            }],
+            write: vec![Expr::Reduced(0)],
+        };
+        self.kernel(self.label(id), KernelOp::Row(row));
+        Ok(out)
     }
 
     /// An elementwise root and every elementwise producer fusion gave it, as one map.
@@ -584,6 +650,7 @@ impl<'p> Lowerer<'p> {
                 (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
                 (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
                 (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
+                (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
                 _ => return Err(internal(format!("node {id} is not elementwise"))),
             }
         } else {

@@ -55,7 +55,13 @@ const SHAPES: &[&[(&str, i64)]] = &[
 
 #[test]
 fn every_example_agrees_with_the_interpreter_at_odd_shapes() {
-    for name in ["mha.attn", "mha_heads.attn", "self_attention.attn", "causal.attn"] {
+    for name in [
+        "mha.attn",
+        "mha_heads.attn",
+        "self_attention.attn",
+        "causal.attn",
+        "encoder_layer.attn",
+    ] {
         let src = example(name);
         for (i, dims) in SHAPES.iter().enumerate() {
             differential(&format!("{name} {dims:?}"), &program(&src, dims), i as u64);
@@ -224,4 +230,46 @@ fn the_jit_reproduces_the_pytorch_fixtures() {
     check_fixture(&program(NO_MASK, &[]), "nomask_b1_n5_d12_h3");
     let heads = example("mha_heads.attn");
     check_fixture(&program(&heads, &[("D", 16), ("H", 4)]), "pad_b2_n7_d16_h4");
+}
+
+/// The new elementwise primitives, reductions over any one axis, and what decomposes into
+/// them, against the interpreter.
+#[test]
+fn reductions_norms_and_activations_run_natively() {
+    let src = r#"
+        dim B, N
+        dim D = 6
+        input x: [B, N, D]
+        param w: [D]
+        param b: [D]
+        output a = gelu(x) + gelu(x, approximate="tanh") + silu(x) + relu(x).sigmoid()
+        output s = x.sum(1, keepdim=True) + x.amax(1, keepdim=True) - x.amin(dim=1, keepdim=True)
+        output m = x.mean(-1) * x.var(-1) + x.std(-1).sum()
+        output l = log_softmax(x, dim=1) + layer_norm(x, [D], w, b) + rms_norm(x, [D], w)
+        output e = abs(x).log() + tanh(x) * erf(x) + sin(x) - cos(x) + rsqrt(abs(x) + 1.0)
+        output p = pow(abs(x), 1.5) + maximum(x, x.transpose(1, 2).transpose(1, 2) * 0.5) + clamp(x, -0.5, 0.5)
+        output z = zeros(N, D) + ones([N, D]) + full([D], 2.0)
+    "#;
+    for (i, dims) in SHAPES.iter().enumerate() {
+        differential(&format!("ops {dims:?}"), &program(src, dims), i as u64);
+    }
+}
+
+/// Indexing as PyTorch writes it: `None`, `...`, open and negative bounds.
+#[test]
+fn pytorch_indexing_runs_natively() {
+    let src = r#"
+        dim B, N
+        dim D = 8
+        input x: [B, N, D]
+        input m: [B, N]
+        output a = m[:, None, None, :] * 2.0
+        output b = cat([-x[..., D / 2 :], x[..., : D / 2]], dim=-1)
+        output c = x[:, -1] + x[:, 0]
+        output d = x[:, 1:] - x[:, :-1]
+        output e = x * m[..., None]
+    "#;
+    for (i, dims) in SHAPES.iter().enumerate().filter(|(_, d)| d.contains(&("N", 7))) {
+        differential(&format!("indexing {dims:?}"), &program(src, dims), i as u64);
+    }
 }

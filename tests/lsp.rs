@@ -158,7 +158,7 @@ fn an_editor_session() {
     assert!(q.contains("sizes [2, 8, 7, 64]"), "{q}");
     // A sub-expression: the op's PyTorch signature and the shape of the call.
     let view = hover(&mut client, at(&text, "view(B, -1, H, Dk)", 0, 1));
-    assert!(view.contains("view(input, shape...)"), "{view}");
+    assert!(view.contains("view(input, *shape)"), "{view}");
     assert!(view.contains("[B, N, H, Dk]  contiguous"), "{view}");
     // A dim, with its value.
     let dk = hover(&mut client, at(&text, "sqrt(Dk)", 0, 5));

@@ -213,3 +213,8 @@ fn optimizer_time() {
         );
     }
 }
+
+// Masks written with `where`.
+test_fn! { where_with_a_scalar_is_a_masked_fill, only(&["where-eq-masked-fill"]),
+"(where (eq (input 0 [3,3]) (lit 1.0)) (input 1 [2,3,3]) (lit -1e9))"
+=> "(masked_fill (input 1 [2,3,3]) (ne (input 0 [3,3]) (lit 1.0)) (lit -1e9))" }

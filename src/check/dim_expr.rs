@@ -17,6 +17,19 @@ impl Checker {
                 }
             },
             ExprKind::Name(name) => self.dim_name(name, e),
+            ExprKind::Method {
+                receiver,
+                method,
+                args,
+                kwargs,
+            } if method.name == "size" && args.len() == 1 && kwargs.is_empty() => {
+                self.size_of(receiver, &args[0])
+            }
+            ExprKind::Call { func, args, kwargs }
+                if func.name == "size" && args.len() == 2 && kwargs.is_empty() =>
+            {
+                self.size_of(&args[0], &args[1])
+            }
             ExprKind::Neg(x) => Some(self.dim_expr(x)?.neg()),
             ExprKind::Binary(op, a, b) => {
                 let (a, b) = (self.dim_expr(a), self.dim_expr(b));
@@ -31,6 +44,34 @@ impl Checker {
                 );
                 None
             }
+        }
+    }
+
+    /// `x.size(d)`: the symbolic size of axis `d` of `x`.
+    pub(super) fn size_of(&mut self, x: &Expr, d: &Expr) -> Option<Poly> {
+        let x = self.tensor_arg(x, "the tensor of `size`")?;
+        let t = self.ty(x).clone();
+        let axis = self.axis(d, t.rank(), false)?;
+        Some(t.shape[axis].clone())
+    }
+
+    /// Whether `e` is made only of dims, integers, `size` and `+ - * // %`: a `let` of
+    /// it binds a dim, usable wherever a dim is.
+    pub(super) fn is_dim_only(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Int(_) => true,
+            ExprKind::Name(n) => matches!(self.lookup(n), Some(Entry::Dim(_))),
+            ExprKind::Neg(x) => self.is_dim_only(x),
+            ExprKind::Method { method, args, .. } => method.name == "size" && args.len() == 1,
+            ExprKind::Call { func, args, .. } => func.name == "size" && args.len() == 2,
+            ExprKind::Binary(op, a, b) => {
+                matches!(
+                    op,
+                    BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::FloorDiv | BinOp::Rem
+                ) && self.is_dim_only(a)
+                    && self.is_dim_only(b)
+            }
+            _ => false,
         }
     }
 
@@ -67,7 +108,8 @@ impl Checker {
             BinOp::Add => Some(a.add(b)),
             BinOp::Sub => Some(a.sub(b)),
             BinOp::Mul => Some(a.mul(b)),
-            BinOp::Div => match self.prog.dims.div(a, b) {
+            // `//` between dims is `/`, with the same proof of exactness.
+            BinOp::Div | BinOp::FloorDiv => match self.prog.dims.div(a, b) {
                 Ok(q) => Some(q),
                 Err(err) => {
                     self.report(self.division_error(err, a, b, e));

@@ -293,6 +293,16 @@ impl Checker {
     }
 
     fn let_stmt(&mut self, l: &ast::Let) {
+        if let (ast::Pattern::Name(n), None) = (&l.pattern, &l.ty) {
+            if self.is_dim_only(&l.value) {
+                let entry = match self.dim_expr(&l.value) {
+                    Some(p) => Entry::Dim(p),
+                    None => Entry::Value(Value::Error),
+                };
+                self.bind(&n.name, entry);
+                return;
+            }
+        }
         let value = self.expr(&l.value);
         if let Some(ann) = &l.ty {
             self.check_declared(&value, ann, l.value.span, "this `let`");
@@ -659,7 +669,7 @@ impl Checker {
                 .filter(|(_, e)| matches!(e, Entry::Fn(_)))
                 .map(|(k, _)| k.as_str())
         });
-        let ops = super::ops::OPS.iter().map(|op| op.0);
+        let ops = super::op_names().map(|op| -> &str { op });
         crate::suggest::closest(name, fns.chain(ops)).map(str::to_string)
     }
 }

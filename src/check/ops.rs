@@ -1,35 +1,14 @@
 //! Expressions and the shape rules of every op, with PyTorch's semantics.
 
-use super::layout::{self, view_strides, Rule};
+use super::layout::{self, view_strides};
 use super::{Checker, Entry, Value};
-use crate::ast::{BinOp, Expr, ExprKind, Ident};
+use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::DimTable;
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, TensorType, UnaryOp, ValueId};
+use crate::ops::table::{self, OpDef, Rule};
 use crate::source::Span;
-
-/// The ops of the language: name, the call form with PyTorch's parameter names (shown in
-/// messages and by the language server), and the argument counts
-/// it accepts (the tensor a method is called on included).
-pub(super) const OPS: &[(&str, &str, usize, usize)] = &[
-    ("linear", "linear(input, weight, bias)", 2, 3),
-    ("matmul", "matmul(input, other)", 2, 2),
-    ("transpose", "transpose(input, dim0, dim1)", 3, 3),
-    ("permute", "permute(input, dims...)", 1, usize::MAX),
-    ("view", "view(input, shape...)", 1, usize::MAX),
-    ("reshape", "reshape(input, shape...)", 1, usize::MAX),
-    ("contiguous", "contiguous(input)", 1, 1),
-    ("unsqueeze", "unsqueeze(input, dim)", 2, 2),
-    ("squeeze", "squeeze(input, dim)", 1, 2),
-    ("softmax", "softmax(input, dim)", 2, 2),
-    ("masked_fill", "masked_fill(input, mask, value)", 3, 3),
-    ("dropout", "dropout(input, p)", 1, 2),
-    ("sqrt", "sqrt(input)", 1, 1),
-    ("exp", "exp(input)", 1, 1),
-    ("concat", "concat(tensors, dim)", 2, 2),
-    ("stack", "stack(tensors, dim)", 2, 2),
-];
 
 impl Checker {
     pub(super) fn expr(&mut self, e: &Expr) -> Value {
@@ -50,18 +29,43 @@ impl Checker {
                 self.error(Code::E0208, e.span, "a range needs both ends outside `[ ]`");
                 Value::Error
             }
-            ExprKind::Call { func, args } => {
+            ExprKind::Call { func, args, kwargs } => {
                 let args: Vec<&Expr> = args.iter().collect();
-                self.call(func, args, e.span)
+                self.call(func, args, kwargs, e.span)
             }
             ExprKind::Method {
                 receiver,
                 method,
                 args,
+                kwargs,
             } => {
                 let args: Vec<&Expr> = std::iter::once(&**receiver).chain(args).collect();
                 // Point at `.view(..)`, not at the whole chain before it.
-                self.call(method, args, Span::new(method.span.start, e.span.end))
+                self.call(method, args, kwargs, Span::new(method.span.start, e.span.end))
+            }
+            ExprKind::Inf => self.literal(f64::INFINITY, e.span),
+            ExprKind::Not(_) => {
+                self.error(
+                    Code::E0208,
+                    e.span,
+                    "`~` applies to boolean tensors, which this program cannot build yet",
+                );
+                Value::Error
+            }
+            ExprKind::Bool(_)
+            | ExprKind::NoneLit
+            | ExprKind::Ellipsis
+            | ExprKind::Str(_)
+            | ExprKind::List(_) => {
+                let what = match &e.kind {
+                    ExprKind::Bool(_) => "`True`/`False` is an argument of a boolean parameter",
+                    ExprKind::NoneLit => "`None` is an argument, or a new axis inside `[ ]`",
+                    ExprKind::Ellipsis => "`...` stands for axes inside `[ ]` only",
+                    ExprKind::Str(_) => "a string is an argument of a string parameter",
+                    _ => "a list is an argument (`cat([a, b])`, `layer_norm(x, [D])`)",
+                };
+                self.error(Code::E0208, e.span, format!("not a value here: {what}"));
+                Value::Error
             }
             ExprKind::Index { base, indices } => self.index(base, indices, e.span),
             ExprKind::Tuple(items) => Value::Tuple(items.iter().map(|x| self.expr(x)).collect()),
@@ -106,88 +110,155 @@ impl Checker {
     }
 
     /// The value of `e`, which must be a tensor.
-    fn tensor_arg(&mut self, e: &Expr, what: &str) -> Option<ValueId> {
+    pub(super) fn tensor_arg(&mut self, e: &Expr, what: &str) -> Option<ValueId> {
         let v = self.expr(e);
         self.expect_tensor(&v, e.span, what)
     }
 
-    fn call(&mut self, func: &Ident, args: Vec<&Expr>, span: Span) -> Value {
+    fn call(&mut self, func: &Ident, args: Vec<&Expr>, kwargs: &[Kwarg], span: Span) -> Value {
         if let Some(Entry::Fn(f)) = self.lookup(&func.name) {
             let f = f.clone();
+            if let Some(k) = kwargs.first() {
+                let msg = format!(
+                    "`{}` is a function of this program: it takes no keyword arguments",
+                    func.name
+                );
+                self.error(Code::E0206, k.name.span, msg);
+                return Value::Error;
+            }
             return self.call_fn(&f, func, &args, span);
         }
-        let Some(&(name, form, min, max)) = OPS.iter().find(|op| op.0 == func.name) else {
-            let mut d = Diagnostic::error(
-                Code::E0101,
-                func.span,
-                format!("unknown function or op `{}`", func.name),
-            );
-            if let Some(close) = self.closest_callable(&func.name) {
-                d = d.with_hint(format!("did you mean `{close}`?"));
-            }
-            self.report(d);
+        let Some(def) = table::find(&func.name) else {
+            self.unknown_op(func);
             return Value::Error;
         };
-        if args.len() < min || args.len() > max {
-            let expected = match (min, max) {
-                (a, b) if a == b => format!("{a}"),
-                (a, usize::MAX) => format!("at least {a}"),
-                (a, b) => format!("{a} or {b}"),
-            };
-            self.error(
-                Code::E0206,
-                span,
-                format!("`{form}` takes {expected} arguments, found {}", args.len()),
-            );
+        let Some(bound) = self.bind_args(def, &args, kwargs, span) else {
             return Value::Error;
-        }
-        self.op(name, &args, span).unwrap_or(Value::Error)
+        };
+        let bound: Vec<&Expr> = bound.iter().collect();
+        self.apply(def, &bound, span).unwrap_or(Value::Error)
     }
 
-    fn op(&mut self, name: &str, args: &[&Expr], span: Span) -> Option<Value> {
-        match name {
-            "linear" => self.linear(args, span),
-            "matmul" => {
-                let (a, b) = (self.expr(args[0]), self.expr(args[1]));
-                self.matmul(&a, &b, args[0].span, args[1].span, span)
-            }
-            "transpose" => self.transpose(args, span),
-            "permute" => self.permute(args, span),
-            "view" => self.view(args, span, false),
-            "reshape" => self.view(args, span, true),
-            "contiguous" => {
-                let x = self.tensor_arg(args[0], "the argument of `contiguous`")?;
-                let t = self.ty(x).clone();
-                let ty = self.laid_out(layout::contiguous, &[x], t.shape, t.dtype);
-                Some(self.push(Op::Contiguous, vec![x], ty, span))
-            }
-            "unsqueeze" => self.unsqueeze(args, span),
-            "squeeze" => self.squeeze(args, span),
-            "softmax" => self.softmax(args, span),
-            "masked_fill" => self.masked_fill(args, span),
-            "dropout" => {
-                let x = self.expr(args[0]);
-                if let Some(p) = args.get(1) {
-                    let p = self.expr(p);
-                    self.expect_scalar(&p, args[1].span, "the probability of `dropout`")?;
-                }
-                Some(x)
-            }
-            "sqrt" | "exp" => {
-                let op = if name == "sqrt" {
-                    UnaryOp::Sqrt
-                } else {
-                    UnaryOp::Exp
-                };
+    /// E0101 for a call of no function or op, with the PyTorch habit it probably is.
+    fn unknown_op(&mut self, func: &Ident) {
+        let mut d = Diagnostic::error(
+            Code::E0101,
+            func.span,
+            format!("unknown function or op `{}`", func.name),
+        );
+        let hint = match func.name.as_str() {
+            "max" => Some("`max` is not an op (PyTorch's returns indices too): use `amax(x, dim)` to reduce, `maximum(a, b)` elementwise".to_string()),
+            "min" => Some("`min` is not an op (PyTorch's returns indices too): use `amin(x, dim)` to reduce, `minimum(a, b)` elementwise".to_string()),
+            "float" => Some("write infinity as `inf` or `-inf`, a number as a literal".to_string()),
+            _ => self.closest_callable(&func.name).map(|close| format!("did you mean `{close}`?")),
+        };
+        if let Some(hint) = hint {
+            d = d.with_hint(hint);
+        }
+        self.report(d);
+    }
+
+    /// Runs `def`'s rule on bound arguments. Trailing arguments that are `None` are left
+    /// out, so a rule sees an optional operand (a bias) as absent.
+    fn apply(&mut self, def: &OpDef, args: &[&Expr], span: Span) -> Option<Value> {
+        match def.rule {
+            Rule::Unary(op) => {
                 let x = self.expr(args[0]);
                 Some(self.unary(op, &x, args[0].span, span))
             }
-            "concat" | "stack" => self.join(name, args, span),
-            _ => unreachable!("every entry of OPS has a rule"),
+            Rule::Binary(op) => {
+                let (a, b) = (self.expr(args[0]), self.expr(args[1]));
+                let x = self.expect_tensor(&a, args[0].span, "an operand of arithmetic");
+                let y = self.expect_tensor(&b, args[1].span, "an operand of arithmetic");
+                Some(Value::Tensor(self.elementwise(
+                    Op::Binary(op),
+                    DType::F32,
+                    x?,
+                    y?,
+                    span,
+                )?))
+            }
+            Rule::Reduce(op) => self.reduction(op, args, span),
+            Rule::Check(rule) => {
+                let present = args.len() - args.iter().rev().take_while(|e| is_none(e)).count();
+                rule(self, &args[..present], span)
+            }
         }
     }
 
-    fn unary(&mut self, op: UnaryOp, x: &Value, xspan: Span, span: Span) -> Value {
+    pub(crate) fn matmul_op(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let (a, b) = (self.expr(args[0]), self.expr(args[1]));
+        self.matmul(&a, &b, args[0].span, args[1].span, span)
+    }
+
+    pub(crate) fn view_op(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        self.view(args, span, false)
+    }
+
+    pub(crate) fn reshape_op(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        self.view(args, span, true)
+    }
+
+    pub(crate) fn contiguous(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `contiguous`")?;
+        let t = self.ty(x).clone();
+        let ty = self.laid_out(layout::contiguous, &[x], t.shape, t.dtype);
+        Some(self.push(Op::Contiguous, vec![x], ty, span))
+    }
+
+    /// Identity: the compiler targets inference.
+    pub(crate) fn dropout(&mut self, args: &[&Expr], _span: Span) -> Option<Value> {
+        let x = self.expr(args[0]);
+        if let Some(p) = args.get(1) {
+            self.float_param(p, "the probability of `dropout`")?;
+        }
+        Some(x)
+    }
+
+    pub(crate) fn concat(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        match &args[0].kind {
+            ExprKind::List(items) | ExprKind::Tuple(items) => self.cat_list(items, args[1], span),
+            _ => self.join("concat", args, span),
+        }
+    }
+
+    /// `cat([a, b, ..], dim)`: tensors of one rank that agree on every axis but `dim`.
+    fn cat_list(&mut self, items: &[Expr], dim: &Expr, span: Span) -> Option<Value> {
+        let mut parts = Vec::new();
+        for e in items {
+            parts.push(self.tensor_arg(e, "a part of `cat`"));
+        }
+        let parts: Vec<ValueId> = parts.into_iter().collect::<Option<_>>()?;
+        let Some(&first) = parts.first() else {
+            self.error(Code::E0208, span, "`cat` of an empty list");
+            return None;
+        };
+        let t = self.ty(first).clone();
+        let axis = self.axis(dim, t.rank(), false)?;
+        let mut shape = t.shape.clone();
+        for (&p, e) in parts.iter().zip(items).skip(1) {
+            let s = self.ty(p).shape.clone();
+            let fits = s.len() == t.rank()
+                && (0..s.len()).all(|i| i == axis || self.prog.dims.equal(&s[i], &t.shape[i]));
+            if !fits {
+                let msg = format!(
+                    "`cat` along axis {axis} of {} and {}: the other axes differ",
+                    self.shape_text(&t.shape),
+                    self.shape_text(&s)
+                );
+                self.error(Code::E0201, e.span, msg);
+                return None;
+            }
+            shape[axis] = shape[axis].add(&s[axis]);
+        }
+        Some(self.push(Op::Cat(axis), parts, TensorType::row_major(shape, t.dtype), span))
+    }
+
+    pub(crate) fn stack(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        self.join("stack", args, span)
+    }
+
+    pub(super) fn unary(&mut self, op: UnaryOp, x: &Value, xspan: Span, span: Span) -> Value {
         let Some(x) = self.expect_tensor(x, xspan, "an operand of arithmetic") else {
             return Value::Error;
         };
@@ -213,33 +284,74 @@ impl Checker {
             BinOp::Sub => (Op::Binary(BinaryOp::Sub), DType::F32),
             BinOp::Mul => (Op::Binary(BinaryOp::Mul), DType::F32),
             BinOp::Div => (Op::Binary(BinaryOp::Div), DType::F32),
+            BinOp::Pow => (Op::Binary(BinaryOp::Pow), DType::F32),
             BinOp::Eq => (Op::Compare(CmpOp::Eq), DType::Bool),
             BinOp::Ne => (Op::Compare(CmpOp::Ne), DType::Bool),
             BinOp::Lt => (Op::Compare(CmpOp::Lt), DType::Bool),
             BinOp::Le => (Op::Compare(CmpOp::Le), DType::Bool),
             BinOp::Gt => (Op::Compare(CmpOp::Gt), DType::Bool),
             BinOp::Ge => (Op::Compare(CmpOp::Ge), DType::Bool),
-            BinOp::Rem | BinOp::MatMul => {
-                self.error(Code::E0208, span, "`%` applies to dims only, not to tensors");
+            BinOp::Rem | BinOp::FloorDiv | BinOp::MatMul => {
+                let sym = op.symbol();
+                self.error(
+                    Code::E0208,
+                    span,
+                    format!("`{sym}` applies to dims only, not to tensors"),
+                );
+                return Value::Error;
+            }
+            BinOp::And | BinOp::Or => {
+                let sym = op.symbol();
+                let msg =
+                    format!("`{sym}` applies to boolean tensors, which this program cannot combine yet");
+                self.error(Code::E0208, span, msg);
                 return Value::Error;
             }
         };
-        let Some(shape) = self.broadcast(x, y, span) else {
-            return Value::Error;
-        };
+        match self.elementwise(op, dtype, x, y, span) {
+            Some(id) => Value::Tensor(id),
+            None => Value::Error,
+        }
+    }
+
+    /// An elementwise op of two tensors with PyTorch broadcasting, laid out as
+    /// TensorIterator lays it out.
+    pub(super) fn elementwise(
+        &mut self,
+        op: Op,
+        dtype: DType,
+        x: ValueId,
+        y: ValueId,
+        span: Span,
+    ) -> Option<ValueId> {
+        let shape = self.broadcast(x, y, span)?;
         let ty = self.laid_out(layout::elementwise_order, &[x, y], shape, dtype);
-        self.push(op, vec![x, y], ty, span)
+        match self.push(op, vec![x, y], ty, span) {
+            Value::Tensor(id) => Some(id),
+            _ => None,
+        }
     }
 
     /// The type of a result of `shape` whose layout `rule` gives from `operands`.
-    fn laid_out(&self, rule: Rule, operands: &[ValueId], shape: Vec<Poly>, dtype: DType) -> TensorType {
+    pub(super) fn laid_out(
+        &self,
+        rule: layout::Rule,
+        operands: &[ValueId],
+        shape: Vec<Poly>,
+        dtype: DType,
+    ) -> TensorType {
         let types: Vec<&TensorType> = operands.iter().map(|&v| self.ty(v)).collect();
         rule(&self.prog.dims, &types, &shape).with(shape, dtype)
     }
 
     /// The broadcast shape of two tensors: axes aligned from the right, equal or provably 1.
-    fn broadcast(&mut self, x: ValueId, y: ValueId, span: Span) -> Option<Vec<Poly>> {
+    pub(super) fn broadcast(&mut self, x: ValueId, y: ValueId, span: Span) -> Option<Vec<Poly>> {
         let (a, b) = (self.ty(x).shape.clone(), self.ty(y).shape.clone());
+        self.broadcast_shapes(&a, &b, span)
+    }
+
+    /// The broadcast shape of two shapes.
+    pub(super) fn broadcast_shapes(&mut self, a: &[Poly], b: &[Poly], span: Span) -> Option<Vec<Poly>> {
         let n = a.len().max(b.len());
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
@@ -252,8 +364,8 @@ impl Checker {
                 (Some(p), Some(q)) => {
                     let msg = format!(
                         "cannot broadcast {} with {}: `{}` vs `{}` on axis {i} of the result",
-                        self.shape_text(&a),
-                        self.shape_text(&b),
+                        self.shape_text(a),
+                        self.shape_text(b),
                         self.dim_text(p),
                         self.dim_text(q)
                     );
@@ -267,7 +379,7 @@ impl Checker {
         Some(out)
     }
 
-    fn linear(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+    pub(crate) fn linear(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the input of `linear`");
         let w = self.tensor_arg(args[1], "the weight of `linear`");
         let b = match args.get(2) {
@@ -411,7 +523,7 @@ impl Checker {
         Some(out)
     }
 
-    fn transpose(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+    pub(crate) fn transpose(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `transpose`")?;
         let t = self.ty(x).clone();
         let d0 = self.axis(args[1], t.rank(), false);
@@ -423,7 +535,7 @@ impl Checker {
         Some(self.push(Op::Transpose(d0.min(d1), d0.max(d1)), vec![x], out, span))
     }
 
-    fn permute(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+    pub(crate) fn permute(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `permute`")?;
         let t = self.ty(x).clone();
         let axes: Option<Vec<usize>> = args[1..].iter().map(|a| self.axis(a, t.rank(), false)).collect();
@@ -555,7 +667,7 @@ impl Checker {
         ))
     }
 
-    fn unsqueeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+    pub(crate) fn unsqueeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `unsqueeze`")?;
         let mut t = self.ty(x).clone();
         let d = self.axis(args[1], t.rank(), true)?;
@@ -568,7 +680,7 @@ impl Checker {
         Some(self.push(Op::Unsqueeze(d), vec![x], t, span))
     }
 
-    fn squeeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+    pub(crate) fn squeeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `squeeze`")?;
         let mut t = self.ty(x).clone();
         let axes: Vec<usize> = match args.get(1) {
@@ -603,7 +715,7 @@ impl Checker {
         Some(value)
     }
 
-    fn softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+    pub(crate) fn softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `softmax`")?;
         let shape = self.ty(x).shape.clone();
         let d = self.axis(args[1], shape.len(), false)?;
@@ -611,7 +723,7 @@ impl Checker {
         Some(self.push(Op::Softmax(d), vec![x], ty, span))
     }
 
-    fn masked_fill(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+    pub(crate) fn masked_fill(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `masked_fill`");
         let m = self.tensor_arg(args[1], "the mask of `masked_fill`");
         let v = self.expr(args[2]);
@@ -681,13 +793,36 @@ impl Checker {
             return Value::Error;
         };
         let rank = self.ty(x).rank();
-        if indices.len() > rank {
-            let msg = format!("{} indices for a tensor of rank {rank}", indices.len());
+        let is_axis = |ix: &&Expr| !matches!(ix.kind, ExprKind::NoneLit | ExprKind::Ellipsis);
+        let real = indices.iter().filter(is_axis).count();
+        let ellipses: Vec<&Expr> = indices
+            .iter()
+            .filter(|ix| matches!(ix.kind, ExprKind::Ellipsis))
+            .collect();
+        if let Some(second) = ellipses.get(1) {
+            self.error(Code::E0208, second.span, "an index may hold one `...` only");
+            return Value::Error;
+        }
+        if real > rank {
+            let msg = format!("{real} indices for a tensor of rank {rank}");
             self.error(Code::E0204, span, msg);
             return Value::Error;
         }
         let mut axis = 0;
         for ix in indices {
+            match ix.kind {
+                // `...` stands for as many `:` as the other indices leave.
+                ExprKind::Ellipsis => {
+                    axis += rank - real;
+                    continue;
+                }
+                ExprKind::NoneLit => {
+                    x = self.new_axis(x, axis, span);
+                    axis += 1;
+                    continue;
+                }
+                _ => {}
+            }
             let next = match self.index_kind(ix) {
                 Some(IndexKind::Slice(a, b)) => self.slice(x, axis, a, b, ix.span, span),
                 Some(IndexKind::Select(i)) => self.select(x, axis, i, ix.span, span),
@@ -700,6 +835,21 @@ impl Checker {
             axis += usize::from(kept);
         }
         Value::Tensor(x)
+    }
+
+    /// `x[.., None, ..]`: a new axis of size 1 at `axis`, as `unsqueeze`.
+    fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
+        let mut t = self.ty(x).clone();
+        let stride = match axis < t.rank() {
+            true => t.strides[axis].mul(&t.shape[axis]),
+            false => Poly::int(1),
+        };
+        t.shape.insert(axis, Poly::int(1));
+        t.strides.insert(axis, stride);
+        match self.push(Op::Unsqueeze(axis), vec![x], t, span) {
+            Value::Tensor(id) => id,
+            _ => unreachable!("push makes a tensor"),
+        }
     }
 
     fn index_kind(&mut self, ix: &Expr) -> Option<IndexKind> {
@@ -726,7 +876,7 @@ impl Checker {
     }
 
     /// Slice `axis` of `x`; the node and whether the axis is kept (always).
-    fn slice(
+    pub(super) fn slice(
         &mut self,
         x: ValueId,
         axis: usize,
@@ -737,8 +887,13 @@ impl Checker {
     ) -> Option<(ValueId, bool)> {
         let t = self.ty(x).clone();
         let size = t.shape[axis].clone();
-        let start = a.unwrap_or_else(|| Poly::int(0));
-        let end = b.unwrap_or_else(|| size.clone());
+        // A negative constant bound counts from the end, as in Python.
+        let from_end = |p: Poly, dims: &crate::dims::DimTable| match dims.with_consts(&p).as_int() {
+            Some(n) if n < 0 => size.add(&Poly::int(n)),
+            _ => p,
+        };
+        let start = from_end(a.unwrap_or_else(|| Poly::int(0)), &self.prog.dims);
+        let end = from_end(b.unwrap_or_else(|| size.clone()), &self.prog.dims);
         let dims = &self.prog.dims;
         let unproved = [
             (&start, Poly::int(0)),
@@ -817,6 +972,11 @@ enum IndexKind {
 }
 
 /// A rank-0 float: what numbers and dims are in value position.
+/// Whether an argument is `None` (absent).
+pub(super) fn is_none(e: &Expr) -> bool {
+    matches!(e.kind, ExprKind::NoneLit)
+}
+
 pub(super) fn scalar() -> TensorType {
     TensorType::row_major(Vec::new(), DType::F32)
 }

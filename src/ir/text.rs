@@ -4,7 +4,7 @@
 //! only on the program, never on how the checker happened to allocate nodes. Strides are
 //! printed only where a value is not row-major.
 
-use super::{BinaryOp, DType, Op, Program, TensorType, Type, UnaryOp, ValueId};
+use super::{DType, Op, Program, TensorType, Type, ValueId};
 use crate::dims::{DimKind, Poly};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -145,9 +145,19 @@ impl Program {
             Op::Unsqueeze(a) => ("unsqueeze", vec![a.to_string()]),
             Op::Squeeze(a) => ("squeeze", vec![a.to_string()]),
             Op::Softmax(a) => ("softmax", vec![a.to_string()]),
+            Op::Where => ("where", vec![]),
+            Op::Tri { upper, diagonal } => (if *upper { "triu" } else { "tril" }, vec![diagonal.to_string()]),
+            Op::Fill(v) => ("fill", vec![format!("{v:?}")]),
+            Op::Reduce { op, axes, keepdim } => {
+                let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+                (
+                    op.name(),
+                    vec![format!("[{}]", axes.join(", ")), format!("keepdim={keepdim}")],
+                )
+            }
             Op::MaskedFill => ("masked_fill", vec![]),
-            Op::Unary(u) => (unary_name(*u), vec![]),
-            Op::Binary(b) => (binary_name(*b), vec![]),
+            Op::Unary(u) => (u.name(), vec![]),
+            Op::Binary(b) => (b.name(), vec![]),
             Op::Compare(c) => (cmp_name(*c), vec![]),
             Op::Slice { axis, start, end } => (
                 "slice",
@@ -193,14 +203,6 @@ fn softmax_attrs(scale: f64, fill: f64, masked: bool) -> Vec<String> {
     attrs
 }
 
-fn unary_name(u: UnaryOp) -> &'static str {
-    match u {
-        UnaryOp::Neg => "neg",
-        UnaryOp::Sqrt => "sqrt",
-        UnaryOp::Exp => "exp",
-    }
-}
-
 fn cmp_name(c: super::CmpOp) -> &'static str {
     use super::CmpOp::*;
     match c {
@@ -210,14 +212,5 @@ fn cmp_name(c: super::CmpOp) -> &'static str {
         Le => "le",
         Gt => "gt",
         Ge => "ge",
-    }
-}
-
-fn binary_name(b: BinaryOp) -> &'static str {
-    match b {
-        BinaryOp::Add => "add",
-        BinaryOp::Sub => "sub",
-        BinaryOp::Mul => "mul",
-        BinaryOp::Div => "div",
     }
 }

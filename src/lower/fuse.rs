@@ -136,7 +136,10 @@ fn is_constant(program: &Program, id: ValueId, constant: &[bool]) -> bool {
 
 /// Whether the op is elementwise arithmetic a [`crate::kernel::Map`] computes.
 pub fn is_map(op: &Op) -> bool {
-    matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::MaskedFill)
+    matches!(
+        op,
+        Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::MaskedFill | Op::Where
+    )
 }
 
 struct Decider<'p> {

@@ -368,7 +368,7 @@ impl Defs<'_> {
                 self.add(var, DefKind::LoopVar, body.span, body.span.start);
                 self.block(body);
             }
-            ExprKind::Neg(x) => self.expr(x),
+            ExprKind::Neg(x) | ExprKind::Not(x) => self.expr(x),
             ExprKind::Binary(_, a, b) => {
                 self.expr(a);
                 self.expr(b);
@@ -378,16 +378,34 @@ impl Defs<'_> {
                     self.expr(x);
                 }
             }
-            ExprKind::Call { args, .. } | ExprKind::Tuple(args) => args.iter().for_each(|a| self.expr(a)),
-            ExprKind::Method { receiver, args, .. } => {
+            ExprKind::Tuple(args) | ExprKind::List(args) => args.iter().for_each(|a| self.expr(a)),
+            ExprKind::Call { args, kwargs, .. } => {
+                args.iter().for_each(|a| self.expr(a));
+                kwargs.iter().for_each(|k| self.expr(&k.value));
+            }
+            ExprKind::Method {
+                receiver,
+                args,
+                kwargs,
+                ..
+            } => {
                 self.expr(receiver);
                 args.iter().for_each(|a| self.expr(a));
+                kwargs.iter().for_each(|k| self.expr(&k.value));
             }
             ExprKind::Index { base, indices } => {
                 self.expr(base);
                 indices.iter().for_each(|a| self.expr(a));
             }
-            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Name(_) | ExprKind::Error => {}
+            ExprKind::Int(_)
+            | ExprKind::Float(_)
+            | ExprKind::Bool(_)
+            | ExprKind::NoneLit
+            | ExprKind::Inf
+            | ExprKind::Ellipsis
+            | ExprKind::Str(_)
+            | ExprKind::Name(_)
+            | ExprKind::Error => {}
         }
     }
 }

@@ -14,7 +14,7 @@
 
 use super::lang::Tensor;
 use crate::dims::{DimKind, DimTable, Poly, Sym};
-use crate::ir::DType;
+use crate::ir::{BinaryOp, DType, UnaryOp};
 use egg::{Analysis, DidMerge, EGraph, Id, Language};
 
 /// The egraph of the optimizer.
@@ -300,13 +300,8 @@ impl Ctx {
         match node {
             Tensor::Literal(_) => kids[0].float(),
             Tensor::DimValue(_) => self.const_of(kids[0].dim()?).map(|v| v as f64),
-            Tensor::Neg(_) => Some(-k(0)?),
-            Tensor::Sqrt(_) => Some(k(0)?.sqrt()),
-            Tensor::Exp(_) => Some(k(0)?.exp()),
-            Tensor::Add(_) => Some(k(0)? + k(1)?),
-            Tensor::Sub(_) => Some(k(0)? - k(1)?),
-            Tensor::Mul(_) => Some(k(0)? * k(1)?),
-            Tensor::Div(_) => Some(k(0)? / k(1)?),
+            Tensor::Unary(op, _) => Some(fold_unary(*op, k(0)?)),
+            Tensor::Binary(op, _) => Some(fold_binary(*op, k(0)?, k(1)?)),
             Tensor::Scale(_) => Some(k(0)? * kids[1].float()?),
             _ => None,
         }
@@ -382,6 +377,37 @@ impl Ctx {
                 }
                 Some(Kind::Value(t))
             }
+            T::Where(_) => {
+                (ty(0)?.dtype == DType::Bool).then_some(())?;
+                let s = self.broadcast(shape(0)?, shape(1)?)?;
+                Some(Kind::Value(Ty {
+                    shape: self.broadcast(&s, shape(2)?)?,
+                    dtype: DType::F32,
+                }))
+            }
+            T::Tri(_) => (shape(0)?.len() >= 2).then(|| same(0))?,
+            T::Fill(_) => Some(Kind::Value(Ty {
+                shape: k[1].shape_attr()?.to_vec(),
+                dtype: DType::F32,
+            })),
+            T::Reduce(..) => {
+                let t = ty(0)?;
+                let axes = k[1].shape_attr()?;
+                let keepdim = k[2].int()? == 1;
+                let mut shape = Vec::new();
+                for (a, size) in t.shape.iter().enumerate() {
+                    let reduced = axes.iter().any(|p| p.as_int() == Some(a as i64));
+                    match (reduced, keepdim) {
+                        (false, _) => shape.push(size.clone()),
+                        (true, true) => shape.push(Poly::int(1)),
+                        (true, false) => {}
+                    }
+                }
+                Some(Kind::Value(Ty {
+                    shape,
+                    dtype: DType::F32,
+                }))
+            }
             T::Softmax(_) => {
                 (k[1].axis()? < shape(0)?.len()).then_some(())?;
                 same(0)
@@ -394,8 +420,8 @@ impl Ctx {
                     dtype: ty(0)?.dtype,
                 }))
             }
-            T::Neg(_) | T::Sqrt(_) | T::Exp(_) => same(0),
-            T::Add(_) | T::Sub(_) | T::Mul(_) | T::Div(_) => value(self.broadcast(shape(0)?, shape(1)?)?),
+            T::Unary(..) => same(0),
+            T::Binary(..) => value(self.broadcast(shape(0)?, shape(1)?)?),
             T::Eq(_) | T::Ne(_) | T::Lt(_) | T::Le(_) | T::Gt(_) | T::Ge(_) => Some(Kind::Value(Ty {
                 shape: self.broadcast(shape(0)?, shape(1)?)?,
                 dtype: DType::Bool,
@@ -500,6 +526,27 @@ impl Ctx {
 }
 
 /// A 0/1 flag attribute.
+/// A constant primitive: the seed's arithmetic in f64 (as scales and alphas always were),
+/// every other primitive through its f32 meaning in the op table.
+fn fold_unary(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Exp => x.exp(),
+        _ => f64::from(op.eval(x as f32)),
+    }
+}
+
+fn fold_binary(op: BinaryOp, a: f64, b: f64) -> f64 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        _ => f64::from(op.eval(a as f32, b as f32)),
+    }
+}
+
 fn flag(d: &Data) -> Option<bool> {
     match d.int()? {
         0 => Some(false),

@@ -15,7 +15,7 @@ use super::analysis::EG;
 use super::cost::Extraction;
 use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::{Poly, Sym};
-use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, TensorType, Type, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, TensorType, Type, ValueId};
 use crate::source::Span;
 use egg::{Id, Language, RecExpr};
 use std::collections::HashMap;
@@ -111,19 +111,23 @@ impl Into<'_> {
             Op::Unsqueeze(d) => Tensor::Unsqueeze([a[0], self.int(*d)]),
             Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
             Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
-            Op::MaskedFill => Tensor::MaskedFill([a[0], a[1], a[2]]),
-            Op::Unary(UnaryOp::Neg) => Tensor::Neg(a[0]),
-            Op::Unary(UnaryOp::Sqrt) => Tensor::Sqrt(a[0]),
-            Op::Unary(UnaryOp::Exp) => Tensor::Exp(a[0]),
-            Op::Binary(op) => {
-                let ab = [a[0], a[1]];
-                match op {
-                    BinaryOp::Add => Tensor::Add(ab),
-                    BinaryOp::Sub => Tensor::Sub(ab),
-                    BinaryOp::Mul => Tensor::Mul(ab),
-                    BinaryOp::Div => Tensor::Div(ab),
-                }
+            Op::Where => Tensor::Where([a[0], a[1], a[2]]),
+            Op::Tri { upper, diagonal } => Tensor::Tri([
+                a[0],
+                self.int(usize::from(*upper)),
+                self.leaf(Tensor::Int(*diagonal)),
+            ]),
+            Op::Fill(v) => {
+                let shape = self.prog.tensor_type(id).shape.clone();
+                Tensor::Fill([self.float(*v), self.shape(&shape)])
             }
+            Op::Reduce { op, axes, keepdim } => {
+                let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
+                Tensor::Reduce(*op, [a[0], self.shape(&p), self.int(usize::from(*keepdim))])
+            }
+            Op::MaskedFill => Tensor::MaskedFill([a[0], a[1], a[2]]),
+            Op::Unary(op) => Tensor::Unary(*op, [a[0]]),
+            Op::Binary(op) => Tensor::Binary(*op, [a[0], a[1]]),
             Op::Compare(op) => {
                 let ab = [a[0], a[1]];
                 match op {
@@ -366,14 +370,30 @@ impl Out<'_> {
             Tensor::Unsqueeze(c) => (Op::Unsqueeze(axis(c[1])?), vec![c[0]]),
             Tensor::Squeeze(c) => (Op::Squeeze(axis(c[1])?), vec![c[0]]),
             Tensor::Softmax(c) => (Op::Softmax(axis(c[1])?), vec![c[0]]),
+            Tensor::Where(c) => (Op::Where, c.to_vec()),
+            Tensor::Tri(c) => {
+                let upper = axis(c[1])? == 1;
+                let diagonal = d(c[2]).int().ok_or("diagonal")?;
+                (Op::Tri { upper, diagonal }, vec![c[0]])
+            }
+            Tensor::Fill(c) => (Op::Fill(d(c[0]).float().ok_or("fill value")?), vec![]),
+            Tensor::Reduce(op, c) => {
+                let axes = d(c[1]).shape_attr().ok_or("axes")?;
+                let axes: Option<Vec<usize>> =
+                    axes.iter().map(|p| usize::try_from(p.as_int()?).ok()).collect();
+                let keepdim = axis(c[2])? == 1;
+                (
+                    Op::Reduce {
+                        op: *op,
+                        axes: axes.ok_or("axes")?,
+                        keepdim,
+                    },
+                    vec![c[0]],
+                )
+            }
             Tensor::MaskedFill(c) => (Op::MaskedFill, c.to_vec()),
-            Tensor::Neg(c) => (Op::Unary(UnaryOp::Neg), vec![*c]),
-            Tensor::Sqrt(c) => (Op::Unary(UnaryOp::Sqrt), vec![*c]),
-            Tensor::Exp(c) => (Op::Unary(UnaryOp::Exp), vec![*c]),
-            Tensor::Add(c) => (Op::Binary(BinaryOp::Add), c.to_vec()),
-            Tensor::Sub(c) => (Op::Binary(BinaryOp::Sub), c.to_vec()),
-            Tensor::Mul(c) => (Op::Binary(BinaryOp::Mul), c.to_vec()),
-            Tensor::Div(c) => (Op::Binary(BinaryOp::Div), c.to_vec()),
+            Tensor::Unary(op, c) => (Op::Unary(*op), c.to_vec()),
+            Tensor::Binary(op, c) => (Op::Binary(*op), c.to_vec()),
             Tensor::Eq(c) => (Op::Compare(CmpOp::Eq), c.to_vec()),
             Tensor::Ne(c) => (Op::Compare(CmpOp::Ne), c.to_vec()),
             Tensor::Lt(c) => (Op::Compare(CmpOp::Lt), c.to_vec()),

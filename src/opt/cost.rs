@@ -111,11 +111,8 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
     match node {
         Tensor::Reshape(_) if copies => copy,
         Tensor::Contiguous(_) | Tensor::Concat(_) | Tensor::Stack(_) | Tensor::Cat(_) => copy,
-        Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::Scale(_) => Cost::kernel(out, io(&[0])),
-        Tensor::Add(_)
-        | Tensor::Sub(_)
-        | Tensor::Mul(_)
-        | Tensor::Div(_)
+        Tensor::Unary(..) | Tensor::Scale(_) => Cost::kernel(out, io(&[0])),
+        Tensor::Binary(..)
         | Tensor::Eq(_)
         | Tensor::Ne(_)
         | Tensor::Lt(_)
@@ -125,6 +122,10 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
         Tensor::MaskedFill(_) => Cost::kernel(out, io(&[0, 1])),
         // One FLOP more than `masked_softmax` without a mask, so a tie prints as the fused op.
         Tensor::Softmax(_) => Cost::kernel(SOFTMAX * out + 1, io(&[0])),
+        Tensor::Where(_) => Cost::kernel(out, io(&[0, 1, 2])),
+        Tensor::Tri(_) => Cost::kernel(out, io(&[0])),
+        Tensor::Fill(_) => Cost::kernel(0, 4 * out),
+        Tensor::Reduce(..) => Cost::kernel(n(kid(0)), 4 * (n(kid(0)) + out)),
         Tensor::Linear(_) => {
             let inner = kid(0).shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
             let bias = !kid(2).is_none();

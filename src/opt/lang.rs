@@ -10,6 +10,7 @@
 //! are dims 3 and 4, `[s0,s1,512]` a shape, `0.125` a float, `3` an integer.
 
 use crate::dims::{Poly, Ratio, Sym};
+use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
 use egg::{define_language, Id};
 use std::fmt;
 use std::str::FromStr;
@@ -33,13 +34,13 @@ define_language! {
         "squeeze" = Squeeze([Id; 2]),        // x, axis
         "softmax" = Softmax([Id; 2]),        // x, axis
         "masked_fill" = MaskedFill([Id; 3]), // x, mask, value
-        "neg" = Neg(Id),
-        "sqrt" = Sqrt(Id),
-        "exp" = Exp(Id),
-        "add" = Add([Id; 2]),
-        "sub" = Sub([Id; 2]),
-        "mul" = Mul([Id; 2]),
-        "div" = Div([Id; 2]),
+        // Elementwise primitives, named as in the op table (`neg`, `exp`, `add`, `maximum`).
+        Unary(UnaryOp, [Id; 1]),
+        Binary(BinaryOp, [Id; 2]),
+        Reduce(ReduceOp, [Id; 3]),
+        "where" = Where([Id; 3]),            // cond, a, b
+        "tri" = Tri([Id; 3]),                // x, upper (0 or 1), diagonal
+        "fill" = Fill([Id; 2]),              // float, shape           // x, axes (a shape of integers), keepdim (0 or 1)
         "eq" = Eq([Id; 2]),
         "ne" = Ne([Id; 2]),
         "lt" = Lt([Id; 2]),

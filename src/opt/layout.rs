@@ -90,13 +90,11 @@ pub fn lay_out(
             moved(x, s)
         }
         // `mul(x, literal)` for `Scale`: the literal, of rank 0, decides nothing.
-        Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::Scale(_) => {
+        Tensor::Unary(..) | Tensor::Scale(_) => {
             layout::elementwise_order(dims, &operands[..1.min(operands.len())], &shape)
         }
-        Tensor::Add(_)
-        | Tensor::Sub(_)
-        | Tensor::Mul(_)
-        | Tensor::Div(_)
+        Tensor::Where(_) => layout::elementwise_order(dims, &[kid(0)?, kid(1)?, kid(2)?], &shape),
+        Tensor::Binary(..)
         | Tensor::Eq(_)
         | Tensor::Ne(_)
         | Tensor::Lt(_)

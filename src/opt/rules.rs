@@ -13,6 +13,7 @@
 use super::analysis::{Ctx, Data, Kind, EG};
 use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::Poly;
+use crate::ir::{BinaryOp, UnaryOp};
 use egg::{rewrite as rw, Applier, ENodeOrVar, Id, MultiPattern, PatternAst, Rewrite, Subst, Symbol, Var};
 
 pub type Rw = Rewrite<Tensor, Ctx>;
@@ -96,18 +97,16 @@ pub fn rules() -> Vec<Rw> {
     ];
     rules.push(merge_linear());
     // Per-head elementwise ops lift like masked_fill (see `LiftElementwise`).
-    let unary: [(&str, MakeUnary); 3] = [("neg", Tensor::Neg), ("sqrt", Tensor::Sqrt), ("exp", Tensor::Exp)];
-    for (op, make) in unary {
+    // Every elementwise primitive of the op table lifts the same way.
+    for &op in UnaryOp::ALL {
         let lhs: egg::Pattern<Tensor> = format!("({op} (select ?x ?a ?h))").parse().unwrap();
-        rules.push(Rewrite::new(format!("lift-{op}"), lhs, LiftElementwise::Unary(make)).unwrap());
+        rules.push(Rewrite::new(format!("lift-{op}"), lhs, LiftElementwise::Unary(op)).unwrap());
     }
-    let binary: [(&str, MakeBinary); 4] =
-        [("add", Tensor::Add), ("sub", Tensor::Sub), ("mul", Tensor::Mul), ("div", Tensor::Div)];
-    for (op, make) in binary {
+    for &op in BinaryOp::ALL {
         let lifts = [
-            (format!("lift-{op}-left"), format!("({op} (select ?x ?a ?h) ?y)"), LiftElementwise::Binary(make, true)),
-            (format!("lift-{op}-right"), format!("({op} ?y (select ?x ?a ?h))"), LiftElementwise::Binary(make, false)),
-            (format!("lift-{op}-both"), format!("({op} (select ?x ?a ?h) (select ?y ?a ?h))"), LiftElementwise::Both(make)),
+            (format!("lift-{op}-left"), format!("({op} (select ?x ?a ?h) ?y)"), LiftElementwise::Binary(op, true)),
+            (format!("lift-{op}-right"), format!("({op} ?y (select ?x ?a ?h))"), LiftElementwise::Binary(op, false)),
+            (format!("lift-{op}-both"), format!("({op} (select ?x ?a ?h) (select ?y ?a ?h))"), LiftElementwise::Both(op)),
         ];
         for (name, lhs, applier) in lifts {
             let lhs: egg::Pattern<Tensor> = lhs.parse().unwrap();
@@ -124,6 +123,15 @@ pub fn rules() -> Vec<Rw> {
             let applier = Checked { rhs: rhs.parse().unwrap(), scalar: Some("?c".parse().unwrap()) };
             rules.push(Rewrite::new(name, lhs, applier).unwrap());
         }
+    }
+    // `where(x == k, a, f)` with a scalar `f` is `a.masked_fill(x != k, f)` (and `!=` the
+    // other way), NaN included: so a causal mask built with `where`, as GPT-2 builds it,
+    // reaches the fused attention like a `masked_fill`.
+    for (op, negated) in [("eq", "ne"), ("ne", "eq")] {
+        let lhs: egg::Pattern<Tensor> = format!("(where ({op} ?x ?k) ?a ?f)").parse().unwrap();
+        let rhs = format!("(masked_fill ?a ({negated} ?x ?k) ?f)").parse().unwrap();
+        let applier = Checked { rhs, scalar: Some("?f".parse().unwrap()) };
+        rules.push(Rewrite::new(format!("where-{op}-masked-fill"), lhs, applier).unwrap());
     }
     rules
 }
@@ -201,15 +209,11 @@ fn apply_built(
 /// for an invariant `y` (with a unit axis where the heads are, as a mask gets), and
 /// `op(head h of x, head h of y)` is head h of `op(x, y)`.
 pub enum LiftElementwise {
-    Unary(MakeUnary),
+    Unary(UnaryOp),
     /// The op, and whether the head is its left operand.
-    Binary(MakeBinary, bool),
-    Both(MakeBinary),
+    Binary(BinaryOp, bool),
+    Both(BinaryOp),
 }
-
-/// The constructor of a unary or binary op of the language (`Tensor::Exp`, `Tensor::Add`).
-type MakeUnary = fn(Id) -> Tensor;
-type MakeBinary = fn([Id; 2]) -> Tensor;
 
 impl Applier<Tensor, Ctx> for LiftElementwise {
     fn apply_one(
@@ -225,19 +229,19 @@ impl Applier<Tensor, Ctx> for LiftElementwise {
                 LiftElementwise::Unary(op) => {
                     head_var(m, "?h", &["?x"])?;
                     let x = r.var("?x");
-                    r.node(op(x))
+                    r.node(Tensor::Unary(*op, [x]))
                 }
                 LiftElementwise::Binary(op, left) => {
                     head_var(m, "?h", &["?x", "?y"])?;
                     let x = r.var("?x");
                     let y = invariant_operand(m, r, "?y")?;
-                    r.node(op(if *left { [x, y] } else { [y, x] }))
+                    r.node(Tensor::Binary(*op, if *left { [x, y] } else { [y, x] }))
                 }
                 LiftElementwise::Both(op) => {
                     head_var(m, "?h", &["?x", "?y"])?;
                     (m.data("?x").rank()? == m.data("?y").rank()?).then_some(())?;
                     let (x, y) = (r.var("?x"), r.var("?y"));
-                    r.node(op([x, y]))
+                    r.node(Tensor::Binary(*op, [x, y]))
                 }
             };
             let (axis, h) = (r.var("?a"), r.var("?h"));

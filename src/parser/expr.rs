@@ -2,7 +2,7 @@
 //! postfix methods and indexing, and primaries.
 
 use super::Parser;
-use crate::ast::{BinOp, Expr, ExprKind};
+use crate::ast::{BinOp, Expr, ExprKind, Kwarg};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::lexer::Token::{self, *};
 use crate::source::Span;
@@ -17,18 +17,21 @@ fn binary_op(token: Token) -> Option<(BinOp, u8)> {
         LessEqual => (BinOp::Le, 1),
         Greater => (BinOp::Gt, 1),
         GreaterEqual => (BinOp::Ge, 1),
-        Plus => (BinOp::Add, 2),
-        Minus => (BinOp::Sub, 2),
-        Star => (BinOp::Mul, 3),
-        Slash => (BinOp::Div, 3),
-        Percent => (BinOp::Rem, 3),
-        At => (BinOp::MatMul, 3),
+        Pipe => (BinOp::Or, 2),
+        Amp => (BinOp::And, 3),
+        Plus => (BinOp::Add, 4),
+        Minus => (BinOp::Sub, 4),
+        Star => (BinOp::Mul, 5),
+        Slash => (BinOp::Div, 5),
+        SlashSlash => (BinOp::FloorDiv, 5),
+        Percent => (BinOp::Rem, 5),
+        At => (BinOp::MatMul, 5),
         _ => return None,
     })
 }
 
 const COMPARISON: u8 = 1;
-const SUM: u8 = 2;
+const SUM: u8 = 4;
 
 fn boxed(expr: Expr) -> Box<Expr> {
     Box::new(expr)
@@ -127,22 +130,40 @@ impl Parser<'_> {
         Some(lhs)
     }
 
-    /// unary = "-" unary | postfix
+    /// unary = ( "-" | "~" ) unary | power
     fn parse_unary(&mut self) -> Option<Expr> {
-        if !matches!(self.peek(), Minus) {
-            return self.parse_postfix();
-        }
+        let not = match self.peek() {
+            Minus => false,
+            Tilde => true,
+            _ => return self.parse_power(),
+        };
         if !self.enter(true) {
             return Some(self.missing("expression"));
         }
-        let minus = self.bump();
+        let op = self.bump();
         let operand = self.parse_unary().unwrap_or_else(|| self.missing("expression"));
         self.leave(true);
-        let span = minus.to(operand.span);
-        Some(Expr {
-            kind: ExprKind::Neg(boxed(operand)),
-            span,
-        })
+        let span = op.to(operand.span);
+        let kind = match not {
+            true => ExprKind::Not(boxed(operand)),
+            false => ExprKind::Neg(boxed(operand)),
+        };
+        Some(Expr { kind, span })
+    }
+
+    /// power = postfix [ "**" unary ]: right-associative and tighter than a unary minus on
+    /// its left (`-x ** 2` is `-(x ** 2)`), as in Python; `x ** -0.5` is allowed.
+    fn parse_power(&mut self) -> Option<Expr> {
+        let base = self.parse_postfix()?;
+        if !self.at(StarStar) || !self.enter(true) {
+            return Some(base);
+        }
+        self.bump();
+        let exponent = self.parse_unary().unwrap_or_else(|| self.missing("expression"));
+        self.leave(true);
+        let span = base.span.to(exponent.span);
+        let kind = ExprKind::Binary(BinOp::Pow, boxed(base), boxed(exponent));
+        Some(Expr { kind, span })
     }
 
     /// postfix = primary { method | index }
@@ -173,13 +194,14 @@ impl Parser<'_> {
         let Some(open) = self.expect_one(LeftParen) else {
             return self.error_node(receiver.span.to(method.span));
         };
-        let args = self.parse_args();
+        let (args, kwargs) = self.parse_call_args();
         let close = self.expect_closing(open, RightParen).unwrap_or(self.last);
         let span = receiver.span.to(close);
         let kind = ExprKind::Method {
             receiver: boxed(receiver),
             method,
             args,
+            kwargs,
         };
         Expr { kind, span }
     }
@@ -200,10 +222,31 @@ impl Parser<'_> {
         Expr { kind, span }
     }
 
-    /// primary = int | float | call | name | tuple | for
+    /// primary = int | float | "True" | "False" | "None" | "inf" | "..." | string | call
+    ///         | name | tuple | list | for
     fn parse_primary(&mut self) -> Option<Expr> {
         let span = self.span();
         let kind = match self.peek() {
+            True | False | NoneLit | Inf | Ellipsis => {
+                let token = self.peek();
+                self.bump();
+                let kind = match token {
+                    True => ExprKind::Bool(true),
+                    False => ExprKind::Bool(false),
+                    NoneLit => ExprKind::NoneLit,
+                    Inf => ExprKind::Inf,
+                    _ => ExprKind::Ellipsis,
+                };
+                return Some(Expr { kind, span });
+            }
+            Str => {
+                let s = self.expect_string()?;
+                return Some(Expr {
+                    kind: ExprKind::Str(s.value),
+                    span: s.span,
+                });
+            }
+            LeftSquare => return Some(self.parse_list_literal()),
             Int => {
                 self.bump();
                 let value = self.text(span).parse();
@@ -236,12 +279,56 @@ impl Parser<'_> {
         let func = self.name_here();
         self.bump();
         let open = self.bump();
-        let args = self.parse_args();
+        let (args, kwargs) = self.parse_call_args();
         let close = self.expect_closing(open, RightParen).unwrap_or(self.last);
         let span = func.span.to(close);
         Expr {
-            kind: ExprKind::Call { func, args },
+            kind: ExprKind::Call { func, args, kwargs },
             span,
+        }
+    }
+
+    /// call_args = [ arg { "," arg } [ "," ] ], arg = [ word "=" ] expr: positional
+    /// arguments first. Any name or keyword before `=` names a parameter (`dim=-1`).
+    fn parse_call_args(&mut self) -> (Vec<Expr>, Vec<Kwarg>) {
+        let mut args = Vec::new();
+        let mut kwargs: Vec<Kwarg> = Vec::new();
+        let items = self.parse_list(RightParen, |p| {
+            let named = (p.at(Ident) || p.peek().is_keyword()) && p.peek_second() == Equal;
+            if !named {
+                return Some((None, p.expect_expr()));
+            }
+            let name = p.name_here();
+            p.bump();
+            p.bump();
+            Some((Some(name), p.expect_expr()))
+        });
+        for (name, value) in items {
+            match name {
+                Some(name) => kwargs.push(Kwarg { name, value }),
+                None if !kwargs.is_empty() => {
+                    let d = Diagnostic::error(
+                        Code::E0002,
+                        value.span,
+                        "positional argument after a keyword argument",
+                    )
+                    .with_hint("put the positional arguments first, as Python requires");
+                    self.report(d);
+                }
+                None => args.push(value),
+            }
+        }
+        (args, kwargs)
+    }
+
+    /// list = "[" [ expr { "," expr } [ "," ] ] "]"
+    fn parse_list_literal(&mut self) -> Expr {
+        let open = self.bump();
+        let items = self.parse_list(RightSquare, |p| Some(p.expect_expr()));
+        let close = self.expect_closing(open, RightSquare).unwrap_or(self.last);
+        Expr {
+            kind: ExprKind::List(items),
+            span: open.to(close),
         }
     }
 

@@ -11,13 +11,14 @@ use crate::source::Span;
 pub(super) fn layout(tokens: Vec<(Token, Span)>, end: usize) -> Vec<(Token, Span)> {
     // The first token after each position that is not a newline, found back to front so
     // that long runs of blank lines cost linear time.
-    let mut next = vec![Eof; tokens.len() + 1];
+    let mut next = vec![tokens.len(); tokens.len() + 1];
     for i in (0..tokens.len()).rev() {
         next[i] = match tokens[i].0 {
             Newline => next[i + 1],
-            token => token,
+            _ => i,
         };
     }
+    let token_at = |i: usize| tokens.get(i).map_or(Eof, |t| t.0);
     let mut out = Vec::with_capacity(tokens.len() + 1);
     let mut open = OpenBrackets::default();
     for (i, &(token, span)) in tokens.iter().enumerate() {
@@ -25,8 +26,10 @@ pub(super) fn layout(tokens: Vec<(Token, Span)>, end: usize) -> Vec<(Token, Span
             LeftParen | LeftSquare | LeftBrace => open.push(token),
             RightParen | RightSquare | RightBrace => open.close(token),
             Newline => {
-                let following = next[i + 1];
-                if starts_statement(following) {
+                let at = next[i + 1];
+                let following = token_at(at);
+                // `dim=-1` on a line of its own inside a call is an argument, not an item.
+                if starts_statement(following) && token_at(at + 1) != Equal {
                     open.close_parens();
                 }
                 if open.in_parens() || matches!(following, RArrow | LeftBrace) {

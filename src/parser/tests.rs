@@ -129,6 +129,22 @@ fn item_kind(item: &Item) -> &'static str {
     }
 }
 
+/// Positional arguments, then each keyword argument as a `(= name value)` pseudo-call.
+fn with_kwargs(args: &[Expr], kwargs: &[crate::ast::Kwarg]) -> Vec<Expr> {
+    let named = kwargs.iter().map(|k| Expr {
+        kind: ExprKind::Call {
+            func: crate::ast::Ident {
+                name: format!("= {}", k.name.name),
+                span: k.name.span,
+            },
+            args: vec![k.value.clone()],
+            kwargs: vec![],
+        },
+        span: k.name.span,
+    });
+    args.iter().cloned().chain(named).collect()
+}
+
 fn show(e: &Expr) -> String {
     let list = |head: String, args: &[Expr]| {
         let args: Vec<String> = args.iter().map(show).collect();
@@ -142,12 +158,23 @@ fn show(e: &Expr) -> String {
         ExprKind::Neg(x) => format!("(- {})", show(x)),
         ExprKind::Binary(op, a, b) => format!("({} {} {})", op.symbol(), show(a), show(b)),
         ExprKind::Range(a, b) => format!("(: {} {})", opt(a), opt(b)),
-        ExprKind::Call { func, args } => list(func.name.clone(), args),
+        ExprKind::Call { func, args, kwargs } => list(func.name.clone(), &with_kwargs(args, kwargs)),
         ExprKind::Method {
             receiver,
             method,
             args,
-        } => list(format!(".{} {}", method.name, show(receiver)), args),
+            kwargs,
+        } => list(
+            format!(".{} {}", method.name, show(receiver)),
+            &with_kwargs(args, kwargs),
+        ),
+        ExprKind::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+        ExprKind::NoneLit => "None".to_string(),
+        ExprKind::Inf => "inf".to_string(),
+        ExprKind::Ellipsis => "...".to_string(),
+        ExprKind::Str(s) => format!("{s:?}"),
+        ExprKind::Not(x) => format!("(~ {})", show(x)),
+        ExprKind::List(items) => list("list".to_string(), items),
         ExprKind::Index { base, indices } => list(format!("[] {}", show(base)), indices),
         ExprKind::Tuple(items) => list("tuple".to_string(), items),
         ExprKind::For {

@@ -136,6 +136,10 @@ impl<'p> Interp<'p> {
             Op::Unsqueeze(axis) => arg(0)?.unsqueeze(*axis),
             Op::Squeeze(axis) => arg(0)?.squeeze(*axis),
             Op::Softmax(axis) => ops::softmax(arg(0)?, *axis),
+            Op::Where => ops::masked_fill(arg(2)?, arg(0)?, arg(1)?),
+            Op::Tri { upper, diagonal } => ops::tri(arg(0)?, *upper, *diagonal),
+            Op::Fill(v) => Some(Tensor::new(expected.to_vec(), vec![*v as f32; numel(expected)]).into()),
+            Op::Reduce { op, axes, keepdim } => ops::reduce(arg(0)?, *op, axes, *keepdim),
             Op::MaskedFill => ops::masked_fill(arg(0)?, arg(1)?, arg(2)?),
             Op::Unary(op) => Some(unary(*op, arg(0)?)),
             Op::Binary(op) => binary(*op, arg(0)?, arg(1)?),
@@ -219,22 +223,13 @@ fn scalar(v: f32) -> Strided {
     Tensor::scalar(v).into()
 }
 
-/// One match per op, outside the element loop, so each loop is monomorphic.
+/// A primitive's meaning from the op table, one element at a time.
 fn unary(op: UnaryOp, x: &Strided) -> Strided {
-    match op {
-        UnaryOp::Neg => ops::map(x, |v| -v),
-        UnaryOp::Sqrt => ops::map(x, f32::sqrt),
-        UnaryOp::Exp => ops::map(x, f32::exp),
-    }
+    ops::map(x, |v| op.eval(v))
 }
 
 fn binary(op: BinaryOp, a: &Strided, b: &Strided) -> Option<Strided> {
-    match op {
-        BinaryOp::Add => ops::zip_with(a, b, |x, y| x + y),
-        BinaryOp::Sub => ops::zip_with(a, b, |x, y| x - y),
-        BinaryOp::Mul => ops::zip_with(a, b, |x, y| x * y),
-        BinaryOp::Div => ops::zip_with(a, b, |x, y| x / y),
-    }
+    ops::zip_with(a, b, |x, y| op.eval(x, y))
 }
 
 /// A program the interpreter cannot run although the checker accepted it: a bug.

@@ -6,7 +6,7 @@
 //! accumulates in f64, so it is both fast enough and a tight reference for the JIT.
 
 use super::tensor::{broadcast_shapes, numel, Strided, Tensor};
-use crate::ir::CmpOp;
+use crate::ir::{CmpOp, ReduceOp};
 
 /// Elementwise `f(a, b)` with PyTorch broadcasting (either side may be rank 0).
 pub fn zip_with(a: &Strided, b: &Strided, f: impl Fn(f32, f32) -> f32) -> Option<Strided> {
@@ -246,6 +246,57 @@ pub fn concat(items: &[Strided], axis: usize) -> Option<Strided> {
 pub fn stack(items: &[Strided], axis: usize) -> Option<Strided> {
     let unsqueezed: Option<Vec<Strided>> = items.iter().map(|t| t.unsqueeze(axis)).collect();
     concat(&unsqueezed?, axis)
+}
+
+/// `op` of `x` over `axes` (sorted), in row-major order of the reduced elements. A sum
+/// accumulates in f64 and rounds once, so it is at least as exact as any backend's.
+pub fn reduce(x: &Strided, op: ReduceOp, axes: &[usize], keepdim: bool) -> Option<Strided> {
+    if axes.iter().any(|&a| a >= x.rank()) {
+        return None;
+    }
+    // Move the reduced axes last: each output element is one contiguous run.
+    let mut perm: Vec<usize> = (0..x.rank()).filter(|a| !axes.contains(a)).collect();
+    perm.extend_from_slice(axes);
+    let data = x.permute(&perm)?.to_vec();
+    let len: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let kept: Vec<usize> = (0..x.rank())
+        .filter(|a| !axes.contains(a))
+        .map(|a| x.shape[a])
+        .collect();
+    let out: Vec<f32> = match len {
+        0 => vec![op.identity(); numel(&kept)],
+        _ => data
+            .chunks(len)
+            .map(|row| match op {
+                ReduceOp::Sum => row.iter().map(|&v| f64::from(v)).sum::<f64>() as f32,
+                _ => row.iter().fold(op.identity(), |acc, &v| op.combine(acc, v)),
+            })
+            .collect(),
+    };
+    let shape = match keepdim {
+        true => (0..x.rank())
+            .map(|a| if axes.contains(&a) { 1 } else { x.shape[a] })
+            .collect(),
+        false => kept,
+    };
+    Some(Tensor::new(shape, out).into())
+}
+
+/// `tril(x, diagonal)` (`upper` false) or `triu`: on the last two axes, element `(i, j)`
+/// is kept when `j - i <= diagonal` (`>=` for `triu`), else 0.
+pub fn tri(x: &Strided, upper: bool, diagonal: i64) -> Option<Strided> {
+    let r = x.rank().checked_sub(2)?;
+    let (rows, cols) = (x.shape[r], x.shape[r + 1]);
+    let mut data = x.to_vec();
+    for (k, v) in data.iter_mut().enumerate() {
+        let (i, j) = ((k / cols.max(1)) % rows.max(1), k % cols.max(1));
+        let d = j as i64 - i as i64;
+        let keep = if upper { d >= diagonal } else { d <= diagonal };
+        if !keep {
+            *v = 0.0;
+        }
+    }
+    Some(Tensor::new(x.shape.clone(), data).into())
 }
 
 #[cfg(test)]

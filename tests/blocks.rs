@@ -1,0 +1,107 @@
+//! Whole transformer blocks (`examples/*_layer.attn`, `gpt2_block.attn`) against the
+//! PyTorch fixtures in `tests/fixtures/blocks`, through the binary, with the weights loaded
+//! under their state_dict keys: `|got - expected| <= 1e-5 * max|expected| + 1e-6`, NaN and
+//! infinity in the same places.
+
+use attnc::runtime::files::TensorFile;
+use attnc::runtime::Tensor;
+use std::path::{Path, PathBuf};
+
+mod common;
+use common::{attnc, stderr};
+
+fn blocks() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blocks")
+}
+
+fn tensor(file: &Path, key: &str) -> Tensor {
+    TensorFile::open(file)
+        .unwrap()
+        .get(key)
+        .and_then(|e| e.tensor)
+        .unwrap_or_else(|| panic!("{key} in {}", file.display()))
+}
+
+/// Whether `got` is `want` within the fixtures' tolerance, special values in place.
+fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    let scale = want
+        .data
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f32, |m, v| m.max(v.abs()));
+    let tol = 1e-5 * scale + 1e-6;
+    for (i, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
+        let ok = match (w.is_nan(), w.is_infinite()) {
+            (true, _) => g.is_nan(),
+            (_, true) => g == w,
+            _ => (g - w).abs() <= tol,
+        };
+        assert!(
+            ok,
+            "{what}: element {i} is {g}, PyTorch gives {w} (tolerance {tol:e})"
+        );
+    }
+}
+
+/// Runs `example` on fixture `name` with `dims` on `backend` and compares `out`.
+fn reproduce(example: &str, name: &str, dims: &[&str], backend: &str) {
+    let dir = std::env::temp_dir().join(format!("attnc-blocks-{}-{name}-{backend}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |kind: &str| blocks().join(format!("{kind}_{name}.safetensors"));
+    let out = dir.join("out.safetensors");
+    let (weights, inputs) = (file("weights"), file("inputs"));
+    let mut args = vec![
+        "run",
+        example,
+        "--backend",
+        backend,
+        "--weights",
+        weights.to_str().unwrap(),
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    for d in dims {
+        args.extend(["--dim", d]);
+    }
+    let o = attnc(&args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{example} on {name} ({backend}): {}",
+        stderr(&o)
+    );
+    let what = format!("{example} on {name} ({backend})");
+    assert_close(&what, &tensor(&out, "out"), &tensor(&file("expected"), "out"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn encoder_layer_reproduces_the_annotated_transformer() {
+    let dims = ["D=16", "H=4", "F=32"];
+    reproduce(
+        "examples/encoder_layer.attn",
+        "encoder_b2_n7_d16_h4_f32",
+        &dims,
+        "interp",
+    );
+}
+
+#[test]
+fn gpt2_block_reproduces_hugging_face() {
+    let dims = ["D=24", "H=4"];
+    reproduce("examples/gpt2_block.attn", "gpt2_b2_n9_d24_h4", &dims, "interp");
+}
+
+#[test]
+fn llama_layer_reproduces_hugging_face() {
+    let dims = ["D=32", "H=4", "Hkv=2", "F=48"];
+    reproduce(
+        "examples/llama_layer.attn",
+        "llama_b1_n8_d32_h4_kv2_f48",
+        &dims,
+        "interp",
+    );
+}
