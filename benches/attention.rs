@@ -120,6 +120,8 @@ impl Case {
             mask,
             positions,
             kv_group: 1,
+            score: None,
+            tail: None,
             block: self.block,
         };
         let plan = Plan {
@@ -133,7 +135,7 @@ impl Case {
             prologue: vec![],
             kernels: vec![Kernel {
                 label: self.name.clone(),
-                op: KernelOp::Attention(attention),
+                op: KernelOp::Attention(Box::new(attention)),
             }],
             outputs: vec![("out".into(), 4, vec![h, n, dk])],
             arena_len: 0,

@@ -11,6 +11,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+#[macro_use]
+mod output;
 mod native;
 mod plot;
 
@@ -281,7 +283,7 @@ fn check(path: &Path, dims: &[DimOverride], format: Format) -> i32 {
     match format {
         Format::Json => {
             let obj = render::check_json(&src, &checked.diagnostics, &checked.program);
-            println!("{obj}");
+            outln!("{obj}");
         }
         Format::Text => {
             eprint!(
@@ -289,7 +291,7 @@ fn check(path: &Path, dims: &[DimOverride], format: Format) -> i32 {
                 render::diagnostics_text(&path.display().to_string(), &src, &checked.diagnostics)
             );
             if !checked.has_errors() {
-                print!("{}", render::bindings_text(&checked.program));
+                out!("{}", render::bindings_text(&checked.program));
             }
         }
     }
@@ -331,20 +333,20 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u
     }
     match stage {
         Stage::Kernels | Stage::Clif => unreachable!("handled above"),
-        Stage::Typed if flags.dot => print!("{}", checked.program.to_dot()),
-        Stage::Typed => print!("{}", checked.program.to_text()),
+        Stage::Typed if flags.dot => out!("{}", checked.program.to_dot()),
+        Stage::Typed => out!("{}", checked.program.to_text()),
         Stage::Optimized if flags.dot => {
-            print!("{}", attnc::opt::optimize(&checked.program).program.to_dot())
+            out!("{}", attnc::opt::optimize(&checked.program).program.to_dot())
         }
         Stage::Optimized => {
             let optimized = attnc::opt::optimize(&checked.program);
-            print!("{}", optimized.program.to_text());
+            out!("{}", optimized.program.to_text());
             if flags.stats {
-                print!("==== STATS ====\n{}", optimized.stats);
+                out!("==== STATS ====\n{}", optimized.stats);
             }
             if flags.explain {
                 match attnc::opt::explain(&checked.program) {
-                    Ok(text) => print!("==== EXPLAIN ====\n{text}"),
+                    Ok(text) => out!("==== EXPLAIN ====\n{text}"),
                     Err(why) => {
                         eprintln!("error: {why}");
                         return 1;
@@ -373,6 +375,10 @@ fn run(args: &RunArgs) -> i32 {
         max_memory: Some(args.memory.budget()),
         ..args.tensors.options()
     };
+    if let Some(Err(e)) = args.output.as_deref().map(runtime::files::output_target) {
+        eprintln!("{e}");
+        return 1;
+    }
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
         let bound_at = Instant::now();
@@ -399,17 +405,15 @@ fn run(args: &RunArgs) -> i32 {
             return 1;
         }
     }
-    let width = outputs.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let width = outputs.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0);
     let shapes: Vec<String> = outputs.iter().map(|(_, t)| format!("{:?}", t.shape)).collect();
     let shape_width = shapes.iter().map(String::len).max().unwrap_or(0);
     for ((name, t), shape) in outputs.iter().zip(&shapes) {
-        println!(
-            "{name:width$}  {shape:shape_width$}  checksum {:.6}",
-            runtime::checksum(t)
-        );
+        let (name, shape) = (render::pad(name, width), render::pad(shape, shape_width));
+        outln!("{name}  {shape}  checksum {:.6}", runtime::checksum(t));
     }
     if let Some(path) = &args.output {
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display());
     }
     for (name, path) in &args.plot {
         let Some((_, t)) = outputs.iter().find(|(n, _)| n == name) else {
@@ -432,12 +436,12 @@ fn run(args: &RunArgs) -> i32 {
     };
     let run_ms = ms(done - bound_at);
     match compile_ms {
-        Some(c) => println!(
+        Some(c) => outln!(
             "time: load {:.3} ms, compile {c:.3} ms, run {:.3} ms ({backend})",
             ms(bound_at - start),
             run_ms - c
         ),
-        None => println!(
+        None => outln!(
             "time: load {:.3} ms, run {run_ms:.3} ms ({backend})",
             ms(bound_at - start)
         ),

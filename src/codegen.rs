@@ -10,7 +10,7 @@
 //! GEMM tiles call `attnc_sgemm`, an `extern "C"` shim over the `gemm` crate (declared as
 //! an import and bound to the shim's address), so the JIT code does the loops, the
 //! prologues and the softmax arithmetic, and the microkernel does the tile products. The
-//! float functions without a vector form yet (`sigmoid`, `log`, `sin`, ...) are imported the
+//! float functions without a vector form yet (`sin`, `cos`, `pow`) are imported the
 //! same way, as Rust `extern "C"` functions called once per lane ([`math::Call`]).
 
 mod attention;

@@ -496,6 +496,36 @@ impl DimTable {
         a == b || self.with_consts(&a.sub(b)).is_zero()
     }
 
+    /// Whether `p` is 1 for every value of the free dims, given the constant dims' values
+    /// (`U` with `dim U = 1`, `H * 3 - 8` with `H = 3`).
+    pub fn is_one(&self, p: &Poly) -> bool {
+        self.with_consts(p).as_int() == Some(1)
+    }
+
+    /// Whether `p`, a size, is 1 for no value of the free dims: provably at least 2
+    /// (`12 * B * N`), or provably at most 0.
+    pub fn never_one(&self, p: &Poly) -> bool {
+        self.provably_nonneg(&p.sub(&Poly::int(2))) || self.provably_nonneg(&p.neg())
+    }
+
+    /// Whether `p` is at least 1 for every value of the free dims: a size that is never 0.
+    pub fn provably_positive(&self, p: &Poly) -> bool {
+        self.provably_nonneg(&p.sub(&Poly::int(1)))
+    }
+
+    /// `p` as an integer where it is a fraction or a sum of constant dims that their values
+    /// make an integer (the `-1` of `x.view(-1, B * N * 12)` on `[B, N, D]`, `D = 12`, is
+    /// `D / 12`, that is 1; the slice `H * 3 : 10` with `H = 3` has size 1); else `p`, so
+    /// that `D` and `Dk` still print as themselves.
+    pub fn simplify(&self, p: &Poly) -> Poly {
+        let fraction = p.terms().any(|(_, c)| c.as_int().is_none());
+        let sum = p.terms().count() > 1;
+        match self.with_consts(p).as_int() {
+            Some(n) if fraction || sum => Poly::int(n),
+            _ => p.clone(),
+        }
+    }
+
     /// `a / b`, proved to be an integer for every value of the free dims.
     pub fn div(&self, a: &Poly, b: &Poly) -> Result<Poly, DivError> {
         if self.with_consts(b).is_zero() {

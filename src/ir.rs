@@ -26,8 +26,14 @@ pub enum DType {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
     pub shape: Vec<Poly>,
+    /// The strides PyTorch gives the value; where they depend on the sizes (`varies`), the
+    /// strides of the general case.
     pub strides: Vec<Poly>,
     pub dtype: DType,
+    /// Whether some sizes give the value other strides (a `reshape` that is a view for some
+    /// sizes only, an elementwise result whose operands' order depends on the sizes). No
+    /// `view` may then rely on the strides: it may only split axes (see `check::layout`).
+    pub varies: bool,
 }
 
 /// The type of a node's value.
@@ -291,6 +297,7 @@ impl TensorType {
             shape,
             strides,
             dtype,
+            varies: false,
         }
     }
 
@@ -303,13 +310,16 @@ impl TensorType {
         self.shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d))
     }
 
-    /// Row-major for every value of the free dims (axes of constant size 1 do not count).
+    /// Row-major for every value of the free dims (axes of size 1 given the constants do not
+    /// count, as in PyTorch's `is_contiguous`).
     pub fn is_contiguous(&self, dims: &DimTable) -> bool {
         let expected = row_major_strides(&self.shape);
-        self.shape
-            .iter()
-            .zip(self.strides.iter().zip(&expected))
-            .all(|(size, (s, e))| size.is_one() || dims.equal(s, e))
+        !self.varies
+            && self
+                .shape
+                .iter()
+                .zip(self.strides.iter().zip(&expected))
+                .all(|(size, (s, e))| dims.is_one(size) || dims.equal(s, e))
     }
 }
 

@@ -27,6 +27,7 @@ use std::fmt::{self, Write as _};
 
 mod index_mask;
 mod text;
+mod validate;
 
 pub use index_mask::{Affine, IndexMask, Keep, Tile, TileCounts, Truth};
 pub use text::byte_size;
@@ -161,7 +162,37 @@ pub struct Attention {
     pub mask: Option<MaskFill>,
     pub positions: Option<IndexMask>,
     pub kv_group: usize,
+    /// A change of the scores applied to each tile before either mask.
+    pub score: Option<ScoreMod>,
+    /// Where the last keys come from another pair of operands (a decode step's new key and
+    /// value after its cache): `k` and `v` then hold the first `m - tail.len` keys.
+    pub tail: Option<KeyTail>,
     pub block: (usize, usize),
+}
+
+/// The last `len` keys of an attention kernel and their values, strided over
+/// `[kv batch.., len, dk]` and `[kv batch.., len, dv]`: `cat([k_cache, k_new], dim=2)`
+/// read in place, never copied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyTail {
+    pub k: Operand,
+    pub v: Operand,
+    pub len: usize,
+}
+
+/// An elementwise change of attention scores (ALiBi's `s + slope_h * (j - i)`, soft-capping's
+/// `c * tanh(s / c)`): `s' = expr(..)` where [`Expr::Input`] 0 is the scaled score, 1 the
+/// query row `i` and 2 the key `j` (as floats), and `3 + k` the element of `inputs[k]`,
+/// strided over the kernel's `[batch.., n, m]` (stride 0 along what it does not vary with).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoreMod {
+    pub inputs: Vec<Operand>,
+    pub expr: Vec<Expr>,
+}
+
+impl ScoreMod {
+    /// The leaves of the formula before the inputs: the score, `i` and `j`.
+    pub const LEAVES: usize = 3;
 }
 
 impl Attention {
@@ -189,7 +220,59 @@ impl Attention {
     /// like partial ones where [`Attention::skips_tiles`] does not hold).
     pub fn tile_counts(&self) -> Option<TileCounts> {
         let p = self.positions.as_ref()?;
-        Some(p.tiles((self.n, self.m), self.block))
+        let counts = self
+            .segments()
+            .map(|(start, len)| p.tiles_of_keys(self.n, (start, start + len), self.block));
+        Some(counts.fold(TileCounts::default(), |a, b| TileCounts {
+            kept: a.kept + b.kept,
+            partial: a.partial + b.partial,
+            skipped: a.skipped + b.skipped,
+        }))
+    }
+
+    /// The key ranges the kernel walks, each in blocks of its own: `(first key, length)` of
+    /// `k`/`v`, then of the tail.
+    pub fn segments(&self) -> impl Iterator<Item = (usize, usize)> {
+        let tail = self.tail.as_ref().map_or(0, |t| t.len);
+        let head = self.m.saturating_sub(tail);
+        [(0, head), (head, tail)].into_iter().filter(|&(_, len)| len > 0)
+    }
+
+    /// Grouped-query attention of one query row (a decode step): the `kv_group` query heads
+    /// that share a key/value head become that many rows of one task, so the shared keys are
+    /// read once per group rather than once per query head. `None` where that would change
+    /// the result: a mask of positions or a score change that reads the row `i`.
+    pub fn fold_query_groups(&self) -> Option<Attention> {
+        let (g, r) = (self.kv_group, self.batch.len());
+        let reads_row = self
+            .score
+            .as_ref()
+            .is_some_and(|s| s.expr.contains(&Expr::Input(1)));
+        if g <= 1 || self.n != 1 || r == 0 || self.positions.is_some() || reads_row {
+            return None;
+        }
+        // [.., heads, 1, x] -> [.., heads / g, g, x]: head h = hk * g + row.
+        let fold = |o: &Operand| {
+            let mut strides = o.strides.clone();
+            let head = strides[r - 1];
+            strides[r - 1] = head * g;
+            strides[r] = head;
+            Operand { strides, ..o.clone() }
+        };
+        let mut a = self.clone();
+        a.batch[r - 1] /= g;
+        a.n = g;
+        a.kv_group = 1;
+        a.q = fold(&self.q);
+        a.out = fold(&self.out);
+        if let Some(m) = &mut a.mask {
+            m.mask = fold(&m.mask);
+        }
+        if let Some(s) = &mut a.score {
+            s.inputs = s.inputs.iter().map(fold).collect();
+        }
+        a.block = (g, self.block.1);
+        Some(a)
     }
 }
 
@@ -369,7 +452,7 @@ impl Row {
 pub enum KernelOp {
     Gemm(Gemm),
     Softmax(Softmax),
-    Attention(Attention),
+    Attention(Box<Attention>),
     Map(Map),
     Row(Row),
 }
@@ -414,7 +497,7 @@ impl KernelOp {
             KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
             KernelOp::Attention(a) => product(&a.batch).saturating_mul(ceil_div(a.n, a.block.0)),
             KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
-            KernelOp::Row(r) => ceil_div(r.rows.iter().product(), r.rows_per_task),
+            KernelOp::Row(r) => ceil_div(product(&r.rows), r.rows_per_task),
         }
     }
 
@@ -499,14 +582,22 @@ impl KernelOp {
                 let with = |tail: [usize; 2]| [a.batch.as_slice(), &tail].concat();
                 let kv_batch = a.kv_batch();
                 let kv = |tail: [usize; 2]| [kv_batch.as_slice(), &tail].concat();
+                let head = a.m - a.tail.as_ref().map_or(0, |t| t.len.min(a.m));
                 let mut v = vec![
                     (&a.q, with([a.n, a.dk]), false),
-                    (&a.k, kv([a.m, a.dk]), false),
-                    (&a.v, kv([a.m, a.dv]), false),
+                    (&a.k, kv([head, a.dk]), false),
+                    (&a.v, kv([head, a.dv]), false),
                     (&a.out, with([a.n, a.dv]), true),
                 ];
                 if let Some(mask) = &a.mask {
                     v.push((&mask.mask, with([a.n, a.m]), false));
+                }
+                for input in a.score.iter().flat_map(|s| &s.inputs) {
+                    v.push((input, with([a.n, a.m]), false));
+                }
+                if let Some(t) = &a.tail {
+                    v.push((&t.k, kv([t.len, a.dk]), false));
+                    v.push((&t.v, kv([t.len, a.dv]), false));
                 }
                 v
             }
@@ -546,6 +637,12 @@ impl KernelOp {
                     .into_iter()
                     .for_each(clear);
                 a.mask.iter_mut().for_each(|m| clear(&mut m.mask));
+                a.score
+                    .iter_mut()
+                    .for_each(|s| s.inputs.iter_mut().for_each(clear));
+                if let Some(t) = &mut a.tail {
+                    [&mut t.k, &mut t.v].into_iter().for_each(clear);
+                }
             }
             KernelOp::Map(m) => {
                 m.inputs.iter_mut().for_each(clear);
@@ -619,6 +716,12 @@ fn well_formed(expr: &[Expr], inputs: usize, reduced: usize) -> bool {
 fn formulas(op: &KernelOp) -> Result<(), String> {
     match op {
         KernelOp::Map(m) if !well_formed(&m.expr, m.inputs.len(), 0) => Err("malformed expression".into()),
+        KernelOp::Attention(a) => match &a.score {
+            Some(s) if !well_formed(&s.expr, ScoreMod::LEAVES + s.inputs.len(), 0) => {
+                Err("malformed score expression".into())
+            }
+            _ => Ok(()),
+        },
         KernelOp::Row(r) => {
             let inputs = r.inputs.len();
             for (k, stage) in r.stages.iter().enumerate() {
@@ -632,6 +735,9 @@ fn formulas(op: &KernelOp) -> Result<(), String> {
             if r.per_row() && r.write.iter().any(|e| matches!(e, Expr::Input(_))) {
                 return Err("a write of one value per row reads an element of an input".into());
             }
+            if r.rows_per_task == 0 {
+                return Err("a row kernel's tasks hold no row".into());
+            }
             Ok(())
         }
         _ => Ok(()),
@@ -639,95 +745,6 @@ fn formulas(op: &KernelOp) -> Result<(), String> {
 }
 
 impl Plan {
-    /// Checks the invariants the generated code relies on: every operand stays inside its
-    /// buffer for the whole iteration space, kernels write only temporaries and outputs,
-    /// and live temporaries never overlap in the arena. The runtime calls no kernel of a
-    /// plan that fails this.
-    pub fn validate(&self) -> Result<(), PlanError> {
-        let prologue = self.prologue.iter().map(|k| (true, k));
-        let kernels = prologue.chain(self.kernels.iter().map(|k| (false, k)));
-        let mut main_index = 0;
-        for (early, kernel) in kernels {
-            let ki = main_index;
-            if !early {
-                main_index += 1;
-            }
-            for (op, shape, written) in kernel.op.operands() {
-                let buf = self
-                    .buffers
-                    .get(op.buf)
-                    .ok_or_else(|| PlanError(format!("k{ki} names no buffer b{}", op.buf)))?;
-                if op.strides.len() != shape.len() {
-                    return Err(PlanError(format!(
-                        "k{ki}: operand of b{} has the wrong rank",
-                        op.buf
-                    )));
-                }
-                if let Some(max) = op.max_index(&shape) {
-                    if max >= buf.len {
-                        let what = format!("k{ki} reaches element {max} of b{} of {}", op.buf, buf.len);
-                        return Err(PlanError(what));
-                    }
-                }
-                if written && matches!(buf.kind, BufferKind::Param(_) | BufferKind::Input(_)) {
-                    return Err(PlanError(format!("k{ki} writes read-only b{}", op.buf)));
-                }
-                // Tasks write disjoint elements only if no written element repeats.
-                let empty = shape.contains(&0);
-                if written && !empty && shape.iter().zip(&op.strides).any(|(&n, &s)| n > 1 && s == 0) {
-                    return Err(PlanError(format!("k{ki} writes b{} through a broadcast", op.buf)));
-                }
-                match (early, &buf.kind, written) {
-                    (false, BufferKind::Temp { live, .. }, _) if ki < live.0 || ki > live.1 => {
-                        return Err(PlanError(format!("k{ki} uses b{} outside its life", op.buf)));
-                    }
-                    (false, BufferKind::Derived { offset }, _)
-                        if offset.saturating_add(buf.len) > self.derived_len =>
-                    {
-                        return Err(PlanError("a derived buffer ends past the prepared memory".into()));
-                    }
-                    (false, BufferKind::Derived { .. }, true) => {
-                        return Err(PlanError(format!("k{ki} writes derived b{}", op.buf)));
-                    }
-                    (true, BufferKind::Param(_), _) | (true, BufferKind::Derived { .. }, _) => {}
-                    (true, _, _) => {
-                        return Err(PlanError(format!("a prologue kernel touches b{}", op.buf)));
-                    }
-                    _ => {}
-                }
-            }
-            if let KernelOp::Attention(a) = &kernel.op {
-                let heads = a.batch.last().copied().unwrap_or(1);
-                if a.kv_group == 0 || heads % a.kv_group != 0 {
-                    let what = format!("k{ki}: {heads} query heads in groups of {}", a.kv_group);
-                    return Err(PlanError(what));
-                }
-            }
-            formulas(&kernel.op).map_err(|what| PlanError(format!("k{ki}: {what}")))?;
-        }
-        let temps: Vec<(usize, usize, (usize, usize))> = self
-            .buffers
-            .iter()
-            .filter_map(|b| match b.kind {
-                BufferKind::Temp { offset, live } => Some((offset, b.len, live)),
-                _ => None,
-            })
-            .collect();
-        for (i, &(o1, l1, (s1, e1))) in temps.iter().enumerate() {
-            if o1.saturating_add(l1) > self.arena_len {
-                return Err(PlanError("a temporary ends past the arena".into()));
-            }
-            for &(o2, l2, (s2, e2)) in &temps[i + 1..] {
-                let space = o1 < o2.saturating_add(l2) && o2 < o1.saturating_add(l1);
-                let time = s1 <= e2 && s2 <= e1;
-                if space && time && l1 > 0 && l2 > 0 {
-                    return Err(PlanError("two live temporaries overlap".into()));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Floats of scratch each thread needs.
     pub fn scratch_len(&self) -> usize {
         let all = self.prologue.iter().chain(&self.kernels);

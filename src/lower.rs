@@ -866,9 +866,12 @@ impl<'p> Lowerer<'p> {
             mask,
             positions: None,
             kv_group: 1,
+            score: None,
+            tail: None,
             block: attention_blocks(n, m),
         };
-        self.kernel(self.label(id), KernelOp::Attention(a));
+        let a = a.fold_query_groups().unwrap_or(a);
+        self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));
         Ok(out)
     }
 

@@ -128,9 +128,13 @@ pub fn bindings_text(prog: &Program) -> String {
         .iter()
         .map(|b| {
             let t = prog.tensor_type(b.value);
-            let layout = match t.is_contiguous(&prog.dims) {
-                true => "contiguous".to_string(),
-                false => format!("non-contiguous, strides {}", prog.shape_text(&t.strides)),
+            let layout = match (t.is_contiguous(&prog.dims), t.varies) {
+                (true, _) => "contiguous".to_string(),
+                (false, false) => format!("non-contiguous, strides {}", prog.shape_text(&t.strides)),
+                (false, true) => format!(
+                    "strides depend on the sizes, in general {}",
+                    prog.shape_text(&t.strides)
+                ),
             };
             let sizes = sizes(prog, &t.shape).map_or(String::new(), |s| format!("{s:?}"));
             [
@@ -146,22 +150,22 @@ pub fn bindings_text(prog: &Program) -> String {
     let widths = [width(0), width(1), width(2), width(3)];
     let mut out = String::new();
     for r in &rows {
-        let line = format!(
-            "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3]
-        );
+        let cells: Vec<String> = (0..4).map(|i| pad(&r[i], widths[i])).collect();
+        let line = format!("{}  {}  {}  {}  {}", cells[0], cells[1], cells[2], cells[3], r[4]);
         out.push_str(line.trim_end());
         out.push('\n');
     }
     out
+}
+
+/// `text` padded with spaces to `width` characters. `format!`'s own width (`{:w$}`) panics
+/// past 65,535, which a long name or a high-rank shape reaches.
+pub fn pad(text: &str, width: usize) -> String {
+    let fill = width.saturating_sub(text.chars().count());
+    let mut s = String::with_capacity(text.len() + fill);
+    s.push_str(text);
+    s.extend(std::iter::repeat_n(' ', fill));
+    s
 }
 
 fn kind_name(k: BindingKind) -> &'static str {

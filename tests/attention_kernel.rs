@@ -1,11 +1,12 @@
-//! The flash-style attention kernel with a mask of positions and grouped-query heads, built
-//! as plans by hand and compared with dense attention in float64: tiles skipped, tested or
-//! kept whole must give the dense result, NaN and uniform rows included.
+//! The flash-style attention kernel with a mask of positions, grouped-query heads and score
+//! changes (ALiBi, soft-capping), built as plans by hand and compared with dense attention in
+//! float64: tiles skipped, tested or kept whole must give the dense result, NaN and uniform
+//! rows included.
 
 use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Affine, Attention, Buffer, BufferKind, IndexMask, Keep, Kernel, KernelOp, MaskFill, Operand, Plan,
-    TileCounts,
+    Affine, Attention, Binary, Buffer, BufferKind, Expr, IndexMask, Keep, Kernel, KernelOp, KeyTail,
+    MaskFill, Operand, Plan, ScoreMod, TileCounts, Unary,
 };
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{Bound, Tensor};
@@ -25,7 +26,59 @@ struct Case {
     /// Keys `0..masked_keys` are removed by a tensor mask `[m]` (1 = masked), with this fill.
     key_mask: Option<(usize, f32)>,
     kv_group: usize,
+    score: Option<Score>,
+    /// The last `tail` keys come from a second pair of buffers (a cache and the new keys).
+    tail: usize,
     block: (usize, usize),
+}
+
+/// A change of the scores, as the peers' modules write it.
+#[derive(Clone, Copy)]
+enum Score {
+    /// `s + slope_h * (j - i)`, slopes `2^(-8 (h + 1) / H)` from an input `[H]`.
+    Alibi,
+    /// `c * tanh(s / c)`.
+    Softcap(f32),
+}
+
+impl Score {
+    fn kernel(self, slopes_buf: usize) -> ScoreMod {
+        match self {
+            Score::Alibi => ScoreMod {
+                inputs: vec![operand(slopes_buf, &[0, 1, 0, 0])],
+                expr: vec![
+                    Expr::Input(0),
+                    Expr::Input(1),
+                    Expr::Input(2),
+                    Expr::Input(3),
+                    Expr::Binary(Binary::Sub, 2, 1),
+                    Expr::Binary(Binary::Mul, 3, 4),
+                    Expr::Binary(Binary::Add, 0, 5),
+                ],
+            },
+            Score::Softcap(c) => ScoreMod {
+                inputs: vec![],
+                expr: vec![
+                    Expr::Input(0),
+                    Expr::Const(c),
+                    Expr::Binary(Binary::Div, 0, 1),
+                    Expr::Unary(Unary::Tanh, 2),
+                    Expr::Binary(Binary::Mul, 1, 3),
+                ],
+            },
+        }
+    }
+
+    fn slope(h: usize, heads: usize) -> f32 {
+        2f32.powf(-8.0 * (h + 1) as f32 / heads as f32)
+    }
+
+    fn reference(self, s: f64, i: usize, j: usize, h: usize, heads: usize) -> f64 {
+        match self {
+            Score::Alibi => s + Score::slope(h, heads) as f64 * (j as f64 - i as f64),
+            Score::Softcap(c) => c as f64 * (s / c as f64).tanh(),
+        }
+    }
 }
 
 fn causal() -> Keep {
@@ -54,6 +107,8 @@ fn case(n: usize, m: usize, keep: Option<Keep>, fill: f32, block: (usize, usize)
         positions: keep.map(|keep| IndexMask { keep, fill }),
         key_mask: None,
         kv_group: 1,
+        score: None,
+        tail: 0,
         block,
     }
 }
@@ -91,7 +146,7 @@ impl Case {
 
     fn attention(&self) -> Attention {
         let [b, h] = self.batch;
-        let (n, m, dk, dv, hk) = (self.n, self.m, self.dk, self.dv, self.heads_kv());
+        let (n, m, dk, dv, hk, t) = (self.n, self.m, self.dk, self.dv, self.heads_kv(), self.tail);
         Attention {
             batch: vec![b, h],
             n,
@@ -99,8 +154,8 @@ impl Case {
             dk,
             dv,
             q: operand(0, &[h * n * dk, n * dk, dk, 1]),
-            k: operand(1, &[hk * m * dk, m * dk, dk, 1]),
-            v: operand(2, &[hk * m * dv, m * dv, dv, 1]),
+            k: operand(1, &[hk * (m - t) * dk, (m - t) * dk, dk, 1]),
+            v: operand(2, &[hk * (m - t) * dv, (m - t) * dv, dv, 1]),
             out: operand(4, &[h * n * dv, n * dv, dv, 1]),
             scale: self.scale(),
             mask: self.key_mask.map(|(_, fill)| MaskFill {
@@ -111,25 +166,34 @@ impl Case {
             }),
             positions: self.positions.clone(),
             kv_group: self.kv_group,
+            score: self.score.map(|s| s.kernel(5)),
+            tail: (t > 0).then(|| KeyTail {
+                k: operand(6, &[hk * t * dk, t * dk, dk, 1]),
+                v: operand(7, &[hk * t * dv, t * dv, dv, 1]),
+                len: t,
+            }),
             block: self.block,
         }
     }
 
     fn plan(&self) -> Plan {
         let [b, h] = self.batch;
-        let (n, m, dk, dv, hk) = (self.n, self.m, self.dk, self.dv, self.heads_kv());
+        let (n, m, dk, dv, hk, t) = (self.n, self.m, self.dk, self.dv, self.heads_kv(), self.tail);
         Plan {
             buffers: vec![
                 buffer(BufferKind::Input(0), b * h * n * dk, "q"),
-                buffer(BufferKind::Input(1), b * hk * m * dk, "k"),
-                buffer(BufferKind::Input(2), b * hk * m * dv, "v"),
+                buffer(BufferKind::Input(1), b * hk * (m - t) * dk, "k"),
+                buffer(BufferKind::Input(2), b * hk * (m - t) * dv, "v"),
                 buffer(BufferKind::Input(3), m, "mask"),
                 buffer(BufferKind::Output(0), b * h * n * dv, "out"),
+                buffer(BufferKind::Input(4), h, "slopes"),
+                buffer(BufferKind::Input(5), b * hk * t * dk, "k_new"),
+                buffer(BufferKind::Input(6), b * hk * t * dv, "v_new"),
             ],
             prologue: vec![],
             kernels: vec![Kernel {
                 label: "attention".into(),
-                op: KernelOp::Attention(self.attention()),
+                op: KernelOp::Attention(Box::new(self.attention())),
             }],
             outputs: vec![("out".into(), 4, vec![b, h, n, dv])],
             arena_len: 0,
@@ -148,14 +212,34 @@ impl Case {
             Tensor::new(vec![b, hk, m, dk], random(b * hk * m * dk, &mut rng)),
             Tensor::new(vec![b, hk, m, dv], random(b * hk * m * dv, &mut rng)),
             Tensor::new(vec![m], (0..m).map(|j| (j < masked) as u8 as f32).collect()),
+            Tensor::new(vec![h], (0..h).map(|k| Score::slope(k, h)).collect()),
         ]
+    }
+
+    /// The keys and values split at `m - tail`: `k`, `v` then the tail's, as the plan's
+    /// inputs 1, 2, 5 and 6.
+    fn split_keys(&self, inputs: &[Tensor]) -> Vec<Tensor> {
+        let mut split = inputs.to_vec();
+        let (head, t) = (self.m - self.tail, self.tail);
+        for (i, d) in [(1, self.dk), (2, self.dv)] {
+            let rows: Vec<&[f32]> = inputs[i].data.chunks(self.m * d).collect();
+            let part = |range: std::ops::Range<usize>| -> Vec<f32> {
+                rows.iter()
+                    .flat_map(|r| r[range.start * d..range.end * d].to_vec())
+                    .collect()
+            };
+            let bh = rows.len();
+            split[i] = Tensor::new(vec![bh, head, d], part(0..head));
+            split.push(Tensor::new(vec![bh, t, d], part(head..self.m)));
+        }
+        split
     }
 
     fn run(&self, inputs: &[Tensor], threads: usize) -> Tensor {
         let exe = Executable::from_plan(self.plan()).unwrap();
         let bound = Bound {
             params: vec![],
-            inputs: inputs.to_vec(),
+            inputs: self.split_keys(inputs),
             dims: vec![],
         };
         let mut outs = exe.run(&bound, &pool(threads).unwrap()).unwrap();
@@ -178,6 +262,9 @@ impl Case {
                             .map(|p| q[(bh * n + i) * dk + p] as f64 * k[(kvh * m + j) * dk + p] as f64)
                             .sum();
                         let mut x = (dot * self.scale() as f64) as f32 as f64;
+                        if let Some(score) = self.score {
+                            x = score.reference(x, i, j, bh % h, h);
+                        }
                         if let Some(p) = &self.positions {
                             if !p.keep.holds(i as i64, j as i64) {
                                 x = p.fill as f64;
@@ -318,9 +405,87 @@ fn a_group_that_does_not_divide_the_heads_is_refused() {
 fn shared_key_heads_count_once_in_the_bytes_moved() {
     let mut c = case(16, 16, None, 0.0, (8, 8));
     c.batch = [1, 4];
-    let dense = KernelOp::Attention(c.attention()).bytes();
+    let dense = KernelOp::Attention(Box::new(c.attention())).bytes();
     c.kv_group = 4;
-    let grouped = KernelOp::Attention(c.attention()).bytes();
+    let grouped = KernelOp::Attention(Box::new(c.attention())).bytes();
     // k and v ([16, 5] and [16, 7] per head) are read for 1 head instead of 4.
     assert_eq!(dense - grouped, 3 * 16 * (5 + 7) * 4);
+}
+
+#[test]
+fn alibi_and_soft_capping_change_the_scores_in_the_kernel() {
+    for score in [Score::Alibi, Score::Softcap(50.0), Score::Softcap(0.5)] {
+        for (n, block) in [(1, (64, 256)), (13, (4, 8)), (70, (64, 32))] {
+            let mut c = case(n, n, Some(causal()), -1e9, block);
+            c.score = Some(score);
+            c.check(n as u64 + 100);
+            c.positions = None;
+            c.check(n as u64 + 200);
+        }
+    }
+}
+
+#[test]
+fn a_score_formula_that_reads_a_missing_input_is_refused() {
+    let mut c = case(4, 4, None, 0.0, (4, 4));
+    c.score = Some(Score::Alibi);
+    let mut plan = c.plan();
+    if let KernelOp::Attention(a) = &mut plan.kernels[0].op {
+        a.score.as_mut().unwrap().inputs.clear();
+    }
+    assert!(Executable::from_plan(plan).is_err());
+}
+
+#[test]
+fn keys_from_a_cache_and_a_tail_match_their_concatenation() {
+    for (m, t, block) in [
+        (12, 1, (64, 256)),
+        (12, 1, (4, 4)),
+        (40, 5, (8, 16)),
+        (33, 33, (8, 8)),
+    ] {
+        let mut c = case(1, m, None, 0.0, (1, 1));
+        c.block = block;
+        c.tail = t;
+        c.check(m as u64);
+        let mut c = case(m, m, Some(causal()), f32::NEG_INFINITY, block);
+        c.tail = t;
+        c.score = Some(Score::Alibi);
+        c.check(m as u64 + 1);
+    }
+}
+
+#[test]
+fn a_decode_step_reads_each_shared_key_head_once_per_group() {
+    // One query row, 8 query heads over 2 key/value heads, keys from a cache and one new.
+    let mut c = case(1, 11, None, 0.0, (64, 256));
+    c.batch = [1, 8];
+    c.kv_group = 4;
+    c.tail = 1;
+    let folded = c.attention().fold_query_groups().expect("one row in groups of 4");
+    assert_eq!(
+        (folded.batch.clone(), folded.n, folded.kv_group),
+        (vec![1, 2], 4, 1)
+    );
+    let tasks = |a: Attention| KernelOp::Attention(Box::new(a)).tasks();
+    assert_eq!((tasks(c.attention()), tasks(folded.clone())), (8, 2));
+    c.check(5);
+    // The folded kernel gives the same bits as the unfolded one.
+    let inputs = c.inputs(5);
+    let mut plan = c.plan();
+    plan.kernels[0].op = KernelOp::Attention(Box::new(folded));
+    let exe = Executable::from_plan(plan).unwrap();
+    let bound = Bound {
+        params: vec![],
+        inputs: c.split_keys(&inputs),
+        dims: vec![],
+    };
+    let got = exe.run(&bound, &pool(1).unwrap()).unwrap().remove(0).1;
+    assert_eq!(got.data, c.run(&inputs, 1).data);
+    // A mask of positions reads the row, which the fold would change.
+    c.positions = Some(IndexMask {
+        keep: causal(),
+        fill: -1e9,
+    });
+    assert!(c.attention().fold_query_groups().is_none());
 }

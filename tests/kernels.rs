@@ -179,11 +179,6 @@ fn unary_primitives_follow_pytorch_over_the_whole_range() {
     check_unary(Unary::Sin, &xs, f64::sin, 1.0);
     check_unary(Unary::Cos, &xs, f64::cos, 1.0);
     check_unary(Unary::Not, &xs, |x| if x == 0.0 { 1.0 } else { 0.0 }, 0.0);
-    // PyTorch: `1 / (1 + exp(-x))` in float32, so 0 where `exp(-x)` overflows.
-    let sigmoid = |x: f64| match (-x as f32).exp().is_infinite() {
-        true => 1.0 / (1.0 + f64::INFINITY),
-        false => 1.0 / (1.0 + (-x).exp()),
-    };
     check_unary(Unary::Sigmoid, &xs, sigmoid, 2.0);
     // `exp` keeps its clamp at ±88 until the layouts issue's full-range version lands.
     let inside: Vec<f32> = xs
@@ -210,6 +205,30 @@ fn tanh_and_erf_polynomials_stay_within_a_relative_epsilon_everywhere() {
     let xs = sweep();
     check_unary(Unary::Tanh, &xs, f64::tanh, 1.0);
     check_unary(Unary::Erf, &xs, libm::erf, 1.0);
+}
+
+/// Every positive magnitude, subnormals to `f32::MAX`, and a fine sweep around 1.
+#[test]
+fn the_log_polynomial_stays_within_a_relative_epsilon_everywhere() {
+    let mut xs: Vec<f32> = (0..=100_000).map(|i| 0.5 + i as f32 * 1e-5).collect();
+    xs.extend((0..=100_000).map(|i| 2f32.powf(-149.0 + 277.0 * i as f32 / 100_000.0)));
+    xs.extend([f32::MAX, f32::MIN_POSITIVE, 1.0]);
+    check_unary(Unary::Log, &xs, f64::ln, 1.0);
+}
+
+/// PyTorch's `sigmoid`: `1 / (1 + exp(-x))` in float32, so 0 where `exp(-x)` overflows.
+fn sigmoid(x: f64) -> f64 {
+    match (-x as f32).exp().is_infinite() {
+        true => 0.0,
+        false => 1.0 / (1.0 + (-x).exp()),
+    }
+}
+
+/// Every 1/1000 of [-100, 100]: the subnormal results near -88 and the overflow of `exp(-x)`.
+#[test]
+fn the_sigmoid_polynomial_follows_pytorch_into_the_subnormals() {
+    let xs: Vec<f32> = (0..=200_000).map(|i| -100.0 + i as f32 * 1e-3).collect();
+    check_unary(Unary::Sigmoid, &xs, sigmoid, 2.0);
 }
 
 fn check_binary(b: Binary, pairs: &[(f32, f32)], reference: impl Fn(f64, f64) -> f64, ulps: f32) {
@@ -658,32 +677,35 @@ fn row_programs_give_the_same_bits_on_any_thread_count() {
 
 #[test]
 fn a_plan_with_a_malformed_row_program_is_rejected() {
-    let (stages, _) = Prog::Sum.program(4);
-    let bad = [
-        // A stage that reads its own result.
-        vec![Stage {
-            reduce: Reduce::Sum,
-            expr: vec![Expr::Reduced(0)],
-        }],
-        stages.clone(),
-    ];
-    for (i, stages) in bad.into_iter().enumerate() {
-        let write = match i {
-            0 => vec![Expr::Reduced(0)],
-            // One value per row cannot come from an element of the input.
-            _ => vec![Expr::Input(0)],
-        };
-        let row = Row {
-            rows: vec![3],
-            n: 4,
-            inputs: vec![op(0, 0, &[4, 1])],
-            stages,
-            write,
-            out: op(1, 0, &[1]),
-            rows_per_task: 1,
-        };
-        let plan = plan_of(KernelOp::Row(row), &[12], 3);
-        assert!(plan.validate().is_err(), "case {i} passes validation");
+    let (stages, write) = Prog::Sum.program(4);
+    let valid = Row {
+        rows: vec![3],
+        n: 4,
+        inputs: vec![op(0, 0, &[4, 1])],
+        stages,
+        write,
+        out: op(1, 0, &[1]),
+        rows_per_task: 1,
+    };
+    let plan = |row: &Row| plan_of(KernelOp::Row(row.clone()), &[12], 3);
+    plan(&valid).validate().unwrap();
+    let mut own_result = valid.clone();
+    own_result.stages[0].expr = vec![Expr::Reduced(0)];
+    let mut later_stage = valid.clone();
+    later_stage.write = vec![Expr::Reduced(1)];
+    // One value per row cannot come from an element of the input.
+    let mut element = valid.clone();
+    element.write = vec![Expr::Input(0)];
+    // Tasks of no row would leave every row unwritten.
+    let mut no_rows = valid.clone();
+    no_rows.rows_per_task = 0;
+    for (what, row) in [
+        ("a stage reads its own result", own_result),
+        ("the write reads a stage that does not exist", later_stage),
+        ("a per-row write reads an element", element),
+        ("tasks of no row", no_rows),
+    ] {
+        assert!(plan(&row).validate().is_err(), "{what}: passes validation");
     }
 }
 
@@ -751,5 +773,49 @@ fn long_rows_of_positive_values_sum_accurately() {
                 );
             }
         }
+    }
+}
+
+/// Rows of length 0 (a reduction over an axis of size 0): a sum is 0 and a mean NaN, as in
+/// PyTorch; a maximum is `-inf`, the identity of `Max` (PyTorch refuses `amax` there).
+#[test]
+fn empty_rows_reduce_to_the_identity() {
+    for (prog, want) in [
+        (Prog::Sum, 0.0),
+        (Prog::Mean, f32::NAN),
+        (Prog::Amax, f32::NEG_INFINITY),
+    ] {
+        let (stages, write) = prog.program(0);
+        let kernel = KernelOp::Row(Row {
+            rows: vec![3],
+            n: 0,
+            inputs: vec![op(0, 0, &[0, 1])],
+            stages,
+            write,
+            out: op(1, 0, &[1]),
+            rows_per_task: 2,
+        });
+        let got = run(kernel, &[vec![]], 3);
+        let same = |g: &f32| g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
+        assert!(got.iter().all(same), "{prog:?} of empty rows: {got:?}");
+    }
+}
+
+/// A reduction of a whole vector: no row axes, one row, a rank-0 result.
+#[test]
+fn a_row_kernel_without_row_axes_reduces_one_row() {
+    let x: Vec<f32> = (0..10).map(|i| i as f32 - 2.5).collect();
+    for (prog, want) in [(Prog::Sum, 20.0), (Prog::Amin, -2.5), (Prog::Amax, 6.5)] {
+        let (stages, write) = prog.program(10);
+        let kernel = KernelOp::Row(Row {
+            rows: vec![],
+            n: 10,
+            inputs: vec![op(0, 0, &[1])],
+            stages,
+            write,
+            out: op(1, 0, &[]),
+            rows_per_task: 1,
+        });
+        assert_eq!(run(kernel, std::slice::from_ref(&x), 1), [want], "{prog:?}");
     }
 }

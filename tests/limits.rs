@@ -5,6 +5,12 @@ use std::process::Output;
 
 use attnc::runtime::files::save;
 use attnc::runtime::Tensor;
+use std::fs::OpenOptions;
+use std::io::Read;
+#[cfg(unix)]
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 mod common;
 use common::{attnc, stderr, stdout};
@@ -177,4 +183,153 @@ fn an_input_with_a_free_dim_of_0_is_e0301() {
         "N=2",
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("attnc-limits-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn binary() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_attnc"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+/// A program of `lines` bindings: its `check` table is far larger than a pipe's buffer.
+fn long_program(dir: &Path, lines: usize) -> PathBuf {
+    let mut src = String::from("dim N\ninput x: [N, 4]\nlet y0 = x * 1.0\n");
+    for i in 1..lines {
+        src.push_str(&format!("let y{i} = y{} * 1.0\n", i - 1));
+    }
+    src.push_str(&format!("output y = y{}\n", lines - 1));
+    let path = dir.join("long.attn");
+    std::fs::write(&path, src).unwrap();
+    path
+}
+
+#[test]
+fn a_closed_stdout_pipe_ends_quietly_with_exit_0() {
+    let dir = scratch("pipe");
+    let file = long_program(&dir, 5000);
+    let mut child = binary()
+        .args(["check", file.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The pipe is closed here, with most of the table unwritten.
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}
+
+#[test]
+fn a_full_disk_is_an_error_with_exit_1() {
+    let Ok(full) = OpenOptions::new().write(true).open("/dev/full") else {
+        return; // not on this system
+    };
+    let o = binary()
+        .args(["check", "examples/mha.attn"])
+        .stdout(Stdio::from(full))
+        .output()
+        .unwrap();
+    expect(
+        &o,
+        1,
+        &["error: cannot write the output", "No space left on device"],
+    );
+}
+
+const SMALL: [&str; 8] = ["--dim", "B=1", "--dim", "N=2", "--dim", "M=2", "--dim", "D=16"];
+
+#[cfg(unix)]
+#[test]
+fn output_writes_through_a_symlink_atomically() {
+    let dir = scratch("symlink");
+    let (real, link) = (dir.join("real.safetensors"), dir.join("link.safetensors"));
+    std::fs::write(&real, "old").unwrap();
+    std::os::unix::fs::symlink("real.safetensors", &link).unwrap();
+    let o = with(
+        &["run", "examples/mha.attn", "-o", link.to_str().unwrap()],
+        &SMALL,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    let saved = attnc::runtime::files::TensorFile::open(&real).unwrap();
+    assert!(saved.get("out").is_some() && saved.get("attn").is_some());
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "no temporary left behind: {names:?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn output_refuses_fifos_and_directories() {
+    let dir = scratch("special");
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let o = with(
+        &["run", "examples/mha.attn", "-o", fifo.to_str().unwrap()],
+        &SMALL,
+    );
+    expect(&o, 1, &["it is a FIFO, not a regular file"]);
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    let o = with(&["run", "examples/mha.attn", "-o", dir.to_str().unwrap()], &SMALL);
+    expect(&o, 1, &["it is a directory, not a regular file"]);
+}
+
+#[test]
+fn wide_tables_do_not_panic() {
+    let dir = scratch("wide");
+    let name = "x".repeat(70_000);
+    let src = format!("dim N\ninput {name}: [N, 4]\noutput {name}_out = {name} * 2.0\n");
+    let file = dir.join("wide.attn");
+    std::fs::write(&file, src).unwrap();
+    let o = attnc(&["check", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).lines().all(|l| l.len() > 70_000));
+    let o = attnc(&["run", file.to_str().unwrap(), "--dim", "N=2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("{name}_out  [2, 4]  checksum")));
+}
+
+#[test]
+fn the_optimizer_is_bounded_by_nodes_and_fuses_a_3000_statement_program() {
+    let mut src = String::from("dim N, D\ninput x: [N, D]\n");
+    src.push_str(&"let x = x * 1.0 + 0.0\n".repeat(3000));
+    src.push_str("output y = x\n");
+    let checked = attnc::driver::check_source(&src, &[]).unwrap();
+    let optimized = attnc::opt::optimize(&checked.program);
+    let stats = &optimized.stats;
+    assert_eq!(stats.fallback, None);
+    assert_eq!(stats.stop_reason, "saturated");
+    assert!(stats.nodes <= 4 * 3 * 3000, "{} nodes", stats.nodes);
+    // Each statement's multiply and add become one kernel.
+    assert_eq!(stats.before.kernels, 6000);
+    assert_eq!(stats.after.kernels, 3000);
+}
+
+#[test]
+fn the_repl_lists_a_dim_with_a_name_wider_than_65535_characters() {
+    let name = "D".repeat(70_000);
+    let mut child = binary()
+        .args(["repl"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let script = format!("dim {name} = 4\n:dims\n:quit\n");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&name), "{}", stderr(&o));
 }

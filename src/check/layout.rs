@@ -1,15 +1,363 @@
 //! Strides: which views are legal, and which layout each op's result has.
 //!
+//! Every op's result has the strides PyTorch gives it; `LAYOUT.md` beside this file states
+//! each rule and the PyTorch behaviour it was established from. An op names its rule, one
+//! of the [`Rule`] functions below; view ops (`transpose`, `view`, slices, ..) move the
+//! operand's strides instead and keep its [`TensorType::varies`].
+//!
 //! All decisions hold for every value of the free dims: two axes belong to one chunk only
 //! when PyTorch's stride equation holds as an identity of dim expressions, and an axis counts
-//! as size 1 only when its size is the constant 1 (see `shared/notes/VIEW.md`).
+//! as size 1 only when it is 1 given the constant dims' values (see `shared/notes/VIEW.md`).
+//! Where the layout depends on the sizes, the result `varies`: its strides are the general
+//! case, and a later `view` must be legal whatever the strides are, so it may only split
+//! axes and add or drop axes of size 1.
 
-use crate::dims::{DimTable, Poly};
-use crate::ir::{row_major_strides, TensorType};
+use crate::dims::{Atom, DimKind, DimTable, Poly, Ratio, Sym};
+use crate::ir::{row_major_strides, DType, TensorType};
+use std::cmp::Ordering;
+
+/// A result's strides: the general case, and whether some sizes give other strides.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    pub strides: Vec<Poly>,
+    pub varies: bool,
+}
+
+impl Layout {
+    /// The tensor type of a result of `shape` laid out this way.
+    pub fn with(self, shape: Vec<Poly>, dtype: DType) -> TensorType {
+        TensorType {
+            shape,
+            strides: self.strides,
+            dtype,
+            varies: self.varies,
+        }
+    }
+
+    fn exact(strides: Vec<Poly>) -> Layout {
+        Layout {
+            strides,
+            varies: false,
+        }
+    }
+}
+
+/// A layout rule: the layout of an op's result of `shape`, from its tensor operands in
+/// PyTorch's argument order. An op's entry names one of the functions of this type.
+pub type Rule = fn(&DimTable, &[&TensorType], &[Poly]) -> Layout;
+
+/// A fresh row-major result (`contiguous`, `softmax`, `log_softmax`, `masked_fill`,
+/// `tril`, `triu`, `layer_norm`, reductions, `matmul`, `linear`, `repeat_interleave`,
+/// creation ops): PyTorch allocates it with `at::empty(shape)` or a contiguous clone.
+pub fn fresh_row_major(_: &DimTable, _: &[&TensorType], shape: &[Poly]) -> Layout {
+    Layout::exact(row_major_strides(shape))
+}
+
+/// `contiguous()`: the operand itself where it is contiguous for every size (keeping the
+/// strides of its axes of size 1, which a later elementwise order can depend on), else a
+/// row-major copy.
+pub fn contiguous(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+    match operands.first() {
+        Some(x) if x.is_contiguous(dims) => Layout::exact(x.strides.clone()),
+        _ => Layout::exact(row_major_strides(shape)),
+    }
+}
+
+/// An elementwise result (arithmetic, comparisons, unary functions, `where`, `clamp`,
+/// `pow`, `maximum`): dense, in the order TensorIterator gives its axes from the operands'
+/// strides, broadcast operands included (`reorder_dimensions` in ATen's
+/// `TensorIterator.cpp`). Operands of rank 0 never decide anything.
+pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+    let (perm, decided) = iterator_order(dims, operands, shape);
+    let strides = dense_in_order(shape, &perm);
+    let varies = !decided
+        || operands.iter().any(|t| t.varies)
+        || !same_where_dims_are_one(dims, operands, shape, &perm);
+    Layout { strides, varies }
+}
+
+/// TensorIterator's order of the axes, innermost first, and whether it holds for every
+/// size. TensorIterator starts from the reversed order and insertion-sorts with a
+/// comparison that may abstain (broadcast axes, equal strides).
+fn iterator_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> (Vec<usize>, bool) {
+    let strides: Vec<Vec<Option<Poly>>> = operands
+        .iter()
+        .map(|t| broadcast_strides(dims, t, shape))
+        .collect();
+    let mut decided = true;
+    let mut perm: Vec<usize> = (0..shape.len()).rev().collect();
+    for i in 1..perm.len() {
+        let mut dim1 = i;
+        for dim0 in (0..i).rev() {
+            match should_swap(dims, &strides, shape, perm[dim0], perm[dim1]) {
+                Some(Ordering::Greater) => {
+                    perm.swap(dim0, dim1);
+                    dim1 = dim0;
+                }
+                Some(Ordering::Less) => break,
+                Some(Ordering::Equal) => {}
+                None => {
+                    decided = false;
+                    break;
+                }
+            }
+        }
+    }
+    (perm, decided)
+}
+
+/// At most this many free dims, and then this many other axes that may be 1, are set to 1
+/// in every combination; beyond it, one at a time and all together.
+const ONES_TRIED_EXHAUSTIVELY: usize = 4;
+
+/// Whether the order is the same where some sizes are 1, on the axes not of size 1. It may
+/// not be: an operand's axis of size 1 stops broadcasting where the result's axis is 1 too,
+/// and its stride then takes part in the order (`y: [B, 1, 4]` plus `x: [B, N, 4]` is
+/// row-major, but at `N = 1` it follows `y`). Sizes are set to 1 through the free dims
+/// (each scenario substituted everywhere) and then through the other axes that may be 1
+/// (`B - 1`), whose strides keep their general form.
+fn same_where_dims_are_one(
+    dims: &DimTable,
+    operands: &[&TensorType],
+    shape: &[Poly],
+    perm: &[usize],
+) -> bool {
+    let mut free: Vec<Sym> = operands
+        .iter()
+        .flat_map(|t| t.shape.iter().chain(&t.strides))
+        .chain(shape)
+        .flat_map(Poly::syms)
+        .filter(|&s| matches!(dims.info(s).kind, DimKind::Free { .. }))
+        .collect();
+    free.sort_unstable();
+    free.dedup();
+    let mut dims_sets = subsets(&free);
+    dims_sets.push(Vec::new());
+    dims_sets.iter().all(|ones| {
+        let sub = |p: &Poly| p.substitute(&|s| ones.contains(&s).then(|| Poly::int(1)));
+        let subs = |ps: &[Poly]| ps.iter().map(sub).collect::<Vec<_>>();
+        let shape_at = subs(shape);
+        let at_ones: Vec<TensorType> = operands
+            .iter()
+            .map(|t| TensorType {
+                shape: subs(&t.shape),
+                strides: subs(&t.strides),
+                ..(*t).clone()
+            })
+            .collect();
+        // A product of free dims is 1 only where they are: the scenarios above cover it.
+        let maybe_one: Vec<usize> = (0..shape.len())
+            .filter(|&i| !dims.is_one(&shape_at[i]) && !dims.never_one(&shape_at[i]))
+            .filter(|&i| !product_of_free_dims(dims, &shape_at[i]))
+            .collect();
+        let mut axes_sets = subsets(&maybe_one);
+        axes_sets.push(Vec::new());
+        axes_sets
+            .iter()
+            .all(|axes| same_order(dims, &at_ones, &shape_at, perm, axes))
+    })
+}
+
+/// Whether TensorIterator's order, with the result's `axes` (and the operands' axes
+/// aligned to them) of size 1, lays out the axes not of size 1 as `perm` does.
+fn same_order(
+    dims: &DimTable,
+    operands: &[TensorType],
+    shape: &[Poly],
+    perm: &[usize],
+    axes: &[usize],
+) -> bool {
+    let one = |i: usize, p: &Poly| match axes.contains(&i) {
+        true => Poly::int(1),
+        false => p.clone(),
+    };
+    let shape: Vec<Poly> = shape.iter().enumerate().map(|(i, p)| one(i, p)).collect();
+    let operands: Vec<TensorType> = operands
+        .iter()
+        .map(|t| {
+            let pad = shape.len() - t.rank().min(shape.len());
+            TensorType {
+                shape: t.shape.iter().enumerate().map(|(j, p)| one(j + pad, p)).collect(),
+                ..t.clone()
+            }
+        })
+        .collect();
+    let refs: Vec<&TensorType> = operands.iter().collect();
+    let (there, decided) = iterator_order(dims, &refs, &shape);
+    let (general, there) = (dense_in_order(&shape, perm), dense_in_order(&shape, &there));
+    decided && (0..shape.len()).all(|i| dims.is_one(&shape[i]) || dims.equal(&there[i], &general[i]))
+}
+
+/// Whether `p` is a product of free dims (`N`, `B * N`).
+fn product_of_free_dims(dims: &DimTable, p: &Poly) -> bool {
+    let mut terms = p.terms();
+    match (terms.next(), terms.next()) {
+        (Some((m, c)), None) => {
+            c == Ratio::ONE
+                && m.atoms().all(|(a, e)| {
+                    e > 0 && matches!(a, Atom::Sym(s) if matches!(dims.info(*s).kind, DimKind::Free { .. }))
+                })
+        }
+        _ => false,
+    }
+}
+
+/// The non-empty subsets of `items`: all of them for a few items, else each one alone and
+/// all together.
+fn subsets<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
+    let k = items.len();
+    match k <= ONES_TRIED_EXHAUSTIVELY {
+        true => (1..1usize << k)
+            .map(|m| (0..k).filter(|i| m >> i & 1 == 1).map(|i| items[i]).collect())
+            .collect(),
+        false => items.iter().map(|&s| vec![s]).chain([items.to_vec()]).collect(),
+    }
+}
+
+/// `cat` and `stack` of items of one type: row-major, except that PyTorch keeps a
+/// channels-last format of 4-d and 5-d results (`cat_compute_output_memory_format`), which
+/// attnc does not model: such results vary unless channels-last is ruled out. It is where
+/// the items' last axis is the only one of stride 1 and is never of size 1 (then no axis,
+/// inserted by `stack` or not, can have a smaller stride than the last, as channels-last
+/// needs), or the items are contiguous.
+pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+    let formats_apply = matches!(shape.len(), 4 | 5);
+    let plain = |t: &TensorType| {
+        let Some((last, rest)) = t.strides.split_last() else {
+            return true;
+        };
+        let inner = dims.is_one(last) && dims.never_one(&t.shape[t.rank() - 1]);
+        let outer = rest.iter().all(|s| dims.provably_nonneg(&s.sub(&Poly::int(2))));
+        t.is_contiguous(dims) || (!t.varies && inner && outer)
+    };
+    Layout {
+        strides: row_major_strides(shape),
+        varies: formats_apply && !operands.iter().all(|t| plain(t)),
+    }
+}
+
+/// `x.reshape(shape)`: a view where PyTorch's `view` succeeds, a row-major copy where it
+/// does not. Where the view is legal for every size the result is that view. Otherwise it
+/// is a copy in general, and a view at sizes that happen to allow one: the result varies,
+/// unless every such view has the copy's strides (`x.transpose(1, 2).reshape(B, N, D)`,
+/// a view only where `N = 1`, is row-major there too).
+pub fn reshape(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
+    if let Some(strides) = view_strides(dims, x, shape) {
+        return Layout {
+            strides,
+            varies: x.varies,
+        };
+    }
+    Layout {
+        strides: row_major_strides(shape),
+        varies: x.varies || !views_are_row_major(dims, x, shape),
+    }
+}
+
+/// Whether `x.view(shape)`, wherever it succeeds, has row-major strides on the axes not of
+/// size 1. Tried with each combination of free dims at 1 and the others at 2 or more, where
+/// two axes that are apart in memory must stay apart for every such size (in `z[:, :4]` of
+/// `z: [A, N]` they meet at `N = 4`) and the view must fail or be row-major (it may succeed
+/// where sizes coincide: see `may_view`); an axis whose size may be 1 otherwise (`N - 1`)
+/// is not decided.
+fn views_are_row_major(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> bool {
+    let mut free: Vec<Sym> = x
+        .shape
+        .iter()
+        .chain(&x.strides)
+        .chain(shape)
+        .flat_map(Poly::syms)
+        .filter(|&s| matches!(dims.info(s).kind, DimKind::Free { .. }))
+        .collect();
+    free.sort_unstable();
+    free.dedup();
+    let mut sets = subsets(&free);
+    sets.push(Vec::new());
+    sets.iter().all(|ones| {
+        // The dims not at 1 become `s + 1` with `s >= 1`.
+        let sub = |p: &Poly| {
+            p.substitute(&|s| match ones.contains(&s) {
+                true => Some(Poly::int(1)),
+                false if free.contains(&s) => Some(Poly::sym(s).add(&Poly::int(1))),
+                false => None,
+            })
+        };
+        let subs = |ps: &[Poly]| ps.iter().map(sub).collect::<Vec<_>>();
+        let at = TensorType {
+            shape: subs(&x.shape),
+            strides: subs(&x.strides),
+            ..x.clone()
+        };
+        let new_shape = subs(shape);
+        let sized = at.shape.iter().all(|d| dims.is_one(d) || dims.never_one(d));
+        if !sized || chunks_may_meet(dims, &at) {
+            return false;
+        }
+        let copy = row_major_strides(&new_shape);
+        match view_strides(dims, &at, &new_shape) {
+            Some(view) => {
+                (0..new_shape.len()).all(|i| dims.is_one(&new_shape[i]) || dims.equal(&view[i], &copy[i]))
+            }
+            // A view where sizes coincide (`[4, N]` in memory order `[N, 4]`, viewed as
+            // `[N, 4]` at `N = 4`) could have any strides.
+            None => !may_view(dims, &chunk_sizes(dims, &at), &new_shape),
+        }
+    })
+}
+
+/// The products of the chunks of `t` (runs of axes adjacent in memory), innermost first.
+fn chunk_sizes(dims: &DimTable, t: &TensorType) -> Vec<Poly> {
+    let axes: Vec<usize> = (0..t.rank()).filter(|&a| !dims.is_one(&t.shape[a])).collect();
+    let mut chunks = Vec::new();
+    let mut product = Poly::int(1);
+    for (k, &a) in axes.iter().enumerate().rev() {
+        product = product.mul(&t.shape[a]);
+        let ends = k == 0 || {
+            let prev = axes[k - 1];
+            !dims.equal(&t.strides[prev], &t.shape[a].mul(&t.strides[a]))
+        };
+        if ends {
+            chunks.push(std::mem::replace(&mut product, Poly::int(1)));
+        }
+    }
+    chunks
+}
+
+/// Whether the sizes `new` can meet the `chunks` (innermost first) for some sizes: each
+/// chunk's product equal to a run of new sizes, taken from the right.
+fn may_view(dims: &DimTable, chunks: &[Poly], new: &[Poly]) -> bool {
+    let new: Vec<&Poly> = new.iter().rev().filter(|d| !dims.is_one(d)).collect();
+    fn runs(dims: &DimTable, chunks: &[Poly], new: &[&Poly]) -> bool {
+        let Some((chunk, rest)) = chunks.split_first() else {
+            return new.is_empty();
+        };
+        let mut product = Poly::int(1);
+        (0..new.len()).any(|k| {
+            product = product.mul(new[k]);
+            let apart =
+                dims.provably_positive(&product.sub(chunk)) || dims.provably_positive(&chunk.sub(&product));
+            !apart && runs(dims, rest, &new[k + 1..])
+        })
+    }
+    runs(dims, chunks, &new)
+}
+
+/// Whether two neighbouring axes (not of size 1) that are apart in memory in general meet,
+/// `stride[i] == size[j] * stride[j]`, for some sizes.
+fn chunks_may_meet(dims: &DimTable, t: &TensorType) -> bool {
+    let axes: Vec<usize> = (0..t.rank()).filter(|&a| !dims.is_one(&t.shape[a])).collect();
+    axes.windows(2).any(|w| {
+        let gap = t.strides[w[0]].sub(&t.shape[w[1]].mul(&t.strides[w[1]]));
+        !dims.with_consts(&gap).is_zero()
+            && !dims.provably_positive(&gap)
+            && !dims.provably_positive(&gap.neg())
+    })
+}
 
 /// The strides of `x.view(new_shape)`, or `None` where PyTorch's `view` would refuse for
-/// some value of the free dims. This is ATen's `computeStride`, run on normal forms.
-/// The caller has already proved that the element counts are equal.
+/// some value of the free dims. This is ATen's `computeStride`, run on normal forms; where
+/// `x`'s layout varies, no two axes are known to share a chunk. The caller has already
+/// proved that the element counts are equal.
 pub fn view_strides(dims: &DimTable, old: &TensorType, new_shape: &[Poly]) -> Option<Vec<Poly>> {
     let (old_shape, old_strides) = (&old.shape, &old.strides);
     let mut new_strides = vec![Poly::int(1); new_shape.len()];
@@ -25,15 +373,15 @@ pub fn view_strides(dims: &DimTable, old: &TensorType, new_shape: &[Poly]) -> Op
         tensor_numel = tensor_numel.mul(&old_shape[tensor_d]);
         let chunk_ends = tensor_d == 0 || {
             let prev = tensor_d - 1;
-            !old_shape[prev].is_one()
-                && !dims.equal(&old_strides[prev], &tensor_numel.mul(&chunk_base_stride))
+            !dims.is_one(&old_shape[prev])
+                && (old.varies || !dims.equal(&old_strides[prev], &tensor_numel.mul(&chunk_base_stride)))
         };
         if !chunk_ends {
             continue;
         }
         while view_d >= 0 {
             let size = &new_shape[view_d as usize];
-            if dims.equal(&view_numel, &tensor_numel) && !size.is_one() {
+            if dims.equal(&view_numel, &tensor_numel) && !dims.is_one(size) {
                 break;
             }
             new_strides[view_d as usize] = view_numel.mul(&chunk_base_stride);
@@ -56,44 +404,71 @@ pub fn view_strides(dims: &DimTable, old: &TensorType, new_shape: &[Poly]) -> Op
     (view_d == -1).then_some(new_strides)
 }
 
-/// The axes of `t` from the outermost to the innermost in memory, when `t` is dense (its
-/// strides are a permutation of a row-major layout); `None` otherwise.
-fn dense_order(dims: &DimTable, t: &TensorType) -> Option<Vec<usize>> {
-    let axes: Vec<usize> = (0..t.rank()).filter(|&a| !t.shape[a].is_one()).collect();
-    let mut order = Vec::with_capacity(axes.len());
-    let mut expected = Poly::int(1);
-    while order.len() < axes.len() {
-        let next = axes
-            .iter()
-            .copied()
-            .find(|a| !order.contains(a) && dims.equal(&t.strides[*a], &expected))?;
-        expected = expected.mul(&t.shape[next]);
-        order.push(next);
-    }
-    order.reverse();
-    Some(order)
-}
-
-/// The strides of an elementwise result of shape `shape` whose operand `like` has the same
-/// shape: PyTorch keeps a dense operand's memory order (so `x.transpose(1, 2) * 2` is still
-/// transposed), and makes anything else row-major.
-pub fn elementwise_strides(dims: &DimTable, like: Option<&TensorType>, shape: &[Poly]) -> Vec<Poly> {
-    let Some(like) = like else {
-        return row_major_strides(shape);
-    };
-    let same_shape =
-        like.rank() == shape.len() && like.shape.iter().zip(shape).all(|(a, b)| dims.equal(a, b));
-    let order = same_shape.then(|| dense_order(dims, like)).flatten();
-    let Some(order) = order else {
-        return row_major_strides(shape);
-    };
-    let mut strides = like.strides.clone();
+/// Strides that lay out `shape` densely with `perm[0]` innermost, `perm[1]` next, ..
+fn dense_in_order(shape: &[Poly], perm: &[usize]) -> Vec<Poly> {
+    let mut strides = vec![Poly::int(1); shape.len()];
     let mut acc = Poly::int(1);
-    for &a in order.iter().rev() {
+    for &a in perm {
         strides[a] = acc.clone();
         acc = acc.mul(&shape[a]);
     }
     strides
+}
+
+/// `t`'s strides over the axes of the broadcast `shape`, `None` where TensorIterator sees
+/// a stride of 0: a missing leading axis, an axis of size 1 that broadcasts, an expanded
+/// axis.
+fn broadcast_strides(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> Vec<Option<Poly>> {
+    let pad = shape.len() - t.rank().min(shape.len());
+    (0..shape.len())
+        .map(|i| {
+            let j = i.checked_sub(pad)?;
+            let (size, stride) = (&t.shape[j], &t.strides[j]);
+            let broadcast = dims.is_one(size) && !dims.is_one(&shape[i]);
+            (!broadcast && !dims.with_consts(stride).is_zero()).then(|| stride.clone())
+        })
+        .collect()
+}
+
+/// TensorIterator's `should_swap(dim0, dim1)`: `Greater` to swap, `Less` to stop, `Equal`
+/// when every operand abstains; `None` when the answer depends on the sizes.
+fn should_swap(
+    dims: &DimTable,
+    strides: &[Vec<Option<Poly>>],
+    shape: &[Poly],
+    dim0: usize,
+    dim1: usize,
+) -> Option<Ordering> {
+    for s in strides {
+        let (Some(s0), Some(s1)) = (&s[dim0], &s[dim1]) else {
+            continue;
+        };
+        match compare(dims, s0, s1)? {
+            Ordering::Equal => {}
+            decided => return Some(decided),
+        }
+        // Equal strides: the larger axis goes outside; otherwise the next operand decides.
+        match compare(dims, &shape[dim0], &shape[dim1])? {
+            Ordering::Greater => return Some(Ordering::Greater),
+            Ordering::Less | Ordering::Equal => {}
+        }
+    }
+    Some(Ordering::Equal)
+}
+
+/// The order of two sizes or strides at the sizes where it matters, or `None` when it
+/// depends on the sizes. Two expressions that differ only where a size is 1 (`N` and 1)
+/// compare by their general case: an axis of size 1 has no place in memory.
+fn compare(dims: &DimTable, a: &Poly, b: &Poly) -> Option<Ordering> {
+    if dims.equal(a, b) {
+        Some(Ordering::Equal)
+    } else if dims.provably_nonneg(&b.sub(a)) {
+        Some(Ordering::Less)
+    } else if dims.provably_nonneg(&a.sub(b)) {
+        Some(Ordering::Greater)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! Expressions and the shape rules of every op, with PyTorch's semantics.
 
-use super::layout::{elementwise_strides, view_strides};
+use super::layout::{self, view_strides, Rule};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident};
 use crate::diagnostic::{Code, Diagnostic};
+use crate::dims::DimTable;
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, TensorType, UnaryOp, ValueId};
 use crate::source::Span;
@@ -157,12 +158,8 @@ impl Checker {
             "contiguous" => {
                 let x = self.tensor_arg(args[0], "the argument of `contiguous`")?;
                 let t = self.ty(x).clone();
-                Some(self.push(
-                    Op::Contiguous,
-                    vec![x],
-                    TensorType::row_major(t.shape, t.dtype),
-                    span,
-                ))
+                let ty = self.laid_out(layout::contiguous, &[x], t.shape, t.dtype);
+                Some(self.push(Op::Contiguous, vec![x], ty, span))
             }
             "unsqueeze" => self.unsqueeze(args, span),
             "squeeze" => self.squeeze(args, span),
@@ -194,13 +191,8 @@ impl Checker {
         let Some(x) = self.expect_tensor(x, xspan, "an operand of arithmetic") else {
             return Value::Error;
         };
-        let t = self.ty(x).clone();
-        let strides = elementwise_strides(&self.prog.dims, Some(&t), &t.shape);
-        let ty = TensorType {
-            shape: t.shape,
-            strides,
-            dtype: DType::F32,
-        };
+        let shape = self.ty(x).shape.clone();
+        let ty = self.laid_out(layout::elementwise_order, &[x], shape, DType::F32);
         self.push(Op::Unary(op), vec![x], ty, span)
     }
 
@@ -235,25 +227,17 @@ impl Checker {
         let Some(shape) = self.broadcast(x, y, span) else {
             return Value::Error;
         };
-        let like = [x, y]
-            .into_iter()
-            .map(|v| self.ty(v).clone())
-            .find(|t| t.rank() == shape.len());
-        let strides = elementwise_strides(&self.prog.dims, like.as_ref(), &shape);
-        self.push(
-            op,
-            vec![x, y],
-            TensorType {
-                shape,
-                strides,
-                dtype,
-            },
-            span,
-        )
+        let ty = self.laid_out(layout::elementwise_order, &[x, y], shape, dtype);
+        self.push(op, vec![x, y], ty, span)
     }
 
-    /// The broadcast shape of two tensors: axes aligned from the right, equal or the
-    /// literal 1.
+    /// The type of a result of `shape` whose layout `rule` gives from `operands`.
+    fn laid_out(&self, rule: Rule, operands: &[ValueId], shape: Vec<Poly>, dtype: DType) -> TensorType {
+        let types: Vec<&TensorType> = operands.iter().map(|&v| self.ty(v)).collect();
+        rule(&self.prog.dims, &types, &shape).with(shape, dtype)
+    }
+
+    /// The broadcast shape of two tensors: axes aligned from the right, equal or provably 1.
     fn broadcast(&mut self, x: ValueId, y: ValueId, span: Span) -> Option<Vec<Poly>> {
         let (a, b) = (self.ty(x).shape.clone(), self.ty(y).shape.clone());
         let n = a.len().max(b.len());
@@ -263,8 +247,8 @@ impl Checker {
             let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
             let d = match (da, db) {
                 (Some(p), None) | (None, Some(p)) => p.clone(),
-                (Some(p), Some(q)) if q.is_one() || self.prog.dims.equal(p, q) => p.clone(),
-                (Some(p), Some(q)) if p.is_one() => q.clone(),
+                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, q, p) => p.clone(),
+                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, p, q) => q.clone(),
                 (Some(p), Some(q)) => {
                     let msg = format!(
                         "cannot broadcast {} with {}: `{}` vs `{}` on axis {i} of the result",
@@ -408,8 +392,8 @@ impl Checker {
             let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
             out.push(match (da, db) {
                 (Some(p), None) | (None, Some(p)) => p.clone(),
-                (Some(p), Some(q)) if q.is_one() || self.prog.dims.equal(p, q) => p.clone(),
-                (Some(p), Some(q)) if p.is_one() => q.clone(),
+                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, q, p) => p.clone(),
+                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, p, q) => q.clone(),
                 (Some(p), Some(q)) => {
                     let msg = format!(
                         "matmul batch dims do not broadcast: {} @ {} (`{}` vs `{}`)",
@@ -463,6 +447,7 @@ impl Checker {
             shape: axes.iter().map(|&a| t.shape[a].clone()).collect(),
             strides: axes.iter().map(|&a| t.strides[a].clone()).collect(),
             dtype: t.dtype,
+            varies: t.varies,
         };
         Some(self.push(Op::Permute(axes), vec![x], out, span))
     }
@@ -472,9 +457,12 @@ impl Checker {
         let x = self.tensor_arg(args[0], &format!("the argument of `{name}`"))?;
         let t = self.ty(x).clone();
         let shape = self.view_shape(&t, &args[1..], span)?;
-        let strides = match view_strides(&self.prog.dims, &t, &shape) {
-            Some(s) => s,
-            None if reshape => crate::ir::row_major_strides(&shape),
+        let laid = match view_strides(&self.prog.dims, &t, &shape) {
+            _ if reshape => layout::reshape(&self.prog.dims, &t, &shape),
+            Some(strides) => layout::Layout {
+                strides,
+                varies: t.varies,
+            },
             None => {
                 self.report(self.view_error(&t, &shape, span));
                 return None;
@@ -485,16 +473,7 @@ impl Checker {
         } else {
             Op::View(shape.clone())
         };
-        Some(self.push(
-            op,
-            vec![x],
-            TensorType {
-                shape,
-                strides,
-                dtype: t.dtype,
-            },
-            span,
-        ))
+        Some(self.push(op, vec![x], laid.with(shape, t.dtype), span))
     }
 
     /// The sizes of a view, with its `-1` solved and the element count proved equal.
@@ -519,8 +498,18 @@ impl Checker {
         let numel = t.numel();
         let known = shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d));
         if let Some(&h) = holes.first() {
+            if !self.prog.dims.provably_positive(&known) {
+                let msg = format!(
+                    "cannot solve the `-1` of this view: the other sizes' product `{}` may be 0, and PyTorch refuses a `-1` beside a size of 0",
+                    self.dim_text(&known)
+                );
+                let d = Diagnostic::error(Code::E0202, sizes[h].span, msg)
+                    .with_hint("write the size in place of `-1`");
+                self.report(d);
+                return None;
+            }
             match self.prog.dims.div(&numel, &known) {
-                Ok(q) => shape[h] = q,
+                Ok(q) => shape[h] = self.prog.dims.simplify(&q),
                 Err(_) => {
                     let msg = format!(
                         "cannot solve the `-1` of this view: `{}` elements do not split exactly into parts of `{}`",
@@ -546,16 +535,20 @@ impl Checker {
     }
 
     fn view_error(&self, t: &TensorType, shape: &[Poly], span: Span) -> Diagnostic {
-        Diagnostic::error(
-            Code::E0203,
-            span,
-            format!(
+        let message = match t.varies {
+            false => format!(
                 "cannot view {} with strides {} as {}: the view would merge axes that are not adjacent in memory",
                 self.shape_text(&t.shape),
                 self.shape_text(&t.strides),
                 self.shape_text(shape)
             ),
-        )
+            true => format!(
+                "cannot view {} as {}: the view would merge axes, and this value's strides depend on the sizes (a `reshape` copies for some sizes only, or an elementwise result follows operands whose order does)",
+                self.shape_text(&t.shape),
+                self.shape_text(shape)
+            ),
+        };
+        Diagnostic::error(Code::E0203, span, message)
         .with_hint(format!(
             "call `.contiguous()` before `.view(..)` (it copies `{}` elements), or use `.reshape(..)`, which copies only when it must",
             self.dim_text(&t.numel())
@@ -584,9 +577,10 @@ impl Checker {
         };
         let mut value = Value::Tensor(x);
         for &a in axes.iter().rev() {
-            let size = self.prog.dims.with_consts(&t.shape[a]);
-            match size.as_int() {
-                Some(1) => {
+            let dims = &self.prog.dims;
+            let size = &t.shape[a];
+            match (dims.is_one(size), dims.never_one(size)) {
+                (true, _) => {
                     t.shape.remove(a);
                     t.strides.remove(a);
                     let Value::Tensor(cur) = value else {
@@ -594,8 +588,8 @@ impl Checker {
                     };
                     value = self.push(Op::Squeeze(a), vec![cur], t.clone(), span);
                 }
-                Some(_) => {}
-                None => {
+                (false, true) => {}
+                (false, false) => {
                     let msg = format!(
                         "cannot squeeze axis {a} of {}: its size `{}` is 1 only for some values",
                         self.shape_text(&t.shape),
@@ -611,14 +605,9 @@ impl Checker {
 
     fn softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `softmax`")?;
-        let t = self.ty(x).clone();
-        let d = self.axis(args[1], t.rank(), false)?;
-        let strides = elementwise_strides(&self.prog.dims, Some(&t), &t.shape);
-        let ty = TensorType {
-            shape: t.shape,
-            strides,
-            dtype: DType::F32,
-        };
+        let shape = self.ty(x).shape.clone();
+        let d = self.axis(args[1], shape.len(), false)?;
+        let ty = self.laid_out(layout::fresh_row_major, &[x], shape, DType::F32);
         Some(self.push(Op::Softmax(d), vec![x], ty, span))
     }
 
@@ -639,13 +628,8 @@ impl Checker {
             return None;
         }
         let shape = self.broadcast(x, m, span)?;
-        let tx = self.ty(x).clone();
-        let strides = elementwise_strides(&self.prog.dims, Some(&tx), &shape);
-        let ty = TensorType {
-            shape,
-            strides,
-            dtype: tx.dtype,
-        };
+        let dtype = self.ty(x).dtype;
+        let ty = self.laid_out(layout::fresh_row_major, &[x, m], shape, dtype);
         Some(self.push(Op::MaskedFill, vec![x, m, v], ty, span))
     }
 
@@ -687,7 +671,8 @@ impl Checker {
             shape[d] = shape[d].mul(&len);
             Op::Concat(d)
         };
-        Some(self.push(op, vec![seq], TensorType::row_major(shape, item.dtype), span))
+        let ty = layout::joined(&self.prog.dims, &[&item], &shape).with(shape, item.dtype);
+        Some(self.push(op, vec![seq], ty, span))
     }
 
     /// `x[i, a : b, :]`: each index selects (drops the axis) or slices.
@@ -781,7 +766,7 @@ impl Checker {
             return None;
         }
         let mut out = t;
-        out.shape[axis] = end.sub(&start);
+        out.shape[axis] = self.prog.dims.simplify(&end.sub(&start));
         let op = Op::Slice { axis, start, end };
         let Value::Tensor(id) = self.push(op, vec![x], out, span) else {
             unreachable!("push makes a tensor")
@@ -834,6 +819,11 @@ enum IndexKind {
 /// A rank-0 float: what numbers and dims are in value position.
 pub(super) fn scalar() -> TensorType {
     TensorType::row_major(Vec::new(), DType::F32)
+}
+
+/// Whether an axis of size `from` broadcasts to `to`: equal, or provably 1.
+fn broadcasts_to(dims: &DimTable, from: &Poly, to: &Poly) -> bool {
+    dims.is_one(from) || dims.equal(from, to)
 }
 
 /// The literal `-1` of a view's sizes.

@@ -108,7 +108,7 @@ pub fn ir(path: &Path, dims: &[DimOverride], clif: bool, budget: u64) -> i32 {
     });
     match result {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             0
         }
         Err(e) => {
@@ -131,9 +131,9 @@ pub fn bench(args: &BenchArgs) -> i32 {
     match measure(&program, &opts, threads(args.threads), args.profile) {
         Ok(m) => {
             match args.format {
-                Format::Json => println!("{}", json(&m)),
+                Format::Json => outln!("{}", json(&m)),
                 Format::Text => {
-                    println!(
+                    outln!(
                         "median {:.4} ms, min {:.4} ms over {} calls; {:.2} GFLOP/s; compile {:.2} ms \
                          ({} kernels, {} functions, {} threads); weights prepared once in {:.3} ms",
                         m.median_ms,
@@ -147,7 +147,7 @@ pub fn bench(args: &BenchArgs) -> i32 {
                         m.prepare_ms
                     );
                     if let Some(rows) = &m.profile {
-                        print!("{}", profile_table(rows));
+                        out!("{}", profile_table(rows));
                     }
                 }
             }

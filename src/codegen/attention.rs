@@ -11,16 +11,24 @@
 //! `-inf` (every key so far removed) subtracts 0 instead, so `-inf - -inf` never makes NaN.
 
 use super::emit::Emit;
-use super::softmax::{exp_sum, scale_mask_max, scale_row, Row};
-use crate::kernel::{Attention, Keep};
+use super::math::eval;
+use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, Row};
+use crate::kernel::{Attention, Expr, Keep};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32, I32, I8};
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
 
 pub fn translate(e: &mut Emit, a: &Attention) {
     let r = a.batch.len();
     let (q_ptr, k_ptr, v_ptr, o_ptr) = (e.arg(0), e.arg(1), e.arg(2), e.arg(3));
     let mask_ptr = a.mask.as_ref().map(|_| e.arg(4));
+    let first_score_arg = 4 + a.mask.is_some() as usize;
+    let score_inputs = a.score.as_ref().map_or(0, |s| s.inputs.len());
+    let score_ptrs: Vec<Value> = (0..score_inputs).map(|k| e.arg(first_score_arg + k)).collect();
+    let tail_ptrs = a.tail.as_ref().map(|_| {
+        let first = first_score_arg + score_inputs;
+        (e.arg(first), e.arg(first + 1))
+    });
     let (br, bc) = a.block;
     let nb = a.n.div_ceil(br);
     let (qs, ks, vs, os) = (&a.q.strides, &a.k.strides, &a.v.strides, &a.out.strides);
@@ -45,15 +53,30 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             let p = e.at(q_ptr, o);
             e.step(p, i0, qs[r])
         };
+        // The keys and values of this task's key/value head: `k`, `v`, then the tail's, each
+        // with its strides, the first key it holds and how many.
         let kv_idx = kv_index(e, &idx, a.kv_group);
-        let k = {
-            let o = e.dot(&kv_idx, &ks[..r]);
-            e.at(k_ptr, o)
-        };
-        let v = {
-            let o = e.dot(&kv_idx, &vs[..r]);
-            e.at(v_ptr, o)
-        };
+        let mut segments = Vec::new();
+        let head_len = a.m - a.tail.as_ref().map_or(0, |t| t.len);
+        let mut parts = vec![(k_ptr, v_ptr, ks.as_slice(), vs.as_slice(), head_len)];
+        if let (Some(t), Some((tk, tv))) = (&a.tail, tail_ptrs) {
+            parts.push((tk, tv, t.k.strides.as_slice(), t.v.strides.as_slice(), t.len));
+        }
+        let mut start = 0;
+        for (k_ptr, v_ptr, ks, vs, len) in parts {
+            let k = {
+                let o = e.dot(&kv_idx, &ks[..r]);
+                e.at(k_ptr, o)
+            };
+            let v = {
+                let o = e.dot(&kv_idx, &vs[..r]);
+                e.at(v_ptr, o)
+            };
+            if len > 0 {
+                segments.push((k, v, ks, vs, start, len));
+            }
+            start += len;
+        }
         let out = {
             let o = e.dot(&idx, &os[..r]);
             let p = e.at(o_ptr, o);
@@ -67,6 +90,18 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             }
             _ => None,
         };
+        // Each score input at this task's batch index and first row.
+        let score_bases: Vec<Value> = a
+            .score
+            .iter()
+            .flat_map(|s| &s.inputs)
+            .zip(&score_ptrs)
+            .map(|(o, &p)| {
+                let off = e.dot(&idx, &o.strides[..r]);
+                let p = e.at(p, off);
+                e.step(p, i0, o.strides[r])
+            })
+            .collect();
         let zero = e.int(0);
         e.for_range(zero, rows, 1, |e, i| {
             let ninf = e.f32(f32::NEG_INFINITY);
@@ -76,102 +111,116 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             let at = e.step(sum_row, i, 1);
             e.store(z, at);
         });
-        let m_all = e.int(a.m as i64);
         // Whether a tile of this task was visited yet: the first one writes the output rows,
         // later ones rescale and add to them.
         let no = e.b.ins().iconst(I8, 0);
         let started = e.var(I8, no);
-        e.for_range(zero, m_all, bc as i64, |e, j0| {
-            let left = e.b.ins().isub(m_all, j0);
-            let bc_v = e.int(bc as i64);
-            let cols = e.min_usize(bc_v, left);
-            let tile_truth = a.positions.as_ref().map(|p| {
-                let last_i = e.b.ins().iadd(i0, rows);
-                let last_i = e.b.ins().iadd_imm_s(last_i, -1);
-                let last_j = e.b.ins().iadd(j0, cols);
-                let last_j = e.b.ins().iadd_imm_s(last_j, -1);
-                truth(e, &p.keep, (i0, last_i), (j0, last_j))
-            });
-            let mut visit = |e: &mut Emit| {
-                // tile[i, j] = scale * Σ_p q[i, p] k[j0 + j, p]
-                let kb = e.step(k, j0, ks[r]);
-                let dk = e.int(a.dk as i64);
-                let [t_rs, t_cs, q_rs, q_cs, k_rs, k_cs] =
-                    [bc, 1, qs[r], qs[r + 1], ks[r + 1], ks[r]].map(|s| e.int(s as i64));
-                let scale = e.f32(a.scale);
-                let no = e.b.ins().iconst(I32, 0);
-                e.sgemm([
-                    rows, cols, dk, tile, t_rs, t_cs, q, q_rs, q_cs, kb, k_rs, k_cs, scale, no,
-                ]);
-                let later = e.b.use_var(started);
-                let zero = e.int(0);
-                e.for_range(zero, rows, 1, |e, i| {
-                    let trow = e.step(tile, i, bc);
-                    if let (Some(p), Some((all, _))) = (&a.positions, tile_truth) {
-                        let partial = e.b.ins().bxor_imm_u(all, 1);
-                        let row_i = e.b.ins().iadd(i0, i);
-                        e.when(partial, |e| {
-                            fill_removed(e, &p.keep, p.fill, trow, row_i, j0, cols)
-                        });
-                    }
-                    let mrow = mask.as_ref().map(|(p, m)| {
-                        let p = e.step(*p, i, m.mask.strides[r]);
-                        let p = e.step(p, j0, m.mask.strides[r + 1]);
-                        (p, m.mask.strides[r + 1], (*m).clone())
-                    });
-                    let row = Row {
-                        len: cols,
-                        src: trow,
-                        src_stride: 1,
-                        src_ro: false,
-                        dst: trow,
-                        dst_stride: 1,
-                        scale: 1.0,
-                        mask: mrow,
-                    };
-                    let row_max = scale_mask_max(e, &row);
-                    let m_at = e.step(max_row, i, 1);
-                    let s_at = e.step(sum_row, i, 1);
-                    let m_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), m_at, 0);
-                    let m_new = e.max(m_old, row_max);
-                    let ninf = e.f32(f32::NEG_INFINITY);
-                    let none_yet = e.cmp(FloatCC::Equal, m_new, ninf);
-                    let z = e.f32(0.0);
-                    let base = e.pick(none_yet, z, m_new);
-                    let sum = exp_sum(e, &row, base);
-                    let d = e.b.ins().fsub(m_old, base);
-                    let corr = e.exp1(d);
-                    let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
-                    let l_new = e.b.ins().fma(l_old, corr, sum);
-                    e.store(l_new, s_at);
-                    e.store(m_new, m_at);
-                    e.when(later, |e| {
-                        let orow = e.step(out, i, os[r]);
-                        let dv = e.int(a.dv as i64);
-                        scale_row(e, orow, dv, os[r + 1], corr);
-                    });
+        for &(k, v, ks, vs, start, len) in &segments {
+            let len_v = e.int(len as i64);
+            e.for_range(zero, len_v, bc as i64, |e, jl| {
+                // jl counts keys within the segment, j0 within all the keys.
+                let j0 = e.b.ins().iadd_imm_s(jl, start as i64);
+                let left = e.b.ins().isub(len_v, jl);
+                let bc_v = e.int(bc as i64);
+                let cols = e.min_usize(bc_v, left);
+                let tile_truth = a.positions.as_ref().map(|p| {
+                    let last_i = e.b.ins().iadd(i0, rows);
+                    let last_i = e.b.ins().iadd_imm_s(last_i, -1);
+                    let last_j = e.b.ins().iadd(j0, cols);
+                    let last_j = e.b.ins().iadd_imm_s(last_j, -1);
+                    truth(e, &p.keep, (i0, last_i), (j0, last_j))
                 });
-                // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
-                let vb = e.step(v, j0, vs[r]);
-                let dv = e.int(a.dv as i64);
-                let [o_rs, o_cs, t_rs, t_cs, v_rs, v_cs] =
-                    [os[r], os[r + 1], bc, 1, vs[r], vs[r + 1]].map(|s| e.int(s as i64));
-                let one = e.f32(1.0);
-                let acc = e.b.ins().uextend(I32, later);
-                e.sgemm([
-                    rows, dv, cols, out, o_rs, o_cs, tile, t_rs, t_cs, vb, v_rs, v_cs, one, acc,
-                ]);
-                let yes = e.b.ins().iconst(I8, 1);
-                e.b.def_var(started, yes);
-            };
-            match tile_truth.filter(|_| skip) {
-                Some((_, none)) => {
-                    let some = e.b.ins().bxor_imm_u(none, 1);
-                    e.when(some, &mut visit);
+                let mut visit = |e: &mut Emit| {
+                    // tile[i, j] = scale * Σ_p q[i, p] k[j0 + j, p]
+                    let kb = e.step(k, jl, ks[r]);
+                    let dk = e.int(a.dk as i64);
+                    let [t_rs, t_cs, q_rs, q_cs, k_rs, k_cs] =
+                        [bc, 1, qs[r], qs[r + 1], ks[r + 1], ks[r]].map(|s| e.int(s as i64));
+                    let scale = e.f32(a.scale);
+                    let no = e.b.ins().iconst(I32, 0);
+                    e.sgemm([
+                        rows, cols, dk, tile, t_rs, t_cs, q, q_rs, q_cs, kb, k_rs, k_cs, scale, no,
+                    ]);
+                    let later = e.b.use_var(started);
+                    let zero = e.int(0);
+                    e.for_range(zero, rows, 1, |e, i| {
+                        let trow = e.step(tile, i, bc);
+                        if let Some(score) = &a.score {
+                            let row_i = e.b.ins().iadd(i0, i);
+                            let inputs: Vec<(Value, usize)> = (score.inputs.iter().zip(&score_bases))
+                                .map(|(o, &base)| {
+                                    let p = e.step(base, i, o.strides[r]);
+                                    (e.step(p, j0, o.strides[r + 1]), o.strides[r + 1])
+                                })
+                                .collect();
+                            modify_scores(e, &score.expr, trow, cols, (row_i, j0), &inputs);
+                        }
+                        if let (Some(p), Some((all, _))) = (&a.positions, tile_truth) {
+                            let partial = e.b.ins().bxor_imm_u(all, 1);
+                            let row_i = e.b.ins().iadd(i0, i);
+                            e.when(partial, |e| {
+                                fill_removed(e, &p.keep, p.fill, trow, row_i, j0, cols)
+                            });
+                        }
+                        let mrow = mask.as_ref().map(|(p, m)| {
+                            let p = e.step(*p, i, m.mask.strides[r]);
+                            let p = e.step(p, j0, m.mask.strides[r + 1]);
+                            (p, m.mask.strides[r + 1], (*m).clone())
+                        });
+                        let row = Row {
+                            len: cols,
+                            src: trow,
+                            src_stride: 1,
+                            src_ro: false,
+                            dst: trow,
+                            dst_stride: 1,
+                            scale: 1.0,
+                            mask: mrow,
+                        };
+                        let row_max = scale_mask_max(e, &row);
+                        let m_at = e.step(max_row, i, 1);
+                        let s_at = e.step(sum_row, i, 1);
+                        let m_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), m_at, 0);
+                        let m_new = e.max(m_old, row_max);
+                        let ninf = e.f32(f32::NEG_INFINITY);
+                        let none_yet = e.cmp(FloatCC::Equal, m_new, ninf);
+                        let z = e.f32(0.0);
+                        let base = e.pick(none_yet, z, m_new);
+                        let sum = exp_sum(e, &row, base, false);
+                        let d = e.b.ins().fsub(m_old, base);
+                        let corr = e.exp1(d);
+                        let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
+                        let l_new = e.b.ins().fma(l_old, corr, sum);
+                        e.store(l_new, s_at);
+                        e.store(m_new, m_at);
+                        e.when(later, |e| {
+                            let orow = e.step(out, i, os[r]);
+                            let dv = e.int(a.dv as i64);
+                            scale_row(e, orow, dv, os[r + 1], corr);
+                        });
+                    });
+                    // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
+                    let vb = e.step(v, jl, vs[r]);
+                    let dv = e.int(a.dv as i64);
+                    let [o_rs, o_cs, t_rs, t_cs, v_rs, v_cs] =
+                        [os[r], os[r + 1], bc, 1, vs[r], vs[r + 1]].map(|s| e.int(s as i64));
+                    let one = e.f32(1.0);
+                    let acc = e.b.ins().uextend(I32, later);
+                    e.sgemm([
+                        rows, dv, cols, out, o_rs, o_cs, tile, t_rs, t_cs, vb, v_rs, v_cs, one, acc,
+                    ]);
+                    let yes = e.b.ins().iconst(I8, 1);
+                    e.b.def_var(started, yes);
+                };
+                match tile_truth.filter(|_| skip) {
+                    Some((_, none)) => {
+                        let some = e.b.ins().bxor_imm_u(none, 1);
+                        e.when(some, &mut visit);
+                    }
+                    None => visit(e),
                 }
-                None => visit(e),
-            }
-        });
+            });
+        }
         e.for_range(zero, rows, 1, |e, i| {
             let s_at = e.step(sum_row, i, 1);
             let l = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
@@ -270,5 +319,36 @@ fn fill_removed(e: &mut Emit, keep: &Keep, fill: f32, row: Value, i: Value, j0: 
         let f = e.f32(fill);
         let y = e.b.ins().select(kept, x, f);
         e.store(y, at);
+    });
+}
+
+/// `row[j] = expr(row[j], i, j0 + j, inputs..)` for `j < cols`, four keys at a time: the
+/// score change, before either mask. Each input is its row's pointer at key `j0` with its
+/// stride along the keys.
+fn modify_scores(
+    e: &mut Emit,
+    expr: &[Expr],
+    row: Value,
+    cols: Value,
+    (i, j0): (Value, Value),
+    inputs: &[(Value, usize)],
+) {
+    lanes(e, cols, true, |e, j, w| {
+        let at = e.step(row, j, 1);
+        let s = e.load(at, w, 1, false);
+        let i = e.iota(i, 1);
+        let i = match w {
+            1 => i,
+            _ => e.b.ins().splat(F32X4, i),
+        };
+        let key = e.b.ins().iadd(j0, j);
+        let key = e.iota(key, w);
+        let mut leaves = vec![s, i, key];
+        for &(p, stride) in inputs {
+            let p = e.step(p, j, stride);
+            leaves.push(e.load(p, w, stride, true));
+        }
+        let v = eval(e, expr, &leaves, &[], w);
+        e.store(v, at);
     });
 }

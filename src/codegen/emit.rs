@@ -16,6 +16,11 @@ use super::math::Call;
 /// Lanes of a vector.
 pub const LANES: usize = 4;
 
+/// `exp_nonpositive_scaled` multiplies by `2^EXP_SCALE_LOG2`: enough to keep `e^-104`
+/// normal, small enough that a sum of 2^100 of them stays finite.
+const EXP_SCALE_LOG2: u32 = 25;
+const EXP_SCALE: f32 = (1 << EXP_SCALE_LOG2) as f32;
+
 /// A kernel function being built: `fn(args, scratch, begin, end)`.
 pub struct Emit<'a> {
     pub b: FunctionBuilder<'a>,
@@ -62,8 +67,21 @@ impl Emit<'_> {
         }
     }
 
+    /// `start, start + 1, ..` as floats on `w` lanes (1 or 4): the positions a lane holds.
+    pub fn iota(&mut self, start: Value, w: usize) -> Value {
+        let first = self.b.ins().fcvt_from_sint(F32, start);
+        if w == 1 {
+            return first;
+        }
+        let bytes: Vec<u8> = (0..4).flat_map(|k| (k as f32).to_le_bytes()).collect();
+        let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+        let steps = self.b.ins().vconst(F32X4, c);
+        let base = self.b.ins().splat(F32X4, first);
+        self.b.ins().fadd(base, steps)
+    }
+
     /// A 128-bit constant with `bits` in each of its four 32-bit lanes.
-    fn vconst(&mut self, ty: Type, bits: u32) -> Value {
+    pub fn vconst(&mut self, ty: Type, bits: u32) -> Value {
         let bytes: Vec<u8> = (0..4).flat_map(|_| bits.to_le_bytes()).collect();
         let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
         self.b.ins().vconst(ty, c)
@@ -106,10 +124,15 @@ impl Emit<'_> {
                 let first = self.b.ins().load(F32, flags, addr, 0);
                 let mut v = self.b.ins().scalar_to_vector(F32X4, first);
                 for lane in 1..4u8 {
-                    let x = self
-                        .b
-                        .ins()
-                        .load(F32, flags, addr, (stride * 4 * lane as usize) as i32);
+                    // A stride too long for a 32-bit displacement is added to the address.
+                    let bytes = stride.saturating_mul(4 * lane as usize);
+                    let x = match i32::try_from(bytes) {
+                        Ok(offset) => self.b.ins().load(F32, flags, addr, offset),
+                        Err(_) => {
+                            let at = self.b.ins().iadd_imm_s(addr, bytes as i64);
+                            self.b.ins().load(F32, flags, at, 0)
+                        }
+                    };
                     v = self.b.ins().insertlane(v, x, lane);
                 }
                 v
@@ -280,35 +303,66 @@ impl Emit<'_> {
         }
     }
 
-    /// `e^x` on f32x4, as Cephes' `expf`: `x = n ln2 + r` with `n` rounded by the 1.5·2^23
-    /// trick, `ln2` split in two for an exact reduction, a degree-5 polynomial for `e^r`,
-    /// and `2^n` built from the bits of `n`. `x` is clamped to [-88, 88]: at -88, `n` is
-    /// -127 and the bits of `2^n` are those of 0.0, so the result is exactly 0 there (as for
-    /// a masked score; the true value, 6e-39, is a denormal); above 88 it saturates at
-    /// `e^88` (softmax never gets there: it subtracts the maximum). Each `fma` takes a
-    /// single-use value first, which x86 may overwrite without a copy.
+    /// `e^x` on f32x4 over the whole float range. Above 89 `x` is clamped to 89, whose
+    /// result overflows to infinity as every `x` above 88.72 does. `n` lies in [-150, 128],
+    /// beyond the normal exponents, so `2^n` is applied as two normal factors `2^(n/2)`:
+    /// the first product is exact and the second rounds once, to infinity above 88.72 and
+    /// to a subnormal between -87.34 and -103.97, as the true value does.
     pub fn exp4(&mut self, x: Value) -> Value {
-        let hi = self.splat(88.0, 4);
+        let hi = self.splat(89.0, 4);
         let over = self.cmp(FloatCC::GreaterThan, x, hi);
         let x = self.b.ins().bitselect(over, hi, x);
-        self.exp4_below(x)
+        let (y, bits) = self.exp4_reduced(x);
+        // `t`'s low mantissa bits hold `n`: its bits less the magic number's are `n`.
+        let magic_bits = self.vconst(I32X4, 12_582_912f32.to_bits());
+        let n = self.b.ins().isub(bits, magic_bits);
+        let half = self.b.ins().iconst(I32, 1);
+        let n1 = self.b.ins().sshr(n, half);
+        let n2 = self.b.ins().isub(n, n1);
+        let y = self.mul_pow2(y, n1);
+        self.mul_pow2(y, n2)
     }
 
-    /// `e^x` on 1 or 4 lanes for `x <= 88` (softmax's `x - max <= 0`): no upper clamp.
+    /// `e^x` on 1 or 4 lanes for `x <= 0` (softmax's `x - max`). `n` lies in [-150, 0], so
+    /// `2^(n + 25)` is a normal factor and the product with it exact; the constant `2^-25`
+    /// then rounds once, to a subnormal where the true value is one.
     pub fn exp_nonpositive(&mut self, x: Value) -> Value {
+        let e = self.exp_nonpositive_scaled(x);
+        let w = if self.is_vec(x) { LANES } else { 1 };
+        let unscale = self.splat(EXP_SCALE.recip(), w);
+        self.b.ins().fmul(e, unscale)
+    }
+
+    /// `e^x · EXP_SCALE` for `x <= 0`, exact up to `e^x`'s rounding, never subnormal: a
+    /// softmax that divides by a sum of these gets its subnormal probabilities at that one
+    /// rounding, for the cost of an `exp` that flushes them to 0.
+    pub fn exp_nonpositive_scaled(&mut self, x: Value) -> Value {
+        let v = match self.is_vec(x) {
+            true => x,
+            false => self.b.ins().splat(F32X4, x),
+        };
+        let (y, bits) = self.exp4_reduced(v);
+        // Shifted into the exponent field, `t`'s bits leave only `n`'s.
+        let shift = self.b.ins().iconst(I32, 23);
+        let e = self.b.ins().ishl(bits, shift);
+        let bias = self.vconst(I32X4, (127 + EXP_SCALE_LOG2) << 23);
+        let e = self.b.ins().iadd(e, bias);
+        let pow = self.b.ins().bitcast(F32X4, MemFlagsData::new(), e);
+        let e = self.b.ins().fmul(y, pow);
         match self.is_vec(x) {
-            true => self.exp4_below(x),
-            false => {
-                let v = self.b.ins().splat(F32X4, x);
-                let e = self.exp4_below(v);
-                self.b.ins().extractlane(e, 0u8)
-            }
+            true => e,
+            false => self.b.ins().extractlane(e, 0u8),
         }
     }
 
-    /// [`Emit::exp4`] for `x <= 88`.
-    fn exp4_below(&mut self, x: Value) -> Value {
-        let lo = self.splat(-88.0, 4);
+    /// Cephes' `expf` for `x <= 89` up to the scaling: `x = n ln2 + r` with `n` rounded by
+    /// the 1.5·2^23 trick, `ln2` split in two for an exact reduction, and a degree-5
+    /// polynomial for `e^r`; returns `e^r` and the bits of `t = n + 1.5·2^23`. Below -104 every result
+    /// rounds to 0, so `x` is clamped there (and `-inf` gives 0); NaN passes through every
+    /// step. Each `fma` takes a single-use value first, which x86 may overwrite without a
+    /// copy.
+    fn exp4_reduced(&mut self, x: Value) -> (Value, Value) {
+        let lo = self.splat(-104.0, 4);
         let under = self.cmp(FloatCC::LessThan, x, lo);
         let x = self.b.ins().bitselect(under, lo, x);
         let log2e = self.splat(std::f32::consts::LOG2_E, 4);
@@ -337,11 +391,15 @@ impl Emit<'_> {
         let y = self.b.ins().fma(p, r2, r);
         let one = self.splat(1.0, 4);
         let y = self.b.ins().fadd(y, one);
-        let bits = self.b.ins().bitcast(I32X4, MemFlagsData::new(), t);
+        (y, self.b.ins().bitcast(I32X4, MemFlagsData::new(), t))
+    }
+
+    /// `y · 2^n` for `n` in the normal exponents, -126 to 127.
+    fn mul_pow2(&mut self, y: Value, n: Value) -> Value {
+        let bias = self.vconst(I32X4, 127);
+        let e = self.b.ins().iadd(n, bias);
         let shift = self.b.ins().iconst(I32, 23);
-        let e = self.b.ins().ishl(bits, shift);
-        let bias = self.vconst(I32X4, 0x3f80_0000);
-        let e = self.b.ins().iadd(e, bias);
+        let e = self.b.ins().ishl(e, shift);
         let pow = self.b.ins().bitcast(F32X4, MemFlagsData::new(), e);
         self.b.ins().fmul(y, pow)
     }

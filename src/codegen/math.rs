@@ -1,32 +1,29 @@
 //! The primitives of a formula ([`Expr`]) on 1 or 4 lanes, each with PyTorch's float32
 //! meaning: instructions where Cranelift has them (arithmetic, comparisons, `sqrt`, `abs`,
 //! NaN-propagating `maximum`), f32x4 polynomials with a libm's range handling (`exp`,
-//! `tanh`, `erf`), and otherwise a call per lane into a Rust function ([`Call`]).
+//! `tanh`, `erf`, `sigmoid`, `log`), and otherwise a call per lane into a Rust function
+//! ([`Call`]).
 
 use super::emit::Emit;
 use crate::ir::CmpOp;
 use crate::kernel::{Binary, Expr, Unary};
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::types::F32X4;
-use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_codegen::ir::types::{F32X4, I32, I32X4};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
 
 /// A float function that JIT code calls once per lane, by its symbol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
-    Sigmoid,
-    Log,
     Sin,
     Cos,
     Pow,
 }
 
 impl Call {
-    pub const ALL: [Call; 5] = [Call::Sigmoid, Call::Log, Call::Sin, Call::Cos, Call::Pow];
+    pub const ALL: [Call; 3] = [Call::Sin, Call::Cos, Call::Pow];
 
     pub fn symbol(self) -> &'static str {
         match self {
-            Call::Sigmoid => "attnc_sigmoidf",
-            Call::Log => "attnc_logf",
             Call::Sin => "attnc_sinf",
             Call::Cos => "attnc_cosf",
             Call::Pow => "attnc_powf",
@@ -46,22 +43,11 @@ impl Call {
         type F1 = extern "C" fn(f32) -> f32;
         type F2 = extern "C" fn(f32, f32) -> f32;
         match self {
-            Call::Sigmoid => sigmoidf as F1 as *const u8,
-            Call::Log => logf as F1 as *const u8,
             Call::Sin => sinf as F1 as *const u8,
             Call::Cos => cosf as F1 as *const u8,
             Call::Pow => powf as F2 as *const u8,
         }
     }
-}
-
-/// PyTorch's formula: `exp(-x)` overflows to `inf` below about -88.7, giving 0.
-extern "C" fn sigmoidf(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-extern "C" fn logf(x: f32) -> f32 {
-    x.ln()
 }
 
 extern "C" fn sinf(x: f32) -> f32 {
@@ -154,9 +140,9 @@ pub fn unary(e: &mut Emit, op: Unary, x: Value) -> Value {
             let zero = e.splat(0.0, w);
             e.cmp_value(FloatCC::Equal, x, zero)
         }
-        Unary::Log => per_lane(e, Call::Log, &[x]),
+        Unary::Log => on_vector(e, x, log4),
         Unary::Tanh => on_vector(e, x, tanh4),
-        Unary::Sigmoid => per_lane(e, Call::Sigmoid, &[x]),
+        Unary::Sigmoid => on_vector(e, x, sigmoid4),
         Unary::Erf => on_vector(e, x, erf4),
         Unary::Sin => per_lane(e, Call::Sin, &[x]),
         Unary::Cos => per_lane(e, Call::Cos, &[x]),
@@ -331,6 +317,99 @@ fn erf4(e: &mut Emit, x: Value) -> Value {
     let below = e.cmp(FloatCC::LessThan, a, one);
     let r = e.b.ins().bitselect(below, small, big);
     with_sign_of(e, r, x)
+}
+
+/// `sigmoid` on f32x4 as PyTorch computes it, `1 / (1 + e^-x)` in float32: that formula
+/// where `e^-x` is below 87; below
+/// -87, where `1 + e^-x` rounds to `e^-x`, `e^(x + 20) e^-20` (the subnormal results), and
+/// 0 below -88.72284, where PyTorch's `e^-x` overflows.
+fn sigmoid4(e: &mut Emit, x: Value) -> Value {
+    let neg = e.b.ins().fneg(x);
+    let ex = e.exp4(neg);
+    let one = e.splat(1.0, 4);
+    let d = e.b.ins().fadd(ex, one);
+    let main = e.b.ins().fdiv(one, d);
+    let twenty = e.splat(20.0, 4);
+    let shifted = e.b.ins().fadd(x, twenty);
+    let small = e.exp4(shifted);
+    let scale = e.splat((-20f32).exp(), 4);
+    let small = e.b.ins().fmul(small, scale);
+    let zero = e.splat(0.0, 4);
+    let overflow = e.splat(-88.722_84, 4);
+    let none = e.cmp(FloatCC::LessThan, x, overflow);
+    let tail = e.b.ins().bitselect(none, zero, small);
+    let cut = e.splat(-87.0, 4);
+    let below = e.cmp(FloatCC::LessThan, x, cut);
+    e.b.ins().bitselect(below, tail, main)
+}
+
+/// Cephes' `logf` on f32x4: `x = m 2^k` with `m` in [√½, √2) from the bits of `x`
+/// (subnormals scaled by 2^25 first), `log(m)` by a degree-8 polynomial in `m - 1`, and
+/// `k ln 2` added in two parts. `log(0)` is `-inf`, `log(inf)` is `inf`, and a negative `x`
+/// or NaN gives NaN, as in libm.
+fn log4(e: &mut Emit, x: Value) -> Value {
+    const P: [f32; 9] = [
+        7.037_683_6e-2,
+        -1.151_461e-1,
+        1.167_699_9e-1,
+        -1.242_014_1e-1,
+        1.424_932_3e-1,
+        -1.666_805_8e-1,
+        2.000_071_4e-1,
+        -2.499_999_4e-1,
+        0.333_333_3,
+    ];
+    let tiny = e.splat(f32::MIN_POSITIVE, 4);
+    let sub = e.cmp(FloatCC::LessThan, x, tiny);
+    let scale = e.splat(33_554_432.0, 4); // 2^25
+    let scaled = e.b.ins().fmul(x, scale);
+    let y = e.b.ins().bitselect(sub, scaled, x);
+    let bits = e.b.ins().bitcast(I32X4, MemFlagsData::new(), y);
+    // The exponent of `y`, as for a mantissa in [0.5, 1).
+    let shift = e.b.ins().iconst(I32, 23);
+    let biased = e.b.ins().ushr(bits, shift);
+    let bias = e.vconst(I32X4, 126);
+    let k = e.b.ins().isub(biased, bias);
+    let k = e.b.ins().fcvt_from_sint(F32X4, k);
+    let minus25 = e.splat(-25.0, 4);
+    let zero = e.splat(0.0, 4);
+    let adjust = e.b.ins().bitselect(sub, minus25, zero);
+    let k = e.b.ins().fadd(k, adjust);
+    let mantissa = e.vconst(I32X4, 0x807f_ffff);
+    let m = e.b.ins().band(bits, mantissa);
+    let half = e.vconst(I32X4, 0x3f00_0000);
+    let m = e.b.ins().bor(m, half);
+    let m = e.b.ins().bitcast(F32X4, MemFlagsData::new(), m);
+    // m in [0.5, 1): below √½ take 2m - 1 and k - 1, else m - 1.
+    let root_half = e.splat(std::f32::consts::FRAC_1_SQRT_2, 4);
+    let low = e.cmp(FloatCC::LessThan, m, root_half);
+    let one = e.splat(1.0, 4);
+    let twice = e.b.ins().fadd(m, m);
+    let m = e.b.ins().bitselect(low, twice, m);
+    let m = e.b.ins().fsub(m, one);
+    let k_low = e.b.ins().fsub(k, one);
+    let k = e.b.ins().bitselect(low, k_low, k);
+    let z = e.b.ins().fmul(m, m);
+    let p = horner(e, m, &P);
+    let pm = e.b.ins().fmul(p, m);
+    let y = e.b.ins().fmul(pm, z);
+    let c2 = e.splat(-2.121_944_4e-4, 4);
+    let y = e.b.ins().fma(c2, k, y);
+    let minus_half = e.splat(-0.5, 4);
+    let y = e.b.ins().fma(minus_half, z, y);
+    let r = e.b.ins().fadd(m, y);
+    let c1 = e.splat(0.693_359_4, 4);
+    let r = e.b.ins().fma(c1, k, r);
+    // The edges: 0 gives -inf, inf gives inf, below 0 and NaN give NaN.
+    let ninf = e.splat(f32::NEG_INFINITY, 4);
+    let is_zero = e.cmp(FloatCC::Equal, x, zero);
+    let r = e.b.ins().bitselect(is_zero, ninf, r);
+    let inf = e.splat(f32::INFINITY, 4);
+    let is_inf = e.cmp(FloatCC::Equal, x, inf);
+    let r = e.b.ins().bitselect(is_inf, inf, r);
+    let nan = e.splat(f32::NAN, 4);
+    let bad = e.cmp(FloatCC::UnorderedOrLessThan, x, zero);
+    e.b.ins().bitselect(bad, nan, r)
 }
 
 /// `f(args..)` computed one lane at a time by a call.

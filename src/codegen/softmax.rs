@@ -121,10 +121,12 @@ pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
     e.max(a, s)
 }
 
-/// Pass 2: `dst = exp(score - max)` (the scores as pass 1 left them); returns the row's
-/// sum. `max` is at least every
-/// score, so the exponent is never positive and `exp` needs no upper clamp.
-pub fn exp_sum(e: &mut Emit, row: &Row, max: Value) -> Value {
+/// Pass 2: `dst = exp(score - max)` (the scores as pass 1 left them), times `EXP_SCALE`
+/// where `scaled`; returns the row's sum (scaled alike). `max` is at least every score, so
+/// the exponent is never positive and `exp` needs no upper clamp. A caller that divides by
+/// the sum takes the scaled values: they are never subnormal, and the division rounds them
+/// once.
+pub fn exp_sum(e: &mut Emit, row: &Row, max: Value, scaled: bool) -> Value {
     let row = &row.stored();
     let max = e.pin(max);
     let vector = row.vector();
@@ -137,7 +139,10 @@ pub fn exp_sum(e: &mut Emit, row: &Row, max: Value) -> Value {
         let y = score(e, row, j, w);
         let m = if w == 1 { max } else { vmax };
         let d = e.b.ins().fsub(y, m);
-        let p = e.exp_nonpositive(d);
+        let p = match scaled {
+            true => e.exp_nonpositive_scaled(d),
+            false => e.exp_nonpositive(d),
+        };
         let addr = e.step(row.dst, j, row.dst_stride);
         e.store(p, addr);
         let acc = if w == 1 { ssum } else { vsum };
@@ -203,7 +208,7 @@ pub fn translate(e: &mut Emit, s: &Softmax) {
                 mask,
             };
             let max = scale_mask_max(e, &row);
-            let sum = exp_sum(e, &row, max);
+            let sum = exp_sum(e, &row, max, true);
             let one = e.f32(1.0);
             let inv = e.b.ins().fdiv(one, sum);
             scale_row(e, dst, len, row.dst_stride, inv);

@@ -243,3 +243,57 @@ fn asserted_inequalities_prove_bounds() {
     assert!(t.provably_nonneg(&n.sub(&Poly::int(1))), "N - 2 >= 0 and 1 >= 0");
     assert!(!t.provably_nonneg(&n.sub(&Poly::int(3))));
 }
+
+/// `B, N` free, `U = 1`, `D = 12`, `H = 3`.
+fn issue_dims() -> (DimTable, [Poly; 5]) {
+    let mut t = DimTable::new();
+    let b = Poly::sym(t.declare("B", DimKind::Free { value: None }));
+    let n = Poly::sym(t.declare("N", DimKind::Free { value: None }));
+    let u = Poly::sym(t.declare("U", DimKind::Const(1)));
+    let d = Poly::sym(t.declare("D", DimKind::Const(12)));
+    let h = Poly::sym(t.declare("H", DimKind::Const(3)));
+    (t, [b, n, u, d, h])
+}
+
+#[test]
+fn sizes_equal_to_one_given_the_constants_are_one() {
+    let (t, [b, n, u, _, h]) = issue_dims();
+    assert!(t.is_one(&u));
+    assert!(t.is_one(&Poly::int(10).sub(&h.mul(&Poly::int(3)))), "10 - 3 * H");
+    assert!(!t.is_one(&n));
+    assert!(!t.is_one(&b.mul(&u)));
+}
+
+#[test]
+fn sizes_never_one_are_at_least_two_or_at_most_zero() {
+    let (t, [b, n, _, d, _]) = issue_dims();
+    assert!(t.never_one(&Poly::int(12).mul(&b).mul(&n)));
+    assert!(t.never_one(&d));
+    assert!(t.never_one(&n.add(&Poly::int(1))));
+    assert!(!t.never_one(&n), "N may be 1");
+    assert!(!t.never_one(&b.mul(&n)));
+    assert!(!t.never_one(&n.sub(&Poly::int(1))), "N - 1 is 1 at N = 2");
+}
+
+#[test]
+fn products_are_positive_or_possibly_zero() {
+    let (t, [b, n, _, d, _]) = issue_dims();
+    assert!(t.provably_positive(&b.mul(&n).mul(&d)));
+    assert!(!t.provably_positive(&n.sub(&Poly::int(1))), "0 at N = 1");
+    assert!(!t.provably_positive(&b.mul(&n.sub(&Poly::int(1)))));
+}
+
+#[test]
+fn fractions_and_sums_of_constants_simplify_and_declared_dims_stay() {
+    let (t, [b, n, _, d, _]) = issue_dims();
+    let q = t.div(&b.mul(&n).mul(&d), &b.mul(&n).mul(&Poly::int(12))).unwrap();
+    assert_eq!(t.display(&q), "D / 12");
+    assert_eq!(t.simplify(&q), Poly::int(1));
+    assert_eq!(t.simplify(&d), d, "a constant dim keeps its name");
+    assert_eq!(t.simplify(&n), n);
+    let (_, [_, _, _, _, h]) = issue_dims();
+    assert_eq!(
+        t.simplify(&Poly::int(10).sub(&h.mul(&Poly::int(3)))),
+        Poly::int(1)
+    );
+}

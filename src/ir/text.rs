@@ -32,12 +32,15 @@ impl Program {
         format!("[{}]", parts.join(", "))
     }
 
-    /// A tensor type: its shape, then its strides where it is not row-major, and `bool`
-    /// for masks.
+    /// A tensor type: its shape, then its strides where it is not row-major (`varies`
+    /// where other sizes give other strides), and `bool` for masks.
     pub fn type_text(&self, t: &TensorType) -> String {
         let mut s = self.shape_text(&t.shape);
         if !t.is_contiguous(&self.dims) {
             let _ = write!(s, " strides {}", self.shape_text(&t.strides));
+        }
+        if t.varies {
+            s.push_str(" varies");
         }
         if t.dtype == DType::Bool {
             s.push_str(" bool");

@@ -152,10 +152,15 @@ impl IndexMask {
 
     /// Every tile of an `n x m` score matrix, counted by kind.
     pub fn tiles(&self, (n, m): (usize, usize), block: (usize, usize)) -> TileCounts {
+        self.tiles_of_keys(n, (0, m), block)
+    }
+
+    /// The tiles of `n` rows against keys `keys.0..keys.1`, in blocks from `keys.0`.
+    pub fn tiles_of_keys(&self, n: usize, keys: (usize, usize), block: (usize, usize)) -> TileCounts {
         let mut counts = TileCounts::default();
         for i0 in (0..n).step_by(block.0.max(1)) {
-            for j0 in (0..m).step_by(block.1.max(1)) {
-                match self.tile((i0, j0), (n, m), block) {
+            for j0 in (keys.0..keys.1).step_by(block.1.max(1)) {
+                match self.tile((i0, j0), (n, keys.1), block) {
                     Tile::Kept => counts.kept += 1,
                     Tile::Partial => counts.partial += 1,
                     Tile::Skipped => counts.skipped += 1,

@@ -139,12 +139,32 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 for (name, o) in [("q", &a.q), ("k", &a.k), ("v", &a.v), ("out", &a.out)] {
                     let _ = writeln!(out, "      {name} {}", operand(o));
                 }
+                if let Some(t) = &a.tail {
+                    let first = a.m - t.len;
+                    let _ = writeln!(
+                        out,
+                        "      keys {first}..{} read in place from k {} and v {}",
+                        a.m,
+                        operand(&t.k),
+                        operand(&t.v)
+                    );
+                }
                 if a.kv_group > 1 {
                     let _ = writeln!(
                         out,
                         "      k, v read in place: query head h reads head h / {}",
                         a.kv_group
                     );
+                }
+                if let Some(score) = &a.score {
+                    let formula = expr_text(&score.expr, score.expr.len() - 1);
+                    let _ = writeln!(
+                        out,
+                        "      score (in0 the score, in1 = i, in2 = j): s = {formula}"
+                    );
+                    for (k, o) in score.inputs.iter().enumerate() {
+                        let _ = writeln!(out, "      in{} {}", k + 3, operand(o));
+                    }
                 }
                 mask(out, &a.mask);
                 positions(out, a);

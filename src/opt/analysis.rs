@@ -198,7 +198,8 @@ impl Ctx {
         p.syms().into_iter().filter(|&s| self.is_loop(s)).collect()
     }
 
-    /// PyTorch broadcasting: axes aligned from the right, equal or the literal 1.
+    /// PyTorch broadcasting: axes aligned from the right, equal or provably 1 (as the
+    /// checker decides it).
     pub fn broadcast(&self, a: &[Poly], b: &[Poly]) -> Option<Vec<Poly>> {
         let n = a.len().max(b.len());
         (0..n)
@@ -207,8 +208,8 @@ impl Ctx {
                 let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
                 match (da, db) {
                     (Some(p), None) | (None, Some(p)) => Some(p.clone()),
-                    (Some(p), Some(q)) if q.is_one() || self.equal(p, q) => Some(p.clone()),
-                    (Some(p), Some(q)) if p.is_one() => Some(q.clone()),
+                    (Some(p), Some(q)) if self.const_of(q) == Some(1) || self.equal(p, q) => Some(p.clone()),
+                    (Some(p), Some(q)) if self.const_of(p) == Some(1) => Some(q.clone()),
                     _ => None,
                 }
             })

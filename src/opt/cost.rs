@@ -291,7 +291,11 @@ impl Choices<'_> {
 pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
     let root = eg.find(root);
     let memo = Memo::default();
-    let mut nodes = greedy(eg, &memo);
+    let window = match eg.number_of_classes() <= EXACT_CLASSES {
+        true => usize::MAX,
+        false => SHARED_WINDOW,
+    };
+    let mut nodes = greedy(eg, &memo, window);
     let trips = trips(eg);
     refine(eg, &memo, &mut nodes, root, &trips);
     let choices = Choices {
@@ -315,6 +319,16 @@ pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
         total: eval.total,
     })
 }
+
+/// Up to this many e-classes, extraction counts every shared value exactly once.
+const EXACT_CLASSES: usize = 1_000;
+
+/// Beyond [`EXACT_CLASSES`], how many of the classes a term needs a greedy choice lists
+/// one by one (the rest it only sums), so that extraction stays linear in the e-graph.
+const SHARED_WINDOW: usize = 32;
+
+/// Class visits the refinement may spend in all.
+const REFINE_BUDGET: usize = 20_000_000;
 
 /// The trip count of each loop variable (nominal where it is not constant).
 fn trips(eg: &EG) -> HashMap<usize, u128> {
@@ -417,6 +431,10 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
 /// for every class the program uses, each other node of it, alone and together with the
 /// nodes of other used classes that share an operand with it (the three slices of a
 /// merged projection only pay off together), and takes the best.
+///
+/// Each trial evaluates the whole program, so the descent stops when the next step's
+/// trials would pass [`REFINE_BUDGET`] class visits in all: a bound on work, not on time,
+/// so the result does not depend on the machine, and linear in the program's size.
 fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, usize>, root: Id, trips: &HashMap<usize, u128>) {
     let no_switch = Choices {
         base: nodes,
@@ -425,7 +443,14 @@ fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, usize>, root: Id, trips:
     let Some(mut current) = evaluate(eg, memo, &no_switch, root, trips) else {
         return;
     };
+    let mut budget = REFINE_BUDGET;
     for _ in 0..32 {
+        let alternatives: usize = current.types.keys().map(|&c| eg[c].len() - 1).sum();
+        let step = alternatives.saturating_mul(2).saturating_mul(current.size.max(1));
+        match budget.checked_sub(step) {
+            Some(left) => budget = left,
+            None => return,
+        }
         let mut used: Vec<Id> = current
             .types
             .keys()
@@ -492,7 +517,7 @@ fn operands(eg: &EG, node: &Tensor) -> Vec<Id> {
 /// The greedy pass: each class keeps its cheapest node given its children's current
 /// choices (a class's cost summed over the set of classes it needs), recomputed whenever
 /// a child's choice changes, until nothing changes.
-fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, usize> {
+fn greedy(eg: &EG, memo: &Memo, window: usize) -> HashMap<Id, usize> {
     let mut choices: HashMap<Id, Choice> = HashMap::new();
     let mut queue: VecDeque<Id> = eg
         .classes()
@@ -509,7 +534,7 @@ fn greedy(eg: &EG, memo: &Memo) -> HashMap<Id, usize> {
         }
         budget -= 1;
         let best = (0..eg[id].len())
-            .filter_map(|i| candidate(eg, memo, &choices, id, i))
+            .filter_map(|i| candidate(eg, memo, &choices, id, i, window))
             .min_by(better);
         let Some(best) = best else { continue };
         let changed = match choices.get(&id) {
@@ -538,6 +563,9 @@ struct Choice {
     key: u64,
     /// The cost of every class the term needs (loop bodies times their trip count).
     needs: Rc<HashMap<Id, Cost>>,
+    /// The cost of the classes the term needs that `needs` no longer lists (see
+    /// [`SHARED_WINDOW`]).
+    beyond: Cost,
 }
 
 fn better(a: &Choice, b: &Choice) -> std::cmp::Ordering {
@@ -546,7 +574,14 @@ fn better(a: &Choice, b: &Choice) -> std::cmp::Ordering {
 
 /// The choice of node `index` for class `id`, if its children all have one and none of
 /// them needs `id` itself.
-fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, index: usize) -> Option<Choice> {
+fn candidate(
+    eg: &EG,
+    memo: &Memo,
+    choices: &HashMap<Id, Choice>,
+    id: Id,
+    index: usize,
+    window: usize,
+) -> Option<Choice> {
     let node = &eg[id].nodes[index];
     let kids: Vec<&Choice> = node
         .children()
@@ -554,6 +589,7 @@ fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, index:
         .map(|c| choices.get(&eg.find(*c)))
         .collect::<Option<_>>()?;
     let mut needs: HashMap<Id, Cost> = HashMap::new();
+    let mut beyond = kids.iter().fold(Cost::default(), |acc, k| acc + k.beyond);
     for (c, k) in node.children().iter().zip(&kids) {
         let c = eg.find(*c);
         if c == id || k.needs.contains_key(&id) {
@@ -580,19 +616,29 @@ fn candidate(eg: &EG, memo: &Memo, choices: &HashMap<Id, Choice>, id: Id, index:
                 *cost = *cost * trip;
             }
         }
+        beyond = beyond * trip;
+    }
+    let size = kids
+        .iter()
+        .fold(needs.len(), |n, k| n.saturating_add(k.size - k.needs.len()));
+    // Past the window, what the term needs is only summed: a shared class beyond it may be
+    // counted twice, but the maps, and so the work, stay bounded per class.
+    if needs.len() >= window {
+        beyond = needs.drain().fold(beyond, |acc, (_, c)| acc + c);
     }
     let types: Vec<Option<u32>> = kids.iter().map(|k| k.ty).collect();
     let (ty, _, cost, text) = memo.lay_out(eg, id, index, &types);
     needs.insert(id, cost);
-    let total = needs.values().fold(Cost::default(), |acc, &c| acc + c);
+    let total = needs.values().fold(beyond, |acc, &c| acc + c);
     let key = kids.iter().fold(text, |h, k| fnv(&k.key.to_le_bytes(), h));
     Some(Choice {
         index,
         ty,
         total,
-        size: needs.len(),
+        size: size + 1,
         key,
         needs: Rc::new(needs),
+        beyond,
     })
 }
 

@@ -7,9 +7,9 @@
 
 use super::analysis::{perm_of, Ctx, Data, Kind};
 use super::lang::Tensor;
-use crate::check::layout::{elementwise_strides, view_strides};
+use crate::check::layout::{self, view_strides, Layout};
 use crate::dims::Poly;
-use crate::ir::{row_major_strides, TensorType};
+use crate::ir::TensorType;
 
 /// The type (with strides) of `node`'s value given its operands' types, and whether a
 /// `reshape` has to copy. `attrs` are the children's data (for axes), `kids` their
@@ -27,30 +27,36 @@ pub fn lay_out(
         Kind::Seq { .. } => return kids.get(3).copied().flatten().map(|t| (t.clone(), false)),
         _ => return None,
     };
-    let rm = || row_major_strides(&shape);
     let kid = |i: usize| kids.get(i).copied().flatten();
-    let like = |t: Option<&TensorType>| elementwise_strides(&ctx.dims, t, &shape);
+    let operands: Vec<&TensorType> = kids.iter().copied().flatten().collect();
+    let dims = &ctx.dims;
+    // View ops keep their operand's uncertainty about its strides.
+    let moved = |x: &TensorType, strides: Vec<Poly>| Layout {
+        strides,
+        varies: x.varies,
+    };
     let mut copies = false;
-    let strides = match node {
+    let laid = match node {
         Tensor::Transpose(_) => {
             let x = kid(0)?;
             let mut s = x.strides.clone();
             let (a, b) = (attrs.get(1)?.axis()?, attrs.get(2)?.axis()?);
             s.swap(a, b);
-            s
+            moved(x, s)
         }
         Tensor::Permute(_) => {
             let x = kid(0)?;
             let axes = perm_of(attrs.get(1)?.shape_attr()?, x.rank())?;
-            axes.iter().map(|&a| x.strides[a].clone()).collect()
+            moved(x, axes.iter().map(|&a| x.strides[a].clone()).collect())
         }
         Tensor::Reshape(_) => {
+            // The optimized program commits to one outcome: a view, or a copy then a view.
             let x = kid(0)?;
-            match view_strides(&ctx.dims, x, &shape) {
-                Some(s) => s,
+            match view_strides(dims, x, &shape) {
+                Some(s) => moved(x, s),
                 None => {
                     copies = true;
-                    rm()
+                    layout::fresh_row_major(dims, &operands, &shape)
                 }
             }
         }
@@ -63,7 +69,7 @@ pub fn lay_out(
                 false => Poly::int(1),
             };
             s.insert(d, stride);
-            s
+            moved(x, s)
         }
         Tensor::Squeeze(_) => {
             let x = kid(0)?;
@@ -71,19 +77,22 @@ pub fn lay_out(
             if s.len() != shape.len() {
                 s.remove(attrs.get(1)?.axis()?);
             }
-            s
+            moved(x, s)
         }
-        Tensor::Slice(_) => kid(0)?.strides.clone(),
+        Tensor::Slice(_) => {
+            let x = kid(0)?;
+            moved(x, x.strides.clone())
+        }
         Tensor::Select(_) => {
-            let mut s = kid(0)?.strides.clone();
+            let x = kid(0)?;
+            let mut s = x.strides.clone();
             s.remove(attrs.get(1)?.axis()?);
-            s
+            moved(x, s)
         }
-        Tensor::Softmax(_) | Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::MaskedFill(_) => {
-            like(kid(0))
+        // `mul(x, literal)` for `Scale`: the literal, of rank 0, decides nothing.
+        Tensor::Neg(_) | Tensor::Sqrt(_) | Tensor::Exp(_) | Tensor::Scale(_) => {
+            layout::elementwise_order(dims, &operands[..1.min(operands.len())], &shape)
         }
-        // Lowered as `mul(x, literal)`: like the operand of full rank, as the checker does.
-        Tensor::Scale(_) => like(kid(0)),
         Tensor::Add(_)
         | Tensor::Sub(_)
         | Tensor::Mul(_)
@@ -93,22 +102,10 @@ pub fn lay_out(
         | Tensor::Lt(_)
         | Tensor::Le(_)
         | Tensor::Gt(_)
-        | Tensor::Ge(_) => {
-            let full = [kid(0), kid(1)]
-                .into_iter()
-                .flatten()
-                .find(|t| t.rank() == shape.len());
-            like(full)
-        }
-        // Fresh results: parameters, inputs, constants, GEMMs, fused ops, copies, joins.
-        _ => rm(),
+        | Tensor::Ge(_) => layout::elementwise_order(dims, &[kid(0)?, kid(1)?], &shape),
+        // Fresh results: parameters, inputs, constants, GEMMs, softmax, masked_fill, fused
+        // ops, copies, joins.
+        _ => layout::fresh_row_major(dims, &operands, &shape),
     };
-    Some((
-        TensorType {
-            shape,
-            strides,
-            dtype,
-        },
-        copies,
-    ))
+    Some((laid.with(shape, dtype), copies))
 }

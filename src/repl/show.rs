@@ -106,6 +106,6 @@ pub(super) fn dims_text(prog: &Program, overrides: &[DimOverride]) -> String {
     }
     let width = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
     rows.iter()
-        .map(|(decl, note)| format!("{decl:width$}  # {note}\n"))
+        .map(|(decl, note)| format!("{}  # {note}\n", crate::render::pad(decl, width)))
         .collect()
 }

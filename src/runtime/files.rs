@@ -138,14 +138,68 @@ pub fn bf16_to_f32(b: u16) -> f32 {
 /// Writes `tensors` to `path` as float32 safetensors, each under its name. The bytes go to
 /// a temporary file in the same directory that is then renamed over `path`, so a failed
 /// run never leaves a partial output behind.
+///
+/// A symlink is written through: the file it points to is replaced, atomically, and the
+/// link stays. A device, a FIFO or a directory is refused ([`output_target`]).
 pub fn save(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), RunError> {
+    let target = output_target(path)?;
     let encoded = encode(tensors).map_err(|e| file_error("write", path, &e.to_string()))?;
-    let temp = temp_path(path);
-    let written = std::fs::write(&temp, encoded).and_then(|()| std::fs::rename(&temp, path));
+    let temp = temp_path(&target);
+    let written = std::fs::write(&temp, encoded).and_then(|()| std::fs::rename(&temp, &target));
     written.map_err(|e| {
         let _ = std::fs::remove_file(&temp);
         file_error("write", path, &e.to_string())
     })
+}
+
+/// The file `-o PATH` writes: `path` itself, or the file its chain of symlinks ends at.
+/// Anything but a regular file or a new name is refused, because an output replaced by a
+/// rename would silently turn a device, a FIFO or a directory into a file.
+pub fn output_target(path: &Path) -> Result<PathBuf, RunError> {
+    let mut target = path.to_path_buf();
+    for _ in 0..40 {
+        let meta = match std::fs::symlink_metadata(&target) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(target),
+            Err(e) => return Err(file_error("write", path, &e.to_string())),
+        };
+        if meta.is_file() {
+            return Ok(target);
+        }
+        if !meta.file_type().is_symlink() {
+            let what = format!("it is {}, not a regular file", kind(&meta.file_type()));
+            return Err(
+                file_error("write", path, &what).with_hint("give `-o` the path of a .safetensors file")
+            );
+        }
+        let link = std::fs::read_link(&target).map_err(|e| file_error("write", path, &e.to_string()))?;
+        target = match target.parent() {
+            Some(dir) => dir.join(link),
+            None => link,
+        };
+    }
+    Err(file_error("write", path, "too many levels of symbolic links"))
+}
+
+/// What a file that is neither regular nor a symlink is, for messages.
+fn kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    match t.is_dir() {
+        true => "a directory",
+        false => "a special file",
+    }
 }
 
 /// The safetensors bytes of `tensors`, all float32.

@@ -2,10 +2,16 @@
 //! the `extern "C"` GEMM microkernel shim they call.
 //!
 //! The invariant every block below relies on: a kernel only touches memory through the
-//! operand pointers it is given, within the iteration space of its [`KernelOp`], and
-//! [`Plan::validate`] has proved that space inside each operand's buffer. [`execute`] checks
-//! that every buffer it passes has exactly the plan's length before it calls anything, and
-//! that the scratch is as large as the plan asks.
+//! operand pointers it is given (and its thread's scratch), within the iteration space of
+//! its [`KernelOp`], each task within its own part of that space; and [`Plan::validate`]
+//! has proved, for the prologue and the main kernels, that this space stays inside each
+//! operand's buffer, that the written operand reaches a different element for every index
+//! (so tasks on different threads never write one element), that no operand a kernel reads
+//! overlaps what it writes (so its `readonly` loads see memory that does not change), and
+//! that buffers which may be written never alias one another. An [`super::jit::Executable`]
+//! holds its plan privately and validates it before it is built, so a plan cannot change
+//! after the proof. [`execute`] checks that every buffer it passes has exactly the plan's
+//! length before it calls anything, and that the scratch is as large as the plan asks.
 
 use crate::kernel::{BufferKind, KernelOp, Plan};
 use rayon::prelude::*;
@@ -63,7 +69,10 @@ pub extern "C" fn attnc_sgemm(
         && use_tile()
     {
         let u = |x: i64| x as usize;
-        // SAFETY: AVX-512F is available (checked); the tile is inside its buffers as below.
+        // SAFETY: AVX-512F is available (checked); the strides are not negative (checked),
+        // and the JIT code passes a tile that `Plan::validate` proved inside its buffers
+        // (or inside the scratch, sized by `KernelOp::scratch`): the contract of
+        // `tile::sgemm`.
         unsafe {
             tile::sgemm(
                 (u(m), u(n), u(k)),
@@ -161,7 +170,8 @@ type KernelFn = unsafe extern "C" fn(*const *mut f32, *mut f32, i64, i64);
 /// The operand pointers of one kernel call.
 struct Args(Vec<*mut f32>);
 
-// SAFETY: the pointers are only read by kernels, which write disjoint tasks' elements; the
+// SAFETY: the pointers are only read by kernels, whose tasks write disjoint elements and
+// never read what another task of the kernel writes (both proved by `Plan::validate`); the
 // memory they point to outlives `execute`, which owns or borrows it for its whole run.
 unsafe impl Send for Args {}
 unsafe impl Sync for Args {}
@@ -286,8 +296,15 @@ pub fn execute(
                     .op
                     .operands()
                     .iter()
-                    // SAFETY: the offset is inside the buffer (validated).
-                    .map(|(o, _, _)| unsafe { bases.ptr(o.buf).add(o.offset) })
+                    .map(|(o, shape, _)| match shape.contains(&0) {
+                        // An empty operand is never dereferenced, and its offset may lie
+                        // past its buffer (a slice of an empty tensor): no `add` for it.
+                        true => bases.ptr(o.buf).wrapping_add(o.offset),
+                        // SAFETY: the offset is the operand's first element, inside its
+                        // buffer (validated for every operand whose shape is not empty),
+                        // and the base points to that buffer (the kernel uses it).
+                        false => unsafe { bases.ptr(o.buf).add(o.offset) },
+                    })
                     .collect(),
             );
             let tasks = kernel.op.tasks() as i64;
@@ -295,8 +312,11 @@ pub fn execute(
                 let slot =
                     rayon::current_thread_index().map_or(scratch.len() - 1, |i| i.min(scratch.len() - 1));
                 let mut s = scratch[slot].lock().unwrap_or_else(|e| e.into_inner());
-                // SAFETY: see the module's invariant; tasks write disjoint elements, so
-                // concurrent calls on different task ranges do not race.
+                // SAFETY: the module's invariant: the plan is valid, `f` is its compiled
+                // kernel, `args` holds a pointer into a buffer of the plan's length for each
+                // operand, and `s` is this thread's scratch of `scratch_len` floats (checked
+                // above). Concurrent calls take different task ranges, whose writes
+                // `validate` proved disjoint and never read by another task: no race.
                 unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
             };
             let parallel = !inline && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);

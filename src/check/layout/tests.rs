@@ -25,6 +25,7 @@ fn permuted(base: &[Poly], perm: &[usize]) -> TensorType {
         shape: perm.iter().map(|&a| rm.shape[a].clone()).collect(),
         strides: perm.iter().map(|&a| rm.strides[a].clone()).collect(),
         dtype: DType::F32,
+        varies: false,
     }
 }
 
@@ -248,8 +249,59 @@ fn symbolic_view_legality_matches_pytorch_on_concrete_sizes() {
 fn elementwise_results_keep_a_dense_operands_order() {
     let (t, syms) = dims();
     let x = permuted(&base(&syms), &[0, 2, 1, 3]);
-    let s = elementwise_strides(&t, Some(&x), &x.shape);
-    assert_eq!(s, x.strides);
+    let s = elementwise_order(&t, &[&x], &x.shape);
+    assert_eq!(s, Layout::exact(x.strides.clone()));
     let rm = TensorType::row_major(x.shape.clone(), DType::F32);
-    assert_eq!(elementwise_strides(&t, None, &x.shape), rm.strides);
+    assert_eq!(fresh_row_major(&t, &[&x], &x.shape).strides, rm.strides);
+}
+
+#[test]
+fn a_reshape_that_copies_except_where_a_dim_is_one_is_row_major() {
+    // `x.transpose(1, 2).reshape(B, N, H * Dk)`: a view only at `N = 1`, row-major there.
+    let (t, syms) = dims();
+    let x = permuted(&base(&syms), &[0, 2, 1, 3]);
+    let x = TensorType {
+        shape: vec![
+            x.shape[0].clone(),
+            x.shape[2].clone(),
+            x.shape[1].clone(),
+            x.shape[3].clone(),
+        ],
+        strides: vec![
+            x.strides[0].clone(),
+            x.strides[2].clone(),
+            x.strides[1].clone(),
+            x.strides[3].clone(),
+        ],
+        ..x
+    };
+    let (b, n, h, dk) = (&syms[0], &syms[1], &syms[2], &syms[4]);
+    let merged = reshape(&t, &x, &[b.clone(), n.clone(), h.mul(dk)]);
+    assert!(!merged.varies, "{merged:?}");
+    let same: Vec<Poly> = x.shape.clone();
+    let kept = reshape(&t, &x, &same);
+    assert_eq!(kept.strides, x.strides, "the same shape is a view");
+}
+
+#[test]
+fn a_reshape_that_is_a_view_where_sizes_coincide_varies() {
+    // `[4, N]` in memory order `[N, 4]` viewed as `[N, 4]` is the transposed view at N = 4.
+    let (t, syms) = dims();
+    let n = &syms[1];
+    let rm = TensorType::row_major(vec![n.clone(), Poly::int(4)], DType::F32);
+    let x = TensorType {
+        shape: vec![Poly::int(4), n.clone()],
+        strides: vec![rm.strides[1].clone(), rm.strides[0].clone()],
+        ..rm
+    };
+    assert!(reshape(&t, &x, &[n.clone(), Poly::int(4)]).varies);
+    // `z[:, 0 : 4, 0, :]` of `z: [B, N, 2, C]`: its first two axes meet at N = 4.
+    let (b, c) = (&syms[0], &syms[3]);
+    let z = TensorType::row_major(vec![b.clone(), n.clone(), Poly::int(2), c.clone()], DType::F32);
+    let s = TensorType {
+        shape: vec![b.clone(), Poly::int(4), c.clone()],
+        strides: vec![z.strides[0].clone(), z.strides[1].clone(), z.strides[3].clone()],
+        ..z
+    };
+    assert!(reshape(&t, &s, &[b.mul(&Poly::int(4)), c.clone()]).varies);
 }

@@ -88,10 +88,13 @@ unsafe fn block<const R: usize>(
     let mut s1 = [_mm512_setzero_ps(); R];
     for p in 0..k {
         // SAFETY: row `p` of the block of `b` and column `p` of `a` are inside the tile.
+        // The second half of a row may start past the allocation when the block has 16
+        // columns or fewer; its mask is then 0, the load touches no memory, and the pointer
+        // is formed with `wrapping_add`, which (unlike `add`) may leave the allocation.
         unsafe {
             let row = b.add(p * b_rs);
             let b0 = _mm512_maskz_loadu_ps(m0, row);
-            let b1 = _mm512_maskz_loadu_ps(m1, row.add(16));
+            let b1 = _mm512_maskz_loadu_ps(m1, row.wrapping_add(16));
             for i in 0..R {
                 let x = _mm512_set1_ps(*a.add(i * a_rs + p * a_cs));
                 s0[i] = _mm512_fmadd_ps(x, b0, s0[i]);
@@ -102,16 +105,18 @@ unsafe fn block<const R: usize>(
     let alpha = _mm512_set1_ps(alpha);
     for i in 0..R {
         // SAFETY: row `i` of the block of `c` is inside the tile; masked lanes are not
-        // touched.
+        // touched. As for `b`, the second half is formed with `wrapping_add`: with a mask
+        // of 0 it may point past the allocation and is never dereferenced.
         unsafe {
             let row = c.add(i * c_rs);
+            let high = row.wrapping_add(16);
             let (mut r0, mut r1) = (_mm512_mul_ps(s0[i], alpha), _mm512_mul_ps(s1[i], alpha));
             if acc {
                 r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, row));
-                r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, row.add(16)));
+                r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, high));
             }
             _mm512_mask_storeu_ps(row, m0, r0);
-            _mm512_mask_storeu_ps(row.add(16), m1, r1);
+            _mm512_mask_storeu_ps(high, m1, r1);
         }
     }
 }

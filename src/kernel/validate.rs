@@ -1,0 +1,301 @@
+//! [`Plan::validate`]: the proof the native backend's memory safety rests on.
+//!
+//! The generated code indexes raw memory with the plan's sizes, offsets and strides and
+//! runs the tasks of a kernel on several threads at once. Before any of it runs, this
+//! proves, for the prologue and the main kernels alike:
+//! 1. **Bounds.** Every operand stays inside its buffer over the kernel's whole iteration
+//!    space (so over every task's part of it); temporaries lie inside the arena and derived
+//!    buffers inside the prepared memory.
+//! 2. **Disjoint writes.** The operand a kernel writes reaches a different element for
+//!    every index of its iteration space. Tasks split that space, so no two tasks (no two
+//!    threads) write one element.
+//! 3. **No read of a write.** No operand a kernel reads overlaps what it writes, so the
+//!    loads the code generator marks `readonly` and `can_move` really see memory that does
+//!    not change while the kernel runs, whichever task writes first.
+//! 4. **No aliasing.** Params and inputs are never written; derived buffers are written by
+//!    the prologue only and never overlap; temporaries live at the same time never overlap
+//!    in the arena; each output has one buffer.
+//!
+//! All arithmetic saturates: a reach past `usize::MAX` is out of every buffer, never a
+//! small wrapped index.
+
+use super::{BufferKind, KernelOp, Operand, Plan, PlanError};
+
+impl Operand {
+    /// The first and last element the operand reaches over `shape`; `None` when `shape` is
+    /// empty.
+    fn extent(&self, shape: &[usize]) -> Option<(usize, usize)> {
+        Some((self.offset, self.max_index(shape)?))
+    }
+
+    /// Whether distinct indices of `shape` reach distinct elements. Sufficient condition,
+    /// exact for every layout a view can have: with the axes that move (size above 1)
+    /// sorted by stride, each stride is larger than the farthest reach of the smaller ones.
+    pub fn is_injective(&self, shape: &[usize]) -> bool {
+        if shape.contains(&0) {
+            return true;
+        }
+        let mut axes: Vec<(usize, usize)> = shape
+            .iter()
+            .zip(&self.strides)
+            .filter(|(&n, _)| n > 1)
+            .map(|(&n, &s)| (s, n))
+            .collect();
+        axes.sort_unstable();
+        let mut reach = 0usize;
+        for (stride, n) in axes {
+            if stride <= reach {
+                return false;
+            }
+            reach = reach.saturating_add((n - 1).saturating_mul(stride));
+        }
+        true
+    }
+}
+
+fn err(what: String) -> Result<(), PlanError> {
+    Err(PlanError(what))
+}
+
+impl Plan {
+    /// Proves the invariants the generated code relies on (the module's list). The runtime
+    /// calls no kernel of a plan that fails this, and an executable's plan cannot change
+    /// after it passed.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let prologue = self
+            .prologue
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (format!("p{i}"), None, k));
+        let main = self
+            .kernels
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (format!("k{i}"), Some(i), k));
+        for (name, index, kernel) in prologue.chain(main) {
+            self.kernel(&name, index, &kernel.op)?;
+        }
+        self.outputs_distinct()?;
+        self.regions_disjoint()
+    }
+
+    /// Bounds, disjoint writes and no read of a write for one kernel; `index` is its place
+    /// among the main kernels (`None` in the prologue).
+    fn kernel(&self, k: &str, index: Option<usize>, op: &KernelOp) -> Result<(), PlanError> {
+        let operands = op.operands();
+        if operands.iter().filter(|o| o.2).count() != 1 {
+            return err(format!("{k} does not write exactly one operand"));
+        }
+        for (o, shape, written) in &operands {
+            let Some(buf) = self.buffers.get(o.buf) else {
+                return err(format!("{k} names no buffer b{}", o.buf));
+            };
+            if o.strides.len() != shape.len() {
+                return err(format!("{k}: operand of b{} has the wrong rank", o.buf));
+            }
+            if let Some(max) = o.max_index(shape) {
+                if max >= buf.len {
+                    return err(format!("{k} reaches element {max} of b{} of {}", o.buf, buf.len));
+                }
+            }
+            if *written && !o.is_injective(shape) {
+                return err(format!("{k} writes an element of b{} twice", o.buf));
+            }
+            let allowed = match (index, &buf.kind, *written) {
+                (_, BufferKind::Param(_), false) => true,
+                (Some(_), BufferKind::Input(_), false) => true,
+                (Some(i), BufferKind::Temp { live, .. }, _) => live.0 <= i && i <= live.1,
+                (Some(_), BufferKind::Output(_), _) => true,
+                (Some(_), BufferKind::Derived { .. }, false) => true,
+                (None, BufferKind::Derived { .. }, _) => true,
+                _ => false,
+            };
+            if !allowed {
+                let what = if *written { "writes" } else { "reads" };
+                return err(format!(
+                    "{k} {what} b{} ({:?}), which it may not",
+                    o.buf, buf.kind
+                ));
+            }
+        }
+        let (out, out_shape, _) = operands.iter().find(|o| o.2).expect("counted above");
+        if let Some((first, last)) = out.extent(out_shape) {
+            for (o, shape, _) in operands.iter().filter(|o| !o.2 && o.0.buf == out.buf) {
+                if o.extent(shape).is_some_and(|(a, b)| a <= last && first <= b) {
+                    return err(format!("{k} reads b{} where it writes it", o.buf));
+                }
+            }
+        }
+        if let KernelOp::Attention(a) = op {
+            let heads = a.batch.last().copied().unwrap_or(1);
+            if a.tail.as_ref().is_some_and(|t| t.len > a.m) {
+                return err(format!("{k}: a tail of keys longer than the keys"));
+            }
+            if a.kv_group == 0 || heads % a.kv_group != 0 {
+                return err(format!("{k}: {heads} query heads in groups of {}", a.kv_group));
+            }
+        }
+        super::formulas(op).map_err(|what| PlanError(format!("{k}: {what}")))
+    }
+
+    /// Each output index has one buffer (the runtime hands each its own tensor).
+    fn outputs_distinct(&self) -> Result<(), PlanError> {
+        let mut seen = Vec::new();
+        for b in &self.buffers {
+            if let BufferKind::Output(i) = b.kind {
+                if seen.contains(&i) {
+                    return err(format!("two buffers are output {i}"));
+                }
+                seen.push(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Temporaries inside the arena, no two live at once overlapping; derived buffers
+    /// inside the prepared memory, none overlapping.
+    fn regions_disjoint(&self) -> Result<(), PlanError> {
+        let mut temps = Vec::new();
+        let mut derived = Vec::new();
+        for b in &self.buffers {
+            match b.kind {
+                BufferKind::Temp { offset, live } => temps.push((offset, b.len, live)),
+                BufferKind::Derived { offset } => derived.push((offset, b.len)),
+                _ => {}
+            }
+        }
+        for (i, &(o1, l1, (s1, e1))) in temps.iter().enumerate() {
+            if o1.saturating_add(l1) > self.arena_len {
+                return err("a temporary ends past the arena".into());
+            }
+            for &(o2, l2, (s2, e2)) in &temps[i + 1..] {
+                let space = o1 < o2.saturating_add(l2) && o2 < o1.saturating_add(l1);
+                let time = s1 <= e2 && s2 <= e1;
+                if space && time && l1 > 0 && l2 > 0 {
+                    return err("two live temporaries overlap".into());
+                }
+            }
+        }
+        for (i, &(o1, l1)) in derived.iter().enumerate() {
+            if o1.saturating_add(l1) > self.derived_len {
+                return err("a derived buffer ends past the prepared memory".into());
+            }
+            for &(o2, l2) in &derived[i + 1..] {
+                if o1 < o2.saturating_add(l2) && o2 < o1.saturating_add(l1) && l1 > 0 && l2 > 0 {
+                    return err("two derived buffers overlap".into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{Buffer, Expr, Kernel, Map};
+
+    /// `out = x` over `[4]`, with `x` an input and `out` an output of 4 elements each.
+    fn copy_plan() -> Plan {
+        let buffer = |kind, name: &str| Buffer {
+            kind,
+            len: 4,
+            name: name.into(),
+        };
+        let map = Map {
+            shape: vec![4],
+            inputs: vec![op(0, &[1])],
+            expr: vec![Expr::Input(0)],
+            out: Operand {
+                buf: 1,
+                ..op(0, &[1])
+            },
+            rows_per_task: 1,
+        };
+        Plan {
+            buffers: vec![
+                buffer(BufferKind::Input(0), "x"),
+                buffer(BufferKind::Output(0), "y"),
+            ],
+            kernels: vec![Kernel {
+                label: "copy".into(),
+                op: KernelOp::Map(map),
+            }],
+            ..Plan::default()
+        }
+    }
+
+    fn map(plan: &mut Plan) -> &mut Map {
+        match &mut plan.kernels[0].op {
+            KernelOp::Map(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    fn rejected(plan: &Plan, why: &str) {
+        let e = plan.validate().expect_err(why);
+        assert!(e.0.contains(why), "{e}");
+    }
+
+    #[test]
+    fn validate_proves_bounds_disjoint_writes_and_no_read_of_a_write() {
+        let good = copy_plan();
+        good.validate().unwrap();
+        let mut p = good.clone();
+        map(&mut p).out.offset = 1;
+        rejected(&p, "reaches element 4 of b1 of 4");
+        let mut p = good.clone();
+        map(&mut p).out.strides = vec![0];
+        rejected(&p, "writes an element of b1 twice");
+        let mut p = good.clone();
+        map(&mut p).inputs[0].buf = 1;
+        rejected(&p, "reads b1 where it writes it");
+        let mut p = good.clone();
+        map(&mut p).out.buf = 0;
+        rejected(&p, "writes b0");
+        let mut p = good.clone();
+        p.buffers[0].kind = BufferKind::Output(0);
+        rejected(&p, "two buffers are output 0");
+    }
+
+    #[test]
+    fn the_prologue_is_held_to_the_same_proof() {
+        let mut p = copy_plan();
+        p.buffers[0].kind = BufferKind::Param(0);
+        p.buffers[1].kind = BufferKind::Derived { offset: 0 };
+        p.derived_len = 4;
+        p.prologue = std::mem::take(&mut p.kernels);
+        p.validate().unwrap();
+        let mut late = p.clone();
+        late.buffers[1].kind = BufferKind::Derived { offset: 1 };
+        rejected(&late, "a derived buffer ends past the prepared memory");
+        let mut out = p.clone();
+        out.buffers[1].kind = BufferKind::Output(0);
+        rejected(&out, "p0 writes b1");
+    }
+
+    fn op(offset: usize, strides: &[usize]) -> Operand {
+        Operand {
+            buf: 0,
+            offset,
+            strides: strides.to_vec(),
+        }
+    }
+
+    #[test]
+    fn injective_layouts_are_the_ones_without_repeats() {
+        assert!(op(0, &[4, 1]).is_injective(&[3, 4]));
+        assert!(op(0, &[1, 3]).is_injective(&[3, 4]), "transposed");
+        assert!(
+            op(5, &[0, 1]).is_injective(&[1, 4]),
+            "a size-1 axis may have any stride"
+        );
+        assert!(!op(0, &[0, 1]).is_injective(&[2, 4]), "broadcast");
+        assert!(!op(0, &[2, 1]).is_injective(&[3, 4]), "rows overlap");
+        assert!(op(0, &[0, 1]).is_injective(&[2, 0]), "empty");
+        assert!(
+            !op(0, &[3, 1]).is_injective(&[2, 4]),
+            "the second row starts inside the first"
+        );
+    }
+}

@@ -1,0 +1,551 @@
+//! Fuzzing that reaches the JIT.
+//!
+//! 1. Random well-typed programs, built from a table of op generators ([`OPS`]: one row
+//!    per op, so a new op is a new row), at random sizes (1 included, and slices that leave
+//!    derived sizes of 0), compiled natively as checked and as optimized and run against
+//!    the interpreter: `|jit - interp| <= 1e-5 * max|interp| + 1e-6` element by element,
+//!    NaN and infinities in the same places, no crash.
+//! 2. Corrupted kernel plans (an offset, a stride or a size moved): `Plan::validate` must
+//!    reject every one that would touch memory outside a buffer, which an independent
+//!    oracle decides element by element.
+//!
+//! CI runs a short budget; `ATTNC_FUZZ_CASES=N` runs N cases of each (BENCHMARKS.md
+//! records a long run). Cases that once failed stay in [`REGRESSIONS`].
+
+use attnc::check::DimOverride;
+use attnc::driver::check_source;
+use attnc::ir::Program;
+use attnc::kernel::{BufferKind, KernelOp, Operand, Plan};
+use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::{bind, interpret, RunOptions, Tensor};
+use proptest::prelude::*;
+
+mod common;
+use common::Rng;
+
+/// A tensor in scope: its name, its symbolic shape (dim expressions as the source writes
+/// them) and whether it is row-major (a `view` of it is legal).
+#[derive(Clone, Debug)]
+struct Val {
+    name: String,
+    shape: Vec<String>,
+    contiguous: bool,
+}
+
+/// The program being generated.
+struct Gen {
+    rng: Rng,
+    vals: Vec<Val>,
+}
+
+/// An expression and the shape and contiguity of its value.
+type Made = (String, Vec<String>, bool);
+
+/// One row of the op table: an expression over values in scope, or `None` when none fits.
+type OpGen = fn(&mut Gen) -> Option<Made>;
+
+impl Gen {
+    fn pick(&mut self, fits: impl Fn(&Val) -> bool) -> Option<Val> {
+        let fitting: Vec<Val> = self.vals.iter().filter(|v| fits(v)).cloned().collect();
+        match fitting.is_empty() {
+            true => None,
+            false => Some(fitting[self.rng.below(fitting.len())].clone()),
+        }
+    }
+
+    fn any(&mut self) -> Option<Val> {
+        self.pick(|_| true)
+    }
+}
+
+/// `:, :, ..` for the leading axes of a rank-`r` value, then `last` on its last axis.
+fn index_last(r: usize, last: &str) -> String {
+    let mut parts = vec![":".to_string(); r - 1];
+    parts.push(last.to_string());
+    parts.join(", ")
+}
+
+/// Whether a size is one of the prelude's dims (a slice of it is in range for any value).
+fn named(size: &str) -> bool {
+    ["B", "N", "D"].contains(&size)
+}
+
+fn with_last(shape: &[String], last: String) -> Vec<String> {
+    let mut s = shape.to_vec();
+    *s.last_mut().unwrap() = last;
+    s
+}
+
+/// The op table. An elementwise result keeps its operands' layout, as in PyTorch, so it
+/// counts as contiguous only where they all are. Values stay bounded (no `exp` of a large argument), so both backends see
+/// the same finite numbers except where a mask fill makes infinities on purpose.
+const OPS: &[(&str, OpGen)] = &[
+    ("neg", |g| {
+        g.any().map(|a| (format!("-{}", a.name), a.shape, a.contiguous))
+    }),
+    ("affine", |g| {
+        g.any()
+            .map(|a| (format!("{} * 0.5 + 1.0", a.name), a.shape, a.contiguous))
+    }),
+    ("sqrt", |g| {
+        g.any()
+            .map(|a| (format!("sqrt({0} * {0} + 1.0)", a.name), a.shape, a.contiguous))
+    }),
+    ("exp", |g| {
+        g.any()
+            .map(|a| (format!("exp(-({0} * {0}))", a.name), a.shape, a.contiguous))
+    }),
+    ("add", |g| {
+        let a = g.any()?;
+        // Same shape, or a trailing part of it: broadcasting.
+        let b = g.pick(|b| b.shape.len() <= a.shape.len() && a.shape.ends_with(&b.shape))?;
+        Some((
+            format!("{} + {}", a.name, b.name),
+            a.shape,
+            a.contiguous && b.contiguous,
+        ))
+    }),
+    ("mul", |g| {
+        let a = g.any()?;
+        let b = g.pick(|b| b.shape.len() <= a.shape.len() && a.shape.ends_with(&b.shape))?;
+        Some((
+            format!("{} * {}", b.name, a.name),
+            a.shape,
+            a.contiguous && b.contiguous,
+        ))
+    }),
+    ("div", |g| {
+        let a = g.any()?;
+        let b = g.pick(|b| b.shape.len() <= a.shape.len() && a.shape.ends_with(&b.shape))?;
+        Some((
+            format!("{} / ({1} * {1} + 1.0)", a.name, b.name),
+            a.shape,
+            a.contiguous && b.contiguous,
+        ))
+    }),
+    ("matmul", |g| {
+        let a = g.pick(|v| v.shape.len() >= 2)?;
+        let k = a.shape.last().unwrap().clone();
+        let b = g.pick(|v| v.shape.len() == 2 && v.shape[0] == k)?;
+        let shape = with_last(&a.shape, b.shape[1].clone());
+        Some((format!("{} @ {}", a.name, b.name), shape, true))
+    }),
+    ("transpose", |g| {
+        let a = g.pick(|v| v.shape.len() >= 2)?;
+        let mut shape = a.shape.clone();
+        let r = shape.len();
+        shape.swap(r - 2, r - 1);
+        Some((format!("{}.transpose(-2, -1)", a.name), shape, false))
+    }),
+    ("contiguous", |g| {
+        let a = g.pick(|v| !v.contiguous)?;
+        Some((format!("{}.contiguous()", a.name), a.shape, true))
+    }),
+    ("view", |g| {
+        let a = g.pick(|v| v.contiguous && v.shape.len() >= 2 && v.shape[..2].iter().all(|d| named(d)))?;
+        let merged = format!("{} * {}", a.shape[0], a.shape[1]);
+        let mut shape = vec![merged];
+        shape.extend_from_slice(&a.shape[2..]);
+        Some((format!("{}.view({})", a.name, shape.join(", ")), shape, true))
+    }),
+    ("softmax", |g| {
+        let a = g.any()?;
+        Some((format!("{}.softmax(-1)", a.name), a.shape, a.contiguous))
+    }),
+    ("masked_fill", |g| {
+        let a = g.any()?;
+        let m = g.pick(|b| b.shape.len() <= a.shape.len() && a.shape.ends_with(&b.shape))?;
+        let e = format!("{}.masked_fill({} > 0.5, -1e9)", a.name, m.name);
+        Some((e, a.shape, a.contiguous && m.contiguous))
+    }),
+    ("attention", |g| {
+        // softmax(q kᵀ · scale, masked) v: the fused attention and softmax kernels.
+        let q = g.pick(|v| v.shape.ends_with(&["N".to_string(), "D".to_string()]))?;
+        let masked = g.rng.below(2) == 0;
+        let scores = format!("({} @ y.transpose(-2, -1) * 0.5)", q.name);
+        let scores = match masked {
+            true => format!("{scores}.masked_fill(m > 0.5, -1e9)"),
+            false => scores,
+        };
+        Some((format!("{scores}.softmax(-1) @ y"), q.shape, true))
+    }),
+    ("linear", |g| {
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| d == "D"))?;
+        Some((format!("linear({}, W, c)", a.name), a.shape, true))
+    }),
+    ("slice_tail", |g| {
+        // `N - 1` is 0 when N = 1: a derived size of 0.
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| named(d)))?;
+        let last = format!("{} - 1", a.shape.last().unwrap());
+        let e = format!("{}[{}]", a.name, index_last(a.shape.len(), "1 :"));
+        Some((e, with_last(&a.shape, last), false))
+    }),
+    ("slice_empty", |g| {
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| named(d)))?;
+        let e = format!("{}[{}]", a.name, index_last(a.shape.len(), "0 : 0"));
+        Some((e, with_last(&a.shape, "0".into()), false))
+    }),
+];
+
+/// The declarations every generated program starts from.
+const PRELUDE: &str = "dim B, N, D
+param W: [D, D]
+param c: [D]
+input x: [B, N, D]
+input y: [N, D]
+input z: [D]
+input s: [D, N]
+input m: [N, N]
+";
+
+/// A random program of `statements` lets over the prelude's values; its last two values
+/// are the outputs.
+fn program_text(seed: u64, statements: usize) -> String {
+    let shape = |s: &[&str]| s.iter().map(|d| d.to_string()).collect::<Vec<_>>();
+    let mut g = Gen {
+        rng: Rng(seed | 1),
+        vals: vec![
+            Val {
+                name: "x".into(),
+                shape: shape(&["B", "N", "D"]),
+                contiguous: true,
+            },
+            Val {
+                name: "y".into(),
+                shape: shape(&["N", "D"]),
+                contiguous: true,
+            },
+            Val {
+                name: "z".into(),
+                shape: shape(&["D"]),
+                contiguous: true,
+            },
+            Val {
+                name: "s".into(),
+                shape: shape(&["D", "N"]),
+                contiguous: true,
+            },
+            Val {
+                name: "m".into(),
+                shape: shape(&["N", "N"]),
+                contiguous: true,
+            },
+        ],
+    };
+    let mut src = PRELUDE.to_string();
+    let mut made = 0;
+    while made < statements {
+        let (_, op) = OPS[g.rng.below(OPS.len())];
+        let Some((expr, shape, contiguous)) = op(&mut g) else {
+            continue;
+        };
+        let name = format!("v{made}");
+        src.push_str(&format!("let {name} = {expr}\n"));
+        g.vals.push(Val {
+            name,
+            shape,
+            contiguous,
+        });
+        made += 1;
+    }
+    for (i, v) in g.vals.iter().rev().take(2).enumerate() {
+        src.push_str(&format!("output out{i} = {}\n", v.name));
+    }
+    src
+}
+
+/// `src` checked with values for its free dims.
+fn checked(src: &str, sizes: [i64; 3]) -> Program {
+    let overrides: Vec<DimOverride> = ["B", "N", "D"]
+        .iter()
+        .zip(sizes)
+        .map(|(n, value)| DimOverride {
+            name: n.to_string(),
+            value,
+        })
+        .collect();
+    let checked = check_source(src, &overrides).unwrap();
+    assert!(
+        !checked.has_errors(),
+        "the generator made an ill-typed program:\n{src}\n{:?}",
+        checked.diagnostics
+    );
+    checked.program
+}
+
+/// Where `got` and `want` disagree beyond the tolerance, or in NaN or infinity.
+fn disagreement(got: &Tensor, want: &Tensor) -> Option<String> {
+    if got.shape != want.shape {
+        return Some(format!("shape {:?} against {:?}", got.shape, want.shape));
+    }
+    let scale = want
+        .data
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0f32, |m, x| m.max(x.abs()));
+    let tolerance = 1e-5 * scale + 1e-6;
+    got.data
+        .iter()
+        .zip(&want.data)
+        .enumerate()
+        .find_map(|(i, (&a, &b))| {
+            let same = match (a.is_finite(), b.is_finite()) {
+                (true, true) => (a - b).abs() <= tolerance,
+                _ => a.is_nan() == b.is_nan() && (a.is_nan() || a == b),
+            };
+            (!same).then(|| format!("element {i}: jit {a}, interpreter {b} (tolerance {tolerance})"))
+        })
+}
+
+/// Runs `src` at `sizes` on both backends (checked and optimized programs) and compares.
+fn agree(src: &str, sizes: [i64; 3], seed: u64) -> Result<(), String> {
+    let program = checked(src, sizes);
+    let opts = RunOptions {
+        seed,
+        ..RunOptions::default()
+    };
+    let bound = bind(&program, &opts).map_err(|e| e.to_string())?;
+    let want = interpret(&program, &bound).map_err(|e| e.to_string())?;
+    let optimized = attnc::opt::optimize(&program).program;
+    for (path, p) in [("typed", &program), ("optimized", &optimized)] {
+        let exe = Executable::compile(p, &bound.dims).map_err(|e| format!("{path}: {e}"))?;
+        let got = exe
+            .run(&bound, &pool(2).unwrap())
+            .map_err(|e| format!("{path}: {e}"))?;
+        for ((name, w), (_, a)) in want.iter().zip(&got) {
+            if let Some(why) = disagreement(a, w) {
+                return Err(format!("{path}: `{name}` at {sizes:?}: {why}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cases(short: u32) -> u32 {
+    std::env::var("ATTNC_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(short)
+}
+
+/// Programs found wrong (by the fuzzer or by hand), with their sizes: kept as regression
+/// tests. Sources are the prelude's declarations plus these lines.
+const REGRESSIONS: &[(&str, [i64; 3])] = &[
+    // Derived sizes of 0 stopped the native backend ("writes b1 through a broadcast").
+    (
+        "let v0 = x[:, :, 0 : 0] * 2.0\noutput a = v0\noutput b = y[:, 1 :] + 1.0\n",
+        [2, 1, 3],
+    ),
+    // A product over an empty inner axis is all zeros.
+    (
+        "let v0 = y[:, 0 : 0]\noutput a = v0 @ v0.transpose(-2, -1) + 1.0\n",
+        [1, 3, 2],
+    ),
+    (
+        "let v0 = s.transpose(-2, -1)\noutput a = (v0[:, 1 :] @ s[1 :]).softmax(-1)\n",
+        [1, 2, 1],
+    ),
+];
+
+#[test]
+fn regressions_agree() {
+    for (i, &(lines, sizes)) in REGRESSIONS.iter().enumerate() {
+        let src = format!("{PRELUDE}{lines}");
+        if let Err(why) = agree(&src, sizes, 7) {
+            panic!("regression {i}: {why}\n{src}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(64), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_programs_agree_on_both_backends(
+        seed in any::<u64>(),
+        statements in 1usize..8,
+        sizes in (1i64..=3, 1i64..=5, 1i64..=6),
+    ) {
+        let src = program_text(seed, statements);
+        let sizes = [sizes.0, sizes.1, sizes.2];
+        if let Err(why) = agree(&src, sizes, seed) {
+            prop_assert!(false, "{why}\n{src}");
+        }
+    }
+}
+
+/// Whether some element an operand reaches over `shape` lies outside `len` elements,
+/// decided element by element (exactly, in u128, when the shape is too large to walk).
+fn out_of_bounds(op: &Operand, shape: &[usize], len: usize) -> bool {
+    if shape.contains(&0) {
+        return false;
+    }
+    let elements: u128 = shape.iter().map(|&n| n as u128).product();
+    if elements > 1 << 16 {
+        let reach: u128 = shape
+            .iter()
+            .zip(&op.strides)
+            .map(|(&n, &s)| (n as u128 - 1) * s as u128)
+            .sum();
+        return op.offset as u128 + reach >= len as u128;
+    }
+    let mut index = vec![0usize; shape.len()];
+    loop {
+        let at: u128 = op.offset as u128
+            + index
+                .iter()
+                .zip(&op.strides)
+                .map(|(&i, &s)| i as u128 * s as u128)
+                .sum::<u128>();
+        if at >= len as u128 {
+            return true;
+        }
+        let mut axis = shape.len();
+        loop {
+            if axis == 0 {
+                return false;
+            }
+            axis -= 1;
+            index[axis] += 1;
+            if index[axis] < shape[axis] {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+}
+
+/// Whether the plan touches memory outside a buffer, or a temporary or derived buffer
+/// lies outside its region.
+fn touches_outside(plan: &Plan) -> bool {
+    let kernels = plan.prologue.iter().chain(&plan.kernels);
+    let operands = kernels.flat_map(|k| {
+        k.op.operands()
+            .into_iter()
+            .map(|(o, s, _)| (o.clone(), s))
+            .collect::<Vec<_>>()
+    });
+    let outside_buffer = operands
+        .into_iter()
+        .any(|(o, shape)| match plan.buffers.get(o.buf) {
+            Some(b) => o.strides.len() != shape.len() || out_of_bounds(&o, &shape, b.len),
+            None => true,
+        });
+    let outside_region = plan.buffers.iter().any(|b| match b.kind {
+        BufferKind::Temp { offset, .. } => offset as u128 + b.len as u128 > plan.arena_len as u128,
+        BufferKind::Derived { offset } => offset as u128 + b.len as u128 > plan.derived_len as u128,
+        _ => false,
+    });
+    outside_buffer || outside_region
+}
+
+/// Moves one offset, stride or size of `plan` by a random amount.
+fn corrupt(plan: &mut Plan, rng: &mut Rng) {
+    let amount = match rng.below(4) {
+        0 => 1,
+        1 => 1 + rng.below(64),
+        2 => 1 << rng.below(40),
+        _ => usize::MAX - rng.below(4),
+    };
+    let bump = |x: &mut usize, rng: &mut Rng| {
+        *x = match rng.below(2) {
+            0 => x.wrapping_add(amount),
+            _ => x.saturating_sub(amount),
+        }
+    };
+    let total = plan.prologue.len() + plan.kernels.len();
+    if total == 0 || rng.below(8) == 0 {
+        // A temporary's place in the arena, or the arena itself.
+        let temps: Vec<usize> = (0..plan.buffers.len())
+            .filter(|&b| matches!(plan.buffers[b].kind, BufferKind::Temp { .. }))
+            .collect();
+        match temps.is_empty() {
+            true => bump(&mut plan.arena_len, rng),
+            false => {
+                if let BufferKind::Temp { offset, .. } = &mut plan.buffers[temps[rng.below(temps.len())]].kind
+                {
+                    bump(offset, rng);
+                }
+            }
+        }
+        return;
+    }
+    let k = rng.below(total);
+    let kernel = match k < plan.prologue.len() {
+        true => &mut plan.prologue[k],
+        false => &mut plan.kernels[k - plan.prologue.len()],
+    };
+    let sizes: Vec<&mut usize> = match &mut kernel.op {
+        KernelOp::Map(m) => m.shape.iter_mut().collect(),
+        KernelOp::Softmax(s) => s.shape.iter_mut().collect(),
+        KernelOp::Gemm(g) => [&mut g.m, &mut g.n, &mut g.k]
+            .into_iter()
+            .chain(g.batch.iter_mut())
+            .collect(),
+        KernelOp::Attention(a) => [&mut a.n, &mut a.m, &mut a.dk, &mut a.dv].into_iter().collect(),
+        KernelOp::Row(r) => [&mut r.n].into_iter().chain(r.rows.iter_mut()).collect(),
+    };
+    let what = rng.below(3);
+    if what == 0 && !sizes.is_empty() {
+        let i = rng.below(sizes.len());
+        let mut sizes = sizes;
+        bump(sizes[i], rng);
+        return;
+    }
+    drop(sizes);
+    let mut operands = operands_mut(&mut kernel.op);
+    let o = rng.below(operands.len());
+    let op = &mut operands[o];
+    match (what, op.strides.is_empty()) {
+        (1, false) => {
+            let s = rng.below(op.strides.len());
+            bump(&mut op.strides[s], rng);
+        }
+        _ => bump(&mut op.offset, rng),
+    }
+}
+
+fn operands_mut(op: &mut KernelOp) -> Vec<&mut Operand> {
+    match op {
+        KernelOp::Map(m) => m.inputs.iter_mut().chain([&mut m.out]).collect(),
+        KernelOp::Softmax(s) => [&mut s.x, &mut s.out]
+            .into_iter()
+            .chain(s.mask.iter_mut().map(|m| &mut m.mask))
+            .collect(),
+        KernelOp::Gemm(g) => [&mut g.a, &mut g.b, &mut g.c]
+            .into_iter()
+            .chain(g.bias.iter_mut())
+            .collect(),
+        KernelOp::Attention(a) => [&mut a.q, &mut a.k, &mut a.v, &mut a.out]
+            .into_iter()
+            .chain(a.mask.iter_mut().map(|m| &mut m.mask))
+            .collect(),
+        KernelOp::Row(r) => r.inputs.iter_mut().chain([&mut r.out]).collect(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(256), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn validate_rejects_every_corrupted_plan_that_leaves_its_buffers(
+        seed in any::<u64>(),
+        statements in 1usize..6,
+        sizes in (1i64..=3, 1i64..=4, 1i64..=5),
+        corruptions in 1usize..3,
+    ) {
+        let src = program_text(seed, statements);
+        let program = checked(&src, [sizes.0, sizes.1, sizes.2]);
+        let dims = attnc::runtime::bind_dims(&program).unwrap();
+        let optimized = attnc::opt::optimize(&program).program;
+        let mut plan = attnc::lower::lower(&optimized, &dims).unwrap();
+        prop_assert!(!touches_outside(&plan), "the lowering made an invalid plan:\n{src}");
+        let mut rng = Rng(seed.rotate_left(17) | 1);
+        for _ in 0..corruptions {
+            corrupt(&mut plan, &mut rng);
+        }
+        if touches_outside(&plan) {
+            prop_assert!(plan.validate().is_err(), "validate accepted an out-of-bounds plan:\n{src}\n{plan:?}");
+        }
+    }
+}

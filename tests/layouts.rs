@@ -1,0 +1,519 @@
+//! The layout property: random chains of ops on free dims; whenever the checker accepts
+//! one, PyTorch (the concrete model of `torch_model`) accepts it at every size tried, 1
+//! and 0 included, and where the checker says the strides are known, they are PyTorch's.
+
+use attnc::driver::check_source;
+use attnc::ir::Program;
+use attnc::render;
+use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::{bind, interpret, RunOptions};
+use std::collections::BTreeMap;
+
+mod common;
+mod torch_model;
+use common::Rng;
+use torch_model::{elementwise, fresh, T};
+
+/// A factor of a size: `B` and `N` free, `U = 1` and `D = 12` constant, a number, or a
+/// free dim less one (a slice `1:` of it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Atom {
+    B,
+    N,
+    U,
+    D,
+    K(i64),
+    BLess1,
+    NLess1,
+}
+
+impl Atom {
+    fn text(self) -> String {
+        match self {
+            Atom::B => "B".into(),
+            Atom::N => "N".into(),
+            Atom::U => "U".into(),
+            Atom::D => "D".into(),
+            Atom::K(k) => k.to_string(),
+            Atom::BLess1 => "(B - 1)".into(),
+            Atom::NLess1 => "(N - 1)".into(),
+        }
+    }
+
+    fn value(self, b: i64, n: i64) -> i64 {
+        match self {
+            Atom::B => b,
+            Atom::N => n,
+            Atom::U => 1,
+            Atom::D => 12,
+            Atom::K(k) => k,
+            Atom::BLess1 => b - 1,
+            Atom::NLess1 => n - 1,
+        }
+    }
+
+    /// The atom an axis of this one size becomes after `[1:]`.
+    fn less_one(self) -> Option<Atom> {
+        match self {
+            Atom::B => Some(Atom::BLess1),
+            Atom::N => Some(Atom::NLess1),
+            Atom::D => Some(Atom::K(11)),
+            Atom::K(k) if k >= 1 => Some(Atom::K(k - 1)),
+            _ => None,
+        }
+    }
+}
+
+/// An axis's size: a product of atoms (none: 1).
+type Axis = Vec<Atom>;
+
+fn size_text(axis: &Axis) -> String {
+    match axis.is_empty() {
+        true => "1".into(),
+        false => axis.iter().map(|a| a.text()).collect::<Vec<_>>().join(" * "),
+    }
+}
+
+fn size_value(axis: &Axis, b: i64, n: i64) -> i64 {
+    axis.iter().map(|a| a.value(b, n)).product()
+}
+
+/// A tensor operand beside the chain: a declared input, transposed in the expression
+/// where `swap` says so.
+#[derive(Clone, Debug)]
+struct Operand {
+    name: String,
+    declared: Vec<Axis>,
+    swap: Option<(usize, usize)>,
+}
+
+impl Operand {
+    fn text(&self) -> String {
+        match self.swap {
+            Some((a, b)) => format!("{}.transpose({a}, {b})", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    fn model(&self, b: i64, n: i64) -> T {
+        let t = T::row_major(self.declared.iter().map(|a| size_value(a, b, n)).collect());
+        match self.swap {
+            Some((i, j)) => t.transpose(i, j),
+            None => t,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Transpose(usize, usize),
+    Permute(Vec<usize>),
+    /// Sizes (`None` is `-1`), and whether it is `reshape`.
+    View(Vec<Option<Axis>>, bool),
+    Contiguous,
+    Unsqueeze(usize),
+    Squeeze(usize),
+    Slice(usize),
+    Select(usize),
+    /// `chain OP operand`, or `operand OP chain` when the flag is set.
+    Binary(Operand, bool),
+    Scalar,
+    Exp,
+    Softmax(usize),
+    MaskedFill(Operand),
+}
+
+struct Chain {
+    decls: Vec<String>,
+    expr: String,
+    steps: Vec<Step>,
+    start: Vec<Axis>,
+}
+
+/// Draws a chain of `len` steps, tracking the symbolic shape so that most steps fit.
+fn draw(rng: &mut Rng, len: usize) -> Chain {
+    let starts: [Vec<Axis>; 4] = [
+        vec![vec![Atom::B], vec![Atom::N], vec![Atom::K(4)]],
+        vec![vec![Atom::N], vec![Atom::B], vec![Atom::D]],
+        vec![vec![Atom::B], vec![Atom::N], vec![Atom::U], vec![Atom::K(3)]],
+        vec![vec![Atom::N], vec![Atom::K(2)], vec![Atom::B], vec![Atom::K(3)]],
+    ];
+    let start = starts[rng.below(starts.len())].clone();
+    let mut shape = start.clone();
+    let mut decls = vec![format!("input x: {}", shape_text(&shape))];
+    let mut expr = "x".to_string();
+    let mut steps = Vec::new();
+    for _ in 0..len {
+        let rank = shape.len();
+        let step = match rng.below(13) {
+            0 | 1 if rank >= 2 => {
+                let a = rng.below(rank);
+                let b = (a + 1 + rng.below(rank - 1)) % rank;
+                Step::Transpose(a, b)
+            }
+            2 if rank >= 2 => {
+                let mut perm: Vec<usize> = (0..rank).collect();
+                for i in (1..rank).rev() {
+                    perm.swap(i, rng.below(i + 1));
+                }
+                Step::Permute(perm)
+            }
+            3 | 4 => Step::View(regroup(rng, &shape), rng.below(3) == 0),
+            5 => Step::Contiguous,
+            6 => Step::Unsqueeze(rng.below(rank + 1)),
+            7 if rank >= 1 => Step::Squeeze(rng.below(rank)),
+            8 if rank >= 1 => {
+                let a = rng.below(rank);
+                match shape[a].as_slice() {
+                    [x] if x.less_one().is_some() => Step::Slice(a),
+                    _ => Step::Select(a),
+                }
+            }
+            9 | 10 => {
+                let name = format!("y{}", decls.len());
+                let o = operand(rng, &shape, name);
+                decls.push(format!("input {}: {}", o.name, shape_text(&o.declared)));
+                Step::Binary(o, rng.below(2) == 0)
+            }
+            11 => match rng.below(3) {
+                0 => Step::Scalar,
+                1 => Step::Exp,
+                _ if rank >= 1 => Step::Softmax(rng.below(rank)),
+                _ => Step::Exp,
+            },
+            12 => {
+                let name = format!("m{}", decls.len());
+                let o = operand(rng, &shape, name);
+                decls.push(format!("input {}: {}", o.name, shape_text(&o.declared)));
+                Step::MaskedFill(o)
+            }
+            _ => Step::Contiguous,
+        };
+        expr = apply_text(&expr, &step, &shape);
+        shape = apply_shape(&shape, &step);
+        steps.push(step);
+    }
+    Chain {
+        decls,
+        expr,
+        steps,
+        start,
+    }
+}
+
+fn shape_text(shape: &[Axis]) -> String {
+    let parts: Vec<String> = shape.iter().map(size_text).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// New sizes over the same atoms in the same order, with axes of size 1 added or dropped
+/// here and there and sometimes one size written `-1`.
+fn regroup(rng: &mut Rng, shape: &[Axis]) -> Vec<Option<Axis>> {
+    let atoms: Vec<Atom> = shape.iter().flatten().copied().collect();
+    let mut out: Vec<Axis> = vec![Vec::new()];
+    for a in atoms {
+        if !out.last().is_some_and(|x| x.is_empty()) && rng.below(2) == 0 {
+            out.push(Vec::new());
+        }
+        out.last_mut().expect("never empty").push(a);
+    }
+    if rng.below(4) == 0 {
+        let at = rng.below(out.len() + 1);
+        let unit = if rng.below(2) == 0 { vec![] } else { vec![Atom::U] };
+        out.insert(at, unit);
+    }
+    let mut sizes: Vec<Option<Axis>> = out.into_iter().map(Some).collect();
+    if rng.below(3) == 0 {
+        let at = rng.below(sizes.len());
+        sizes[at] = None;
+    }
+    sizes
+}
+
+/// An operand that broadcasts against `shape`: a suffix of its axes, some of them 1 or `U`,
+/// declared transposed and transposed back in the expression now and then. Axes sliced
+/// from a free dim become 1, since inputs are declared over whole dims.
+fn operand(rng: &mut Rng, shape: &[Axis], name: String) -> Operand {
+    let drop = rng.below(shape.len().min(2) + 1);
+    let mut axes: Vec<Axis> = shape[drop..]
+        .iter()
+        .map(|a| {
+            let sliced = a.iter().any(|x| matches!(x, Atom::BLess1 | Atom::NLess1));
+            match rng.below(4) {
+                _ if sliced => vec![],
+                0 => vec![],
+                1 => vec![Atom::U],
+                _ => a.clone(),
+            }
+        })
+        .collect();
+    let swap = (axes.len() >= 2 && rng.below(2) == 0).then(|| {
+        let a = rng.below(axes.len());
+        let b = (a + 1 + rng.below(axes.len() - 1)) % axes.len();
+        (a.min(b), a.max(b))
+    });
+    if let Some((a, b)) = swap {
+        axes.swap(a, b);
+    }
+    Operand {
+        name,
+        declared: axes,
+        swap,
+    }
+}
+
+fn apply_text(expr: &str, step: &Step, shape: &[Axis]) -> String {
+    let list = |xs: &[usize]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+    // A postfix op binds tighter than arithmetic: parenthesize what has spaces.
+    let e = match expr.contains(' ') {
+        true => format!("({expr})"),
+        false => expr.to_string(),
+    };
+    let index = |a: usize, what: &str| {
+        let mut parts = vec![":"; a];
+        parts.push(what);
+        format!("{e}[{}]", parts.join(", "))
+    };
+    match step {
+        Step::Transpose(a, b) => format!("{e}.transpose({a}, {b})"),
+        Step::Permute(p) => format!("{e}.permute({})", list(p)),
+        Step::View(sizes, reshape) => {
+            let parts: Vec<String> = sizes
+                .iter()
+                .map(|s| s.as_ref().map_or("-1".into(), size_text))
+                .collect();
+            let op = if *reshape { "reshape" } else { "view" };
+            format!("{e}.{op}({})", parts.join(", "))
+        }
+        Step::Contiguous => format!("{e}.contiguous()"),
+        Step::Unsqueeze(d) => format!("{e}.unsqueeze({d})"),
+        Step::Squeeze(d) => format!("{e}.squeeze({d})"),
+        Step::Slice(a) => index(*a, &format!("1 : {}", size_text(&shape[*a]))),
+        Step::Select(a) => index(*a, "0"),
+        Step::Binary(o, false) => format!("{e} * {}", o.text()),
+        Step::Binary(o, true) => format!("{} + {e}", o.text()),
+        Step::Scalar => format!("{e} * 0.5"),
+        Step::Exp => format!("exp({expr})"),
+        Step::Softmax(d) => format!("{e}.softmax({d})"),
+        Step::MaskedFill(o) => format!("{e}.masked_fill({} > 0, 0.0)", o.text()),
+    }
+}
+
+fn apply_shape(shape: &[Axis], step: &Step) -> Vec<Axis> {
+    let mut s = shape.to_vec();
+    match step {
+        Step::Transpose(a, b) => s.swap(*a, *b),
+        Step::Permute(p) => s = p.iter().map(|&a| shape[a].clone()).collect(),
+        Step::View(sizes, _) => {
+            let known: Vec<Atom> = sizes.iter().flatten().flatten().copied().collect();
+            let mut rest: Vec<Atom> = shape.iter().flatten().copied().collect();
+            for a in known {
+                if let Some(i) = rest.iter().position(|x| *x == a) {
+                    rest.remove(i);
+                }
+            }
+            s = sizes
+                .iter()
+                .map(|x| x.clone().unwrap_or_else(|| rest.clone()))
+                .collect();
+        }
+        Step::Unsqueeze(d) => s.insert(*d, vec![]),
+        Step::Squeeze(d) => {
+            let ones = s[*d].iter().all(|a| matches!(a, Atom::U | Atom::K(1)));
+            if ones {
+                s.remove(*d);
+            }
+        }
+        Step::Slice(a) => s[*a] = vec![s[*a][0].less_one().expect("drawn for a sliceable axis")],
+        Step::Select(a) => {
+            s.remove(*a);
+        }
+        Step::Binary(o, _) | Step::MaskedFill(o) => {
+            let pad = s.len().saturating_sub(o.declared.len());
+            for (i, axis) in s.iter_mut().enumerate().skip(pad) {
+                let mut theirs = o.declared.clone();
+                if let Some((a, b)) = o.swap {
+                    theirs.swap(a, b);
+                }
+                if axis.iter().all(|a| matches!(a, Atom::U | Atom::K(1))) {
+                    *axis = theirs[i - pad].clone();
+                }
+            }
+        }
+        Step::Contiguous | Step::Scalar | Step::Exp | Step::Softmax(_) => {}
+    }
+    s
+}
+
+/// The chain run through the model at `B = b`, `N = n`.
+fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
+    let mut t = T::row_major(chain.start.iter().map(|a| size_value(a, b, n)).collect());
+    for step in &chain.steps {
+        t = match step {
+            Step::Transpose(i, j) => t.transpose(*i, *j),
+            Step::Permute(p) => t.permute(p),
+            Step::View(sizes, reshape) => {
+                let sizes: Vec<Option<i64>> = sizes
+                    .iter()
+                    .map(|s| s.as_ref().map(|a| size_value(a, b, n)))
+                    .collect();
+                match reshape {
+                    true => t.reshape(&sizes)?,
+                    false => t.view(&sizes)?,
+                }
+            }
+            Step::Contiguous => t.contiguous(),
+            Step::Unsqueeze(d) => t.unsqueeze(*d),
+            Step::Squeeze(d) => t.squeeze(*d),
+            Step::Slice(a) => t.slice(*a, 1, t.shape[*a])?,
+            Step::Select(a) => t.select(*a, 0)?,
+            Step::Binary(o, false) => elementwise(&[&t, &o.model(b, n)])?,
+            Step::Binary(o, true) => elementwise(&[&o.model(b, n), &t])?,
+            Step::Scalar => elementwise(&[&t, &T::row_major(vec![])])?,
+            Step::Exp => elementwise(&[&t])?,
+            Step::Softmax(_) => fresh(t.shape.clone()),
+            Step::MaskedFill(o) => {
+                let m = elementwise(&[&o.model(b, n), &T::row_major(vec![])])?;
+                fresh(torch_model::broadcast(&[&t.shape, &m.shape])?)
+            }
+        };
+    }
+    Ok(t)
+}
+
+const SIZES: &[(i64, i64)] = &[
+    (1, 1),
+    (1, 2),
+    (2, 1),
+    (2, 2),
+    (3, 3),
+    (1, 7),
+    (7, 1),
+    (2, 7),
+    (7, 3),
+    (4, 4),
+    (3, 4),
+    (12, 5),
+    (5, 12),
+    (6, 6),
+];
+
+/// The checker's strides of output `out` at the sizes, where it claims to know them.
+fn checked_strides(prog: &Program, b: i64, n: i64) -> Option<(Vec<i64>, Vec<i64>)> {
+    let binding = prog.bindings.iter().find(|x| x.name == "out")?;
+    let t = prog.tensor_type(binding.value);
+    if t.varies {
+        return None;
+    }
+    let value = |s: usize| match prog.dims.info(s).name.as_str() {
+        "B" => Some(b),
+        "N" => Some(n),
+        _ => None,
+    };
+    let eval = |ps: &[attnc::dims::Poly]| -> Option<Vec<i64>> {
+        ps.iter().map(|p| prog.dims.eval(p, &value)).collect()
+    };
+    Some((eval(&t.shape)?, eval(&t.strides)?))
+}
+
+#[test]
+fn accepted_chains_run_in_pytorch_at_every_size() {
+    let mut rng = Rng(0x5eed_0011);
+    let mut refused: BTreeMap<String, usize> = BTreeMap::new();
+    let mut accepted = 0;
+    for case in 0..10000 {
+        let len = 1 + rng.below(8);
+        let chain = draw(&mut rng, len);
+        let src = format!(
+            "dim B, N\ndim U = 1, D = 12\n{}\noutput out = {}\n",
+            chain.decls.join("\n"),
+            chain.expr
+        );
+        let checked = check_source(&src, &[]).expect("no overrides");
+        if let Some(d) = checked.diagnostics.first() {
+            *refused.entry(d.code.to_string()).or_default() += 1;
+            continue;
+        }
+        accepted += 1;
+        for &(b, n) in SIZES {
+            let t = match run_model(&chain, b, n) {
+                Ok(t) => t,
+                Err(why) => {
+                    panic!("case {case}: accepted, but PyTorch raises at B = {b}, N = {n}: {why}\n{src}")
+                }
+            };
+            let Some((shape, strides)) = checked_strides(&checked.program, b, n) else {
+                continue;
+            };
+            assert_eq!(shape, t.shape, "case {case}: shape at B = {b}, N = {n}\n{src}");
+            if t.shape.iter().product::<i64>() == 0 {
+                continue;
+            }
+            for (i, &size) in t.shape.iter().enumerate() {
+                assert!(
+                    size == 1 || strides[i] == t.strides[i],
+                    "case {case}: strides {strides:?}, PyTorch's {:?} at B = {b}, N = {n}\n{src}",
+                    t.strides
+                );
+            }
+        }
+    }
+    println!("accepted {accepted}, refused {refused:?}");
+    assert!(accepted > 1000, "the chains should mostly check: {refused:?}");
+}
+
+/// The over-rejections of issue 11, each now accepted as PyTorch accepts it for every size.
+#[test]
+fn programs_pytorch_accepts_at_every_size_check() {
+    insta::glob!("ui/accepted/*.attn", |path| {
+        let src = std::fs::read_to_string(path).expect("test input is readable");
+        let checked = check_source(&src, &[]).expect("no overrides");
+        let name = path.file_name().unwrap().to_string_lossy();
+        let diags = render::diagnostics_text(&name, &src, &checked.diagnostics);
+        assert!(!checked.has_errors(), "{name} does not check:\n{diags}");
+        insta::with_settings!({ omit_expression => true }, {
+            insta::assert_snapshot!("accepted", render::bindings_text(&checked.program));
+        });
+    });
+}
+
+/// The issue's programs, and the accepted ones above, at sizes where an axis is 1 or 0:
+/// the interpreter and the native backend both return PyTorch's (possibly empty) tensors.
+#[test]
+fn issue_programs_run_on_both_backends_at_sizes_one_and_zero() {
+    let mut sources: Vec<String> = vec![
+        "dim B, N\ninput x: [B, N, 4]\noutput y = x[:, 1 : N] * 2.0\n".into(),
+        "dim B, N\ninput x: [B, N, 4]\noutput y = x[:, 1 : N].contiguous().reshape(B, -1)\n".into(),
+        "dim B, N\ninput y: [B, N, 4]\ninput col: [N, 1, 1]\noutput f = col[1 : N] * y.transpose(0, 1)[1 : N]\n".into(),
+        "dim B, N\ninput x: [B, N, 4]\noutput p = exp(x[:, 1 : N]).softmax(-1)\n".into(),
+    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui/accepted");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    sources.extend(files.iter().map(|f| std::fs::read_to_string(f).unwrap()));
+    for src in &sources {
+        for (b, n) in [(1, 1), (2, 1), (1, 3), (2, 3)] {
+            let program = common::program(src, &[("B", b), ("N", n)]);
+            let bound = bind(&program, &RunOptions::default()).unwrap();
+            let want = interpret(&program, &bound).unwrap();
+            let optimized = attnc::opt::optimize(&program).program;
+            for native in [&program, &optimized] {
+                let exe = Executable::compile(native, &bound.dims).unwrap();
+                let got = exe.run(&bound, &pool(1).unwrap()).unwrap();
+                for ((name, w), (_, g)) in want.iter().zip(&got) {
+                    assert_eq!(g.shape, w.shape, "`{name}` at B = {b}, N = {n}:\n{src}");
+                    if !w.data.is_empty() {
+                        let error = common::relative_error(g, w);
+                        assert!(
+                            error < 1e-5,
+                            "`{name}` off by {error} at B = {b}, N = {n}:\n{src}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

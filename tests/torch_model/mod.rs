@@ -1,0 +1,295 @@
+//! PyTorch's stride rules for concrete sizes, transcribed from ATen: what each op returns,
+//! and where PyTorch raises. The layout property test runs the checker's accepted programs
+//! through it at many sizes. `LAYOUT.md` beside the checker names the ATen functions.
+
+/// A tensor's sizes and strides (in elements).
+#[derive(Clone, Debug, PartialEq)]
+pub struct T {
+    pub shape: Vec<i64>,
+    pub strides: Vec<i64>,
+}
+
+/// Why PyTorch raises.
+pub type Refusal = String;
+
+impl T {
+    pub fn row_major(shape: Vec<i64>) -> T {
+        let strides = row_major(&shape);
+        T { shape, strides }
+    }
+
+    fn numel(&self) -> i64 {
+        self.shape.iter().product()
+    }
+
+    /// `Tensor.is_contiguous()`: axes of size 1 do not count; an empty tensor is contiguous.
+    pub fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
+        let expected = row_major(&self.shape);
+        (0..self.shape.len()).all(|i| self.shape[i] == 1 || self.strides[i] == expected[i])
+    }
+
+    /// `is_non_overlapping_and_dense`: the axes of size 2 or more, sorted by stride, are
+    /// row-major.
+    fn is_dense(&self) -> bool {
+        let mut axes: Vec<usize> = (0..self.shape.len()).collect();
+        axes.sort_by_key(|&a| (self.strides[a], self.shape[a]));
+        let mut expected = 1;
+        for a in axes {
+            if self.shape[a] < 2 {
+                continue;
+            }
+            if self.strides[a] != expected {
+                return false;
+            }
+            expected *= self.shape[a];
+        }
+        true
+    }
+
+    pub fn transpose(&self, a: usize, b: usize) -> T {
+        let mut t = self.clone();
+        t.shape.swap(a, b);
+        t.strides.swap(a, b);
+        t
+    }
+
+    pub fn permute(&self, perm: &[usize]) -> T {
+        T {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+        }
+    }
+
+    /// `unsqueeze`'s stride: `sizes[d] * strides[d]`, or 1 at the end.
+    pub fn unsqueeze(&self, d: usize) -> T {
+        let stride = match d < self.shape.len() {
+            true => self.shape[d] * self.strides[d],
+            false => 1,
+        };
+        let mut t = self.clone();
+        t.shape.insert(d, 1);
+        t.strides.insert(d, stride);
+        t
+    }
+
+    /// `squeeze(d)` removes the axis only where its size is 1.
+    pub fn squeeze(&self, d: usize) -> T {
+        let mut t = self.clone();
+        if t.shape[d] == 1 {
+            t.shape.remove(d);
+            t.strides.remove(d);
+        }
+        t
+    }
+
+    pub fn slice(&self, d: usize, start: i64, end: i64) -> Result<T, Refusal> {
+        if start < 0 || end < start || end > self.shape[d] {
+            return Err(format!("slice {start}:{end} of size {}", self.shape[d]));
+        }
+        let mut t = self.clone();
+        t.shape[d] = end - start;
+        Ok(t)
+    }
+
+    pub fn select(&self, d: usize, i: i64) -> Result<T, Refusal> {
+        if i >= self.shape[d] {
+            return Err(format!("index {i} out of range for size {}", self.shape[d]));
+        }
+        let mut t = self.clone();
+        t.shape.remove(d);
+        t.strides.remove(d);
+        Ok(t)
+    }
+
+    pub fn contiguous(&self) -> T {
+        match self.is_contiguous() {
+            true => self.clone(),
+            false => T::row_major(self.shape.clone()),
+        }
+    }
+
+    /// `view(sizes)`, a `None` size being `-1` (`infer_size`, then `computeStride`).
+    pub fn view(&self, sizes: &[Option<i64>]) -> Result<T, Refusal> {
+        let shape = infer_size(sizes, self.numel())?;
+        match compute_stride(&self.shape, &self.strides, &shape) {
+            Some(strides) => Ok(T { shape, strides }),
+            None => Err("view size is not compatible with input tensor's size and stride".into()),
+        }
+    }
+
+    /// `reshape(sizes)`: the view where one exists, else a row-major copy.
+    pub fn reshape(&self, sizes: &[Option<i64>]) -> Result<T, Refusal> {
+        let shape = infer_size(sizes, self.numel())?;
+        Ok(match compute_stride(&self.shape, &self.strides, &shape) {
+            Some(strides) => T { shape, strides },
+            None => T::row_major(shape),
+        })
+    }
+}
+
+fn row_major(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+    }
+    strides
+}
+
+/// ATen's `infer_size`: the `-1` solved, refused beside a 0-size axis.
+fn infer_size(sizes: &[Option<i64>], numel: i64) -> Result<Vec<i64>, Refusal> {
+    let known: i64 = sizes.iter().flatten().product();
+    let holes = sizes.iter().filter(|s| s.is_none()).count();
+    match holes {
+        0 if known == numel => Ok(sizes.iter().flatten().copied().collect()),
+        1 if known != 0 && numel % known == 0 => {
+            Ok(sizes.iter().map(|s| s.unwrap_or(numel / known)).collect())
+        }
+        1 if known == 0 => Err("the unspecified dimension size -1 can be any value".into()),
+        _ => Err(format!("shape {sizes:?} is invalid for input of size {numel}")),
+    }
+}
+
+/// ATen's `computeStride` (`TensorUtils.cpp`), empty tensors included.
+pub fn compute_stride(old: &[i64], old_strides: &[i64], new: &[i64]) -> Option<Vec<i64>> {
+    if old.is_empty() {
+        return Some(vec![1; new.len()]);
+    }
+    let numel: i64 = old.iter().product();
+    if numel == 0 && old == new {
+        return Some(old_strides.to_vec());
+    }
+    if numel == 0 {
+        return Some(row_major(new));
+    }
+    let mut out = vec![0; new.len()];
+    let mut view_d = new.len() as isize - 1;
+    let mut chunk_base = *old_strides.last()?;
+    let (mut tensor_numel, mut view_numel) = (1i64, 1i64);
+    for d in (0..old.len()).rev() {
+        tensor_numel *= old[d];
+        if d == 0 || (old[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base) {
+            while view_d >= 0 && (view_numel < tensor_numel || new[view_d as usize] == 1) {
+                out[view_d as usize] = view_numel * chunk_base;
+                view_numel *= new[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if d > 0 {
+                chunk_base = old_strides[d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
+}
+
+/// The broadcast shape (`infer_size_dimvector`).
+pub fn broadcast(shapes: &[&[i64]]) -> Result<Vec<i64>, Refusal> {
+    let n = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1; n];
+    for s in shapes {
+        for (i, &size) in s.iter().enumerate() {
+            let o = &mut out[n - s.len() + i];
+            match (*o, size) {
+                (a, b) if a == b || b == 1 => {}
+                (1, b) => *o = b,
+                (a, b) => return Err(format!("sizes {a} and {b} do not broadcast")),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An elementwise result as TensorIterator lays it out (`TensorIterator.cpp`: `compute_shape`,
+/// `fast_set_up`, `compute_strides`, `reorder_dimensions`, `allocate_or_resize_outputs`).
+pub fn elementwise(operands: &[&T]) -> Result<T, Refusal> {
+    let shapes: Vec<&[i64]> = operands.iter().map(|t| t.shape.as_slice()).collect();
+    let shape = broadcast(&shapes)?;
+    if let Some(t) = fast_set_up(operands) {
+        return Ok(t);
+    }
+    let n = shape.len();
+    let strides: Vec<Vec<i64>> = operands
+        .iter()
+        .map(|t| {
+            let pad = n - t.shape.len();
+            (0..n)
+                .map(|i| match i.checked_sub(pad) {
+                    None => 0,
+                    Some(j) if t.shape[j] == 1 && shape[i] != 1 => 0,
+                    Some(j) => t.strides[j],
+                })
+                .collect()
+        })
+        .collect();
+    let should_swap = |d0: usize, d1: usize| -> i32 {
+        for s in &strides {
+            let (s0, s1) = (s[d0], s[d1]);
+            if s0 == 0 || s1 == 0 {
+                continue;
+            }
+            if s0 < s1 {
+                return -1;
+            }
+            if s0 > s1 {
+                return 1;
+            }
+            if shape[d0] > shape[d1] {
+                return 1;
+            }
+        }
+        0
+    };
+    let mut perm: Vec<usize> = (0..n).rev().collect();
+    if n > 1 {
+        for i in 1..n {
+            let mut dim1 = i;
+            for dim0 in (0..i).rev() {
+                match should_swap(perm[dim0], perm[dim1]) {
+                    c if c > 0 => {
+                        perm.swap(dim0, dim1);
+                        dim1 = dim0;
+                    }
+                    c if c < 0 => break,
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut out = vec![0; n];
+    let mut next = 1;
+    for &a in &perm {
+        out[a] = next;
+        next *= shape[a];
+    }
+    Ok(T { shape, strides: out })
+}
+
+/// TensorIterator's fast path: operands of one shape that are all contiguous, or all
+/// dense with the same strides, give a result with those strides. (Rank-0 operands next
+/// to tensors disable it.)
+fn fast_set_up(operands: &[&T]) -> Option<T> {
+    let first = operands.first()?;
+    let same_shape = operands.iter().all(|t| t.shape == first.shape);
+    if !same_shape {
+        return None;
+    }
+    if operands.iter().all(|t| t.is_contiguous()) {
+        return Some(T::row_major(first.shape.clone()));
+    }
+    let same_dense = operands
+        .iter()
+        .all(|t| t.is_dense() && t.strides == first.strides);
+    same_dense.then(|| (*first).clone())
+}
+
+/// `softmax`, `masked_fill` and the other ops whose result PyTorch allocates row-major.
+pub fn fresh(shape: Vec<i64>) -> T {
+    T::row_major(shape)
+}
