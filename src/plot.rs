@@ -31,6 +31,10 @@ const GAP: u32 = 16;
 /// The colour bar's width, and its room for tick labels.
 const BAR: u32 = 16;
 
+/// The most cells one plot draws: beyond it an image is too large to look at, and to
+/// hold in memory (at least 2 pixels a side, 3 bytes a pixel).
+pub const MAX_CELLS: usize = 1 << 22;
+
 /// What to draw from a tensor.
 #[derive(Clone, Debug, Default)]
 pub struct PlotOptions {
@@ -103,6 +107,13 @@ pub fn select<'a>(t: &'a Tensor, name: &str, opts: &PlotOptions) -> Result<Maps<
                 t.shape
             )));
         }
+    }
+    let cells = heads.len().saturating_mul(n).saturating_mul(m);
+    if cells > MAX_CELLS {
+        return Err(error(format!(
+            "`{name}` of shape {:?} has {cells} cells in the selected heads, more than the {MAX_CELLS} a plot draws: select fewer with `--heads`",
+            t.shape
+        )));
     }
     let start = (opts.batch * h + heads.start) * n * m;
     let end = (opts.batch * h + heads.end) * n * m;

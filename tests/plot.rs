@@ -186,6 +186,12 @@ fn what_cannot_be_drawn_is_an_error_naming_the_tensor() {
         ..PlotOptions::default()
     });
     assert!(labels.contains("1 labels for `attn`'s 3 queries"), "{labels}");
+    let big = Tensor::new(vec![1, 2048, 2049], vec![0.0; 2048 * 2049]);
+    let too_many = plot::select(&big, "big", &PlotOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(too_many.contains("more than the"), "{too_many}");
     let scalar = Tensor::new(vec![3], vec![0.0; 3]);
     assert!(plot::select(&scalar, "s", &PlotOptions::default()).is_err());
     let maps = plot::select(&t, "attn", &PlotOptions::default()).unwrap();
