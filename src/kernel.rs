@@ -362,6 +362,9 @@ pub enum Expr {
     Const(f32),
     /// The result of stage `k` of a [`Row`] kernel: one value per row. Not in a [`Map`].
     Reduced(usize),
+    /// The element's index along axis `a` of a [`Map`]'s iteration space, as a float
+    /// (`tril`'s test `j - i <= diagonal`). Only in a [`Map`].
+    Index(usize),
     Unary(Unary, usize),
     Binary(Binary, usize, usize),
     /// 1.0 where the comparison holds, else 0.0.
@@ -700,11 +703,12 @@ impl fmt::Display for PlanError {
 
 /// Whether `expr` is a formula over `inputs` inputs and `reduced` stage results whose
 /// nodes read earlier nodes only.
-fn well_formed(expr: &[Expr], inputs: usize, reduced: usize) -> bool {
+fn well_formed(expr: &[Expr], inputs: usize, reduced: usize, axes: usize) -> bool {
     let bad = expr.iter().enumerate().any(|(i, e)| match *e {
         Expr::Input(j) => j >= inputs,
         Expr::Const(_) => false,
         Expr::Reduced(k) => k >= reduced,
+        Expr::Index(a) => a >= axes,
         Expr::Unary(_, a) => a >= i,
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a >= i || b >= i,
         Expr::Select(a, b, c) => a >= i || b >= i || c >= i,
@@ -715,9 +719,11 @@ fn well_formed(expr: &[Expr], inputs: usize, reduced: usize) -> bool {
 /// Checks the formulas of a map or row kernel.
 fn formulas(op: &KernelOp) -> Result<(), String> {
     match op {
-        KernelOp::Map(m) if !well_formed(&m.expr, m.inputs.len(), 0) => Err("malformed expression".into()),
+        KernelOp::Map(m) if !well_formed(&m.expr, m.inputs.len(), 0, m.shape.len()) => {
+            Err("malformed expression".into())
+        }
         KernelOp::Attention(a) => match &a.score {
-            Some(s) if !well_formed(&s.expr, ScoreMod::LEAVES + s.inputs.len(), 0) => {
+            Some(s) if !well_formed(&s.expr, ScoreMod::LEAVES + s.inputs.len(), 0, 0) => {
                 Err("malformed score expression".into())
             }
             _ => Ok(()),
@@ -725,11 +731,11 @@ fn formulas(op: &KernelOp) -> Result<(), String> {
         KernelOp::Row(r) => {
             let inputs = r.inputs.len();
             for (k, stage) in r.stages.iter().enumerate() {
-                if !well_formed(&stage.expr, inputs, k) {
+                if !well_formed(&stage.expr, inputs, k, 0) {
                     return Err(format!("malformed expression in stage {k}"));
                 }
             }
-            if !well_formed(&r.write, inputs, r.stages.len()) {
+            if !well_formed(&r.write, inputs, r.stages.len(), 0) {
                 return Err("malformed write expression".into());
             }
             if r.per_row() && r.write.iter().any(|e| matches!(e, Expr::Input(_))) {

@@ -26,7 +26,7 @@ mod tiling;
 mod view;
 
 use crate::dims::Poly;
-use crate::ir::{BinaryOp, Op, Program, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CmpOp, Op, Program, ReduceOp, UnaryOp, ValueId};
 use crate::kernel::{
     Attention, Binary, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
     PlanError, Reduce, Row, Softmax, Stage, Unary,
@@ -388,7 +388,7 @@ impl<'p> Lowerer<'p> {
                 &[axis] => self.reduction(id, arg(0), *op, axis).map(Val::Tensor),
                 _ => Err(not_native(&format!("{} over several axes", op.name()))),
             },
-            Op::Tri { upper, .. } => Err(not_native(if *upper { "triu" } else { "tril" })),
+            Op::Tri { .. } => self.elementwise(id).map(Val::Tensor),
             Op::Fill(v) => {
                 let out = self.temp(self.shape(id)?);
                 self.map(vec![], vec![Expr::Const(*v as f32)], &out, self.label(id));
@@ -651,6 +651,21 @@ impl<'p> Lowerer<'p> {
                 (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
                 (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
                 (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
+                // Only ever a root, so its last two axes are the map's.
+                (&Op::Tri { upper, diagonal }, &[x]) => {
+                    let r = shape.len();
+                    let mut push = |e: Expr| {
+                        expr.push(e);
+                        expr.len() - 1
+                    };
+                    let (j, i) = (push(Expr::Index(r - 1)), push(Expr::Index(r - 2)));
+                    let offset = push(Expr::Binary(Binary::Sub, j, i));
+                    let diagonal = push(Expr::Const(diagonal as f32));
+                    let side = if upper { CmpOp::Ge } else { CmpOp::Le };
+                    let keep = push(Expr::Compare(side, offset, diagonal));
+                    let zero = push(Expr::Const(0.0));
+                    Expr::Select(keep, x, zero)
+                }
                 _ => return Err(internal(format!("node {id} is not elementwise"))),
             }
         } else {

@@ -81,27 +81,33 @@ fn reproduce(example: &str, name: &str, dims: &[&str], backend: &str) {
 #[test]
 fn encoder_layer_reproduces_the_annotated_transformer() {
     let dims = ["D=16", "H=4", "F=32"];
-    reproduce(
-        "examples/encoder_layer.attn",
-        "encoder_b2_n7_d16_h4_f32",
-        &dims,
-        "interp",
-    );
+    for backend in ["interp", "jit"] {
+        reproduce(
+            "examples/encoder_layer.attn",
+            "encoder_b2_n7_d16_h4_f32",
+            &dims,
+            backend,
+        );
+    }
 }
 
 #[test]
 fn gpt2_block_reproduces_hugging_face() {
     let dims = ["D=24", "H=4"];
-    reproduce("examples/gpt2_block.attn", "gpt2_b2_n9_d24_h4", &dims, "interp");
+    for backend in ["interp", "jit"] {
+        reproduce("examples/gpt2_block.attn", "gpt2_b2_n9_d24_h4", &dims, backend);
+    }
 }
 
 #[test]
 fn llama_layer_reproduces_hugging_face() {
     let dims = ["D=32", "H=4", "Hkv=2", "F=48"];
-    reproduce(
-        "examples/llama_layer.attn",
-        "llama_b1_n8_d32_h4_kv2_f48",
-        &dims,
-        "interp",
-    );
+    for backend in ["interp", "jit"] {
+        reproduce(
+            "examples/llama_layer.attn",
+            "llama_b1_n8_d32_h4_kv2_f48",
+            &dims,
+            backend,
+        );
+    }
 }

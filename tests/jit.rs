@@ -273,3 +273,21 @@ fn pytorch_indexing_runs_natively() {
         differential(&format!("indexing {dims:?}"), &program(src, dims), i as u64);
     }
 }
+
+/// `tril` and `triu` select by position (a map reading its element's index): non-square,
+/// batched, read through a transpose, with diagonals on both sides, as masks too.
+#[test]
+fn triangles_run_natively() {
+    let src = r#"
+        dim B, N
+        dim D = 8
+        input x: [B, N, D]
+        output a = x.tril()
+        output b = x.transpose(1, 2).triu(diagonal=1)
+        output c = x.tril(-2) + x.triu(3)
+        output d = where(ones(N, N).tril() == 1, x @ x.transpose(-2, -1), -inf).softmax(-1)
+    "#;
+    for (i, dims) in SHAPES.iter().enumerate() {
+        differential(&format!("triangles {dims:?}"), &program(src, dims), i as u64);
+    }
+}

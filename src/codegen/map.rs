@@ -4,7 +4,8 @@
 use super::emit::{Emit, LANES};
 use super::math::eval;
 use super::softmax::lanes;
-use crate::kernel::{Map, Operand};
+use crate::kernel::{Expr, Map, Operand};
+use cranelift_codegen::ir::types::F32X4;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 /// A rank-0 iteration space as one element.
@@ -72,7 +73,8 @@ pub fn translate(e: &mut Emit, m: &Map) {
                             e.load(addr, w, s, true)
                         })
                         .collect();
-                    let v = eval(e, &m.expr, &vals, &[], w);
+                    let known = indices(e, &m.expr, &idx, (c0, j), w);
+                    let v = eval(e, &m.expr, &vals, &known, w);
                     let addr = e.step(dst, j, out.strides[last]);
                     e.store(v, addr);
                 };
@@ -84,3 +86,27 @@ pub fn translate(e: &mut Emit, m: &Map) {
 
 /// Columns per chunk of a transposing copy.
 const CHUNK: usize = 64;
+
+/// The value of each [`Expr::Index`] node at this element, on `w` lanes: the column
+/// `c0 + j` (one per lane) for the last axis, the row's index along an outer one.
+fn indices(
+    e: &mut Emit,
+    expr: &[Expr],
+    outer: &[Value],
+    (c0, j): (Value, Value),
+    w: usize,
+) -> Vec<Option<Value>> {
+    expr.iter()
+        .map(|n| match *n {
+            Expr::Index(a) if a == outer.len() => {
+                let col = e.b.ins().iadd(c0, j);
+                Some(e.iota(col, w))
+            }
+            Expr::Index(a) => {
+                let x = e.iota(outer[a], 1);
+                Some(if w == 1 { x } else { e.b.ins().splat(F32X4, x) })
+            }
+            _ => None,
+        })
+        .collect()
+}

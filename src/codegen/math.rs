@@ -102,6 +102,7 @@ pub fn node(
         Expr::Input(i) => inputs[i],
         Expr::Const(c) => e.splat(c, w),
         Expr::Reduced(k) => unreachable!("stage {k}'s result is computed by the row kernel"),
+        Expr::Index(a) => unreachable!("the index along axis {a} is computed by the map kernel"),
         Expr::Unary(op, a) => unary(e, op, arg(a)),
         Expr::Binary(Binary::Pow, a, b) => match expr[b] {
             Expr::Const(c) => pow_const(e, arg(a), c),

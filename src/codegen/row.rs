@@ -90,7 +90,7 @@ fn load(e: &mut Emit, expr: &[Expr], lines: &[Line], j: Value, w: usize) -> Vec<
 /// The nodes a node reads.
 fn args(n: &Expr) -> Vec<usize> {
     match *n {
-        Expr::Input(_) | Expr::Const(_) | Expr::Reduced(_) => vec![],
+        Expr::Input(_) | Expr::Const(_) | Expr::Reduced(_) | Expr::Index(_) => vec![],
         Expr::Unary(_, a) => vec![a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
         Expr::Select(c, a, b) => vec![c, a, b],

@@ -216,6 +216,7 @@ pub fn expr_text(expr: &[Expr], i: usize) -> String {
         Expr::Input(j) => format!("in{j}"),
         Expr::Const(c) => format!("{c:?}"),
         Expr::Reduced(k) => format!("r{k}"),
+        Expr::Index(a) => format!("index{a}"),
         Expr::Unary(op, a) => format!("{}({})", op.name(), e(*a)),
         Expr::Binary(op @ (Binary::Add | Binary::Sub | Binary::Mul | Binary::Div), a, b) => {
             format!("({} {} {})", e(*a), op.name(), e(*b))
