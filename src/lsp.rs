@@ -104,11 +104,26 @@ struct Server<'a> {
 }
 
 impl Server<'_> {
+    /// Answers a request: its result, or an error for a method not handled, parameters that
+    /// do not parse (the server goes on either way).
     fn request(&mut self, req: Request) -> Result<()> {
-        let id = req.id.clone();
-        let result = match req.method.as_str() {
+        let response = match self.answer(&req.method, req.params) {
+            Ok(result) => Response::new_ok(req.id, result),
+            Err((code, message)) => Response::new_err(req.id, code as i32, message),
+        };
+        self.connection.sender.send(response.into())?;
+        Ok(())
+    }
+
+    fn answer(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> std::result::Result<serde_json::Value, (ErrorCode, String)> {
+        let invalid = |e: serde_json::Error| (ErrorCode::InvalidParams, format!("`{method}`: {e}"));
+        let result = match method {
             HoverRequest::METHOD => {
-                let p: HoverParams = serde_json::from_value(req.params)?;
+                let p: HoverParams = serde_json::from_value(params).map_err(invalid)?;
                 let at = p.text_document_position_params;
                 let hover = self
                     .document(&at.text_document.uri)
@@ -119,46 +134,49 @@ impl Server<'_> {
                         value,
                     }),
                     range: Some(range),
-                }))?
+                }))
             }
             GotoDefinition::METHOD => {
-                let p: GotoDefinitionParams = serde_json::from_value(req.params)?;
+                let p: GotoDefinitionParams = serde_json::from_value(params).map_err(invalid)?;
                 let at = p.text_document_position_params;
                 let uri = at.text_document.uri;
                 let range = self.document(&uri).and_then(|d| d.definition(at.position));
                 serde_json::to_value(
                     range.map(|range| GotoDefinitionResponse::Scalar(Location { uri, range })),
-                )?
+                )
             }
             Completion::METHOD => {
-                let p: CompletionParams = serde_json::from_value(req.params)?;
+                let p: CompletionParams = serde_json::from_value(params).map_err(invalid)?;
                 let at = p.text_document_position;
                 let items = self
                     .document(&at.text_document.uri)
                     .map(|d| d.completions(at.position))
                     .unwrap_or_default();
-                serde_json::to_value(CompletionResponse::Array(items))?
+                serde_json::to_value(CompletionResponse::Array(items))
             }
             other => {
                 let message = format!("attnc lsp does not handle `{other}`");
-                let response = Response::new_err(id, ErrorCode::MethodNotFound as i32, message);
-                self.connection.sender.send(response.into())?;
-                return Ok(());
+                return Err((ErrorCode::MethodNotFound, message));
             }
         };
-        self.connection.sender.send(Response::new_ok(id, result).into())?;
-        Ok(())
+        result.map_err(|e| (ErrorCode::InternalError, e.to_string()))
     }
 
+    /// Applies a notification; one whose parameters do not parse is ignored (a notification
+    /// has no reply to carry an error).
     fn notification(&mut self, n: Notification) -> Result<()> {
         match n.method.as_str() {
             DidOpenTextDocument::METHOD => {
-                let p: DidOpenTextDocumentParams = serde_json::from_value(n.params)?;
+                let Ok(p) = serde_json::from_value::<DidOpenTextDocumentParams>(n.params) else {
+                    return Ok(());
+                };
                 let doc = p.text_document;
                 self.update(doc.uri, doc.text, Some(doc.version))
             }
             DidChangeTextDocument::METHOD => {
-                let p: DidChangeTextDocumentParams = serde_json::from_value(n.params)?;
+                let Ok(p) = serde_json::from_value::<DidChangeTextDocumentParams>(n.params) else {
+                    return Ok(());
+                };
                 // Full synchronization: the last change is the whole text.
                 match p.content_changes.into_iter().last() {
                     Some(change) => {
@@ -168,7 +186,9 @@ impl Server<'_> {
                 }
             }
             DidCloseTextDocument::METHOD => {
-                let p: DidCloseTextDocumentParams = serde_json::from_value(n.params)?;
+                let Ok(p) = serde_json::from_value::<DidCloseTextDocumentParams>(n.params) else {
+                    return Ok(());
+                };
                 self.documents.remove(p.text_document.uri.as_str());
                 self.publish(p.text_document.uri, Vec::new(), None)
             }

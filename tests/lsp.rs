@@ -234,3 +234,32 @@ fn an_editor_session() {
     let status = client.child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// Malformed parameters get an error reply (or, for a notification, are ignored), and the
+/// server goes on answering.
+#[test]
+fn malformed_parameters_are_answered_not_fatal() {
+    let mut client = Client::start();
+    client.request("initialize", json!({"capabilities": {}}));
+    client.notify("initialized", json!({}));
+    client.notify("textDocument/didOpen", json!({"textDocument": 7}));
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 99, "method": "textDocument/hover", "params": {"position": "here"}}),
+    );
+    let reply = loop {
+        let m = client.receive();
+        if m["id"] == json!(99) {
+            break m;
+        }
+    };
+    assert_eq!(reply["error"]["code"], json!(-32602), "{reply}");
+    let text = "dim B\ninput x: [B, 4]\noutput y = x * 2.0\n";
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "attn", "version": 1, "text": text}}),
+    );
+    assert!(hover(&mut client, at(text, "x", 1, 0)).contains("[B, 4]"));
+    assert_eq!(client.request("shutdown", Value::Null), Value::Null);
+    client.notify("exit", Value::Null);
+    assert!(client.child.wait().unwrap().success());
+}
