@@ -122,15 +122,8 @@ fn same_where_dims_are_one(
     shape: &[Poly],
     perm: &[usize],
 ) -> bool {
-    let mut free: Vec<Sym> = operands
-        .iter()
-        .flat_map(|t| t.shape.iter().chain(&t.strides))
-        .chain(shape)
-        .flat_map(Poly::syms)
-        .filter(|&s| matches!(dims.info(s).kind, DimKind::Free { .. }))
-        .collect();
-    free.sort_unstable();
-    free.dedup();
+    let sizes = operands.iter().flat_map(|t| t.shape.iter().chain(&t.strides));
+    let free = free_dims(dims, sizes.chain(shape));
     let mut dims_sets = subsets(&free);
     dims_sets.push(Vec::new());
     dims_sets.iter().all(|ones| {
@@ -313,6 +306,18 @@ pub fn reshape(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
     }
 }
 
+/// The free dims that occur in `sizes`, each once, in index order: the dims a size-1 scenario
+/// may set to 1.
+fn free_dims<'a>(dims: &DimTable, sizes: impl Iterator<Item = &'a Poly>) -> Vec<Sym> {
+    let mut free: Vec<Sym> = sizes
+        .flat_map(Poly::syms)
+        .filter(|&s| matches!(dims.info(s).kind, DimKind::Free { .. }))
+        .collect();
+    free.sort_unstable();
+    free.dedup();
+    free
+}
+
 /// Whether `x.view(shape)`, wherever it succeeds, has row-major strides on the axes not of
 /// size 1. Tried with each combination of free dims at 1 and the others at 2 or more, where
 /// two axes that are apart in memory must stay apart for every such size (in `z[:, :4]` of
@@ -320,16 +325,7 @@ pub fn reshape(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
 /// where sizes coincide: see `may_view`); an axis whose size may be 1 otherwise (`N - 1`)
 /// is not decided.
 fn views_are_row_major(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> bool {
-    let mut free: Vec<Sym> = x
-        .shape
-        .iter()
-        .chain(&x.strides)
-        .chain(shape)
-        .flat_map(Poly::syms)
-        .filter(|&s| matches!(dims.info(s).kind, DimKind::Free { .. }))
-        .collect();
-    free.sort_unstable();
-    free.dedup();
+    let free = free_dims(dims, x.shape.iter().chain(&x.strides).chain(shape));
     let mut sets = subsets(&free);
     sets.push(Vec::new());
     sets.iter().all(|ones| {
