@@ -393,6 +393,7 @@ impl Defs<'_> {
                 args.iter().for_each(|a| self.expr(a));
                 kwargs.iter().for_each(|k| self.expr(&k.value));
             }
+            ExprKind::Attribute { receiver, .. } => self.expr(receiver),
             ExprKind::Index { base, indices } => {
                 self.expr(base);
                 indices.iter().for_each(|a| self.expr(a));
