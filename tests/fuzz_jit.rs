@@ -190,12 +190,18 @@ const OPS: &[(&str, OpGen)] = &[
         let a = g.pick(|v| v.shape.len() >= 2)?;
         let op = ["sum", "mean", "amax", "amin"][g.rng.below(4)];
         let r = a.shape.len();
-        Some(match g.rng.below(2) {
+        Some(match g.rng.below(3) {
             0 => (
                 format!("{}.{op}(-1, keepdim=True)", a.name),
                 with_last(&a.shape, "1".into()),
                 true,
             ),
+            // Axes that no view merges into one: reduced one at a time, natively too.
+            1 => {
+                let mut shape = with_last(&a.shape, "1".into());
+                shape[0] = "1".into();
+                (format!("{}.{op}(dim=(0, -1), keepdim=True)", a.name), shape, true)
+            }
             _ => (
                 format!("{op}({}, dim={})", a.name, r - 2),
                 [&a.shape[..r - 2], &a.shape[r - 1..]].concat(),
