@@ -11,6 +11,7 @@ mod args;
 mod attention;
 mod dim_expr;
 mod items;
+mod movement;
 pub(crate) mod layout;
 mod ops;
 mod rules;
@@ -291,6 +292,7 @@ fn mark_mask_inputs(prog: &mut Program) {
                 | Op::Reshape(_)
                 | Op::Contiguous
                 | Op::Unsqueeze(_)
+                | Op::Expand(_)
                 | Op::Squeeze(_)
                 | Op::Slice { .. }
                 | Op::Select { .. } => only_masks(prog, users, u),
