@@ -983,6 +983,7 @@ impl<'p> Lowerer<'p> {
             kv_group: 1,
             score: None,
             tail: None,
+            zero_empty_rows: false,
             block: attention_blocks(n, m),
         };
         let a = a.fold_query_groups().unwrap_or(a);
