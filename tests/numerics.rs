@@ -18,6 +18,7 @@ const SIZES: &[&[(&str, i64)]] = &[
 /// Sizes for examples whose dims need more than `SIZES` gives: the Llama layer's head
 /// dim is halved by rotate_half, and its (and the decode step's) query heads are a
 /// multiple of its key heads.
+#[rustfmt::skip]
 const GQA_SIZES: &[&[(&str, i64)]] = &[
     &[("B", 2), ("N", 5), ("M", 6), ("D", 32), ("H", 4), ("Hkv", 2), ("F", 48)],
     &[("B", 1), ("N", 1), ("M", 1), ("D", 12), ("H", 3), ("Hkv", 1), ("F", 8)],
