@@ -163,3 +163,23 @@ output o = scaled_dot_product_attention(q, q, q, is_causal=True)
     let t = a.tile_counts().unwrap();
     assert!(t.skipped > 0 && t.skipped >= t.kept, "{t:?}");
 }
+
+/// Without any key (`S = 0`), every row is 0, as PyTorch gives it, on both backends.
+#[test]
+fn no_keys_at_all_give_zeros() {
+    let src = "
+dim N = 3, M = 1
+dim H = 2, E = 4
+input q: [H, N, E]
+input k: [H, M, E]
+output o = scaled_dot_product_attention(q, k[:, :M - 1], k[:, :M - 1])
+";
+    let prog = program(src, &[]);
+    let bound = bind(&prog, &RunOptions::default()).unwrap();
+    let want = interpret(&prog, &bound).unwrap();
+    let exe = Executable::compile(&prog, &bound.dims).unwrap();
+    let got = exe.run(&bound, &pool(1).unwrap()).unwrap();
+    for outputs in [want, got] {
+        assert_eq!(outputs[0].1.data, vec![0.0; 24]);
+    }
+}

@@ -72,6 +72,11 @@ impl Lowerer<'_> {
             fill: f32::NEG_INFINITY,
         });
         let out = self.temp(out_shape.clone());
+        if m == 0 {
+            // No keys at all: every row is 0 (the kernel would visit no tile to write it).
+            self.map(vec![], vec![Expr::Const(0.0)], &out, self.label(id));
+            return Ok(out);
+        }
         let a = Attention {
             batch,
             n,
