@@ -138,26 +138,30 @@ impl Checker {
         let (rq, rk, rv) = (tq.len(), tk.len(), tv.len());
         let agree = [
             (
-                &tq[rq - 1],
-                &tk[rk - 1],
+                &tq,
+                rq - 1,
+                &tk,
+                rk - 1,
                 "the query and the key have different `E`",
                 args[1].span,
             ),
             (
-                &tk[rk - 2],
-                &tv[rv - 2],
+                &tk,
+                rk - 2,
+                &tv,
+                rv - 2,
                 "the key and the value have different lengths `S`",
                 args[2].span,
             ),
         ];
-        for (a, b, what, at) in agree {
-            if !self.prog.dims.equal(a, b) {
+        for (x, i, y, j, what, at) in agree {
+            if !self.prog.dims.equal(&x[i], &y[j]) {
                 let msg = format!(
                     "{what}: `{}` vs `{}` ({} and {})",
-                    self.dim_text(a),
-                    self.dim_text(b),
-                    self.shape_text(&tq),
-                    self.shape_text(if what.contains("value") { &tv } else { &tk })
+                    self.dim_text(&x[i]),
+                    self.dim_text(&y[j]),
+                    self.shape_text(x),
+                    self.shape_text(y)
                 );
                 self.error(Code::E0201, at, msg);
                 return None;
