@@ -170,6 +170,26 @@ const OPS: &[(&str, OpGen)] = &[
         };
         Some((format!("{scores}.softmax(-1) @ y"), q.shape, true))
     }),
+    ("arange", |g| {
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| named(d)))?;
+        let e = format!("{} + arange({})", a.name, a.shape.last().unwrap());
+        Some((e, a.shape, a.contiguous))
+    }),
+    ("position_mask", |g| {
+        // A causal window from positions, combined with a mask of values.
+        let a = g.pick(|v| v.shape.ends_with(&["N".to_string(), "N".to_string()]))?;
+        let (i, j) = ("arange(N)[:, None]", "arange(N)[None, :]");
+        let keep = format!("(({j} <= {i}) & ({j} > {i} - 2)) | ~({} > 0.5)", a.name);
+        let e = format!("{}.masked_fill(~({keep}), -1e9)", a.name);
+        Some((e, a.shape, a.contiguous))
+    }),
+    ("sdpa", |g| {
+        // Keys and values `y`; causal, a boolean mask (rows without keys: 0) or a float one.
+        let q = g.pick(|v| v.shape.ends_with(&["N".to_string(), "D".to_string()]))?;
+        let extra = ["is_causal=True", "attn_mask=m > 0.5", "attn_mask=m", "scale=0.5"][g.rng.below(4)];
+        let e = format!("scaled_dot_product_attention({}, y, y, {extra})", q.name);
+        Some((e, q.shape, true))
+    }),
     ("linear", |g| {
         let a = g.pick(|v| v.shape.last().is_some_and(|d| d == "D"))?;
         Some((format!("linear({}, W, c)", a.name), a.shape, true))
