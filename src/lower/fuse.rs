@@ -181,6 +181,7 @@ impl Decider<'_> {
                 }
             }
             Op::MaskedSoftmax { .. } | Op::Attention { .. } => self.absorb_mask_compare(id),
+            Op::Sdpa { .. } => self.absorb_key_tails(id),
             Op::Softmax(_) if !self.fused.contains_key(&id) => {
                 let pat = self.softmax(id);
                 self.fused.insert(id, Fused::Softmax(pat));
@@ -193,6 +194,26 @@ impl Decider<'_> {
                 self.absorb_map_args(id);
             }
             _ => {}
+        }
+    }
+
+    /// `scaled_dot_product_attention` of keys and values that are each `cat([cache, new],
+    /// dim=-2)`, split at the same key and read by nothing else (a decode step): the
+    /// attention kernel reads both parts in place (`kernel::KeyTail`), so neither
+    /// concatenation is copied.
+    fn absorb_key_tails(&mut self, id: ValueId) {
+        let (k, v) = (self.args(id)[1], self.args(id)[2]);
+        let split = |f: &Self, x: ValueId| match (f.op(x), f.args(x)) {
+            (&Op::Cat(axis), &[_, tail]) if f.free(x) && axis + 2 == f.program.tensor_type(x).rank() => {
+                Some(f.program.tensor_type(tail).shape[axis].clone())
+            }
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (split(self, k), split(self, v)) {
+            if k != v && self.dims.equal(&a, &b) {
+                self.absorbed[k] = true;
+                self.absorbed[v] = true;
+            }
         }
     }
 
