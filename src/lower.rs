@@ -28,8 +28,8 @@ mod view;
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, Op, Program, ReduceOp, UnaryOp, ValueId};
 use crate::kernel::{
-    Attention, Binary, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
-    PlanError, Reduce, Row, Softmax, Stage, Unary,
+    Attention, Binary, BufId, Buffer, BufferKind, Epilogue, Expr, Gemm, Kernel, KernelOp, Map, MaskFill,
+    Operand, Plan, PlanError, Reduce, Row, Softmax, Stage, Unary,
 };
 use crate::size;
 pub use flops::source_flops;
@@ -621,9 +621,84 @@ impl<'p> Lowerer<'p> {
         let mut inputs: Vec<Operand> = Vec::new();
         let mut expr = Vec::new();
         self.expr(id, id, &shape, &mut inputs, &mut expr)?;
+        if let Some(v) = self.epilogue(id, &shape, &inputs, &expr) {
+            return Ok(v);
+        }
         let out = self.temp(shape);
         self.map(inputs, expr, &out, self.label(id));
         Ok(out)
+    }
+
+    /// The map `expr` over `inputs` made the epilogue of the GEMM that writes the leaf
+    /// fusion chose for root `id`, its result in the GEMM's buffer; `None` (a map of its
+    /// own) where the plan does not allow it: the leaf is not the GEMM's whole result in
+    /// its order, a kernel after the GEMM writes what the epilogue reads, or an input does
+    /// not reshape to the GEMM's iteration space.
+    fn epilogue(&mut self, id: ValueId, shape: &[usize], inputs: &[Operand], expr: &[Expr]) -> Option<View> {
+        let leaf = *self.fusion.epilogue.get(&id)?;
+        let Some(Val::Tensor(c)) = self.vals.get(&leaf) else {
+            return None;
+        };
+        let buf = &self.plan.buffers[c.buf];
+        let whole = c.shape == shape && c.offset == 0 && c.is_contiguous() && c.numel() == buf.len;
+        let temp = matches!(buf.kind, BufferKind::Temp { .. }) && !self.derived.contains(&c.buf);
+        if !whole || !temp || expr.iter().any(|e| matches!(e, Expr::Index(_))) {
+            return None;
+        }
+        let writes = |k: &Kernel, b: BufId| k.op.operands().iter().any(|o| o.2 && o.0.buf == b);
+        let k = self.plan.kernels.iter().rposition(|k| writes(k, c.buf))?;
+        let KernelOp::Gemm(g) = &self.plan.kernels[k].op else {
+            return None;
+        };
+        let space = [g.batch.as_slice(), &[g.m, g.n]].concat();
+        if g.c.offset != 0 || g.c.strides != view::row_major(&space) {
+            return None;
+        }
+        let leaf_operand = c.expand(shape)?.operand();
+        let lead = inputs.iter().position(|o| *o == leaf_operand)?;
+        let later = &self.plan.kernels[k + 1..];
+        let mut moved = Vec::new();
+        for (i, o) in inputs.iter().enumerate().filter(|&(i, _)| i != lead) {
+            if o.buf == c.buf || later.iter().any(|k| writes(k, o.buf)) {
+                return None;
+            }
+            let v = View {
+                buf: o.buf,
+                offset: o.offset,
+                shape: shape.to_vec(),
+                strides: o.strides.clone(),
+            };
+            moved.push((i, v.reshape(&space)?.operand()));
+        }
+        // Input `lead` is the tile's element (0); the others follow in their order.
+        let renumber = |i: usize| match i.cmp(&lead) {
+            std::cmp::Ordering::Equal => 0,
+            std::cmp::Ordering::Less => i + 1,
+            std::cmp::Ordering::Greater => i,
+        };
+        let expr = expr
+            .iter()
+            .map(|e| match *e {
+                Expr::Input(i) => Expr::Input(renumber(i)),
+                ref e => e.clone(),
+            })
+            .collect();
+        let epilogue = Epilogue {
+            inputs: moved.into_iter().map(|(_, o)| o).collect(),
+            expr,
+        };
+        let epilogue = match &g.epilogue {
+            Some(first) => first.then(&epilogue),
+            None => epilogue,
+        };
+        let out = View::whole(c.buf, shape.to_vec());
+        let label = format!("{} + {}", self.plan.kernels[k].label, self.label(id));
+        let kernel = &mut self.plan.kernels[k];
+        if let KernelOp::Gemm(g) = &mut kernel.op {
+            g.epilogue = Some(epilogue);
+        }
+        kernel.label = label;
+        Some(out)
     }
 
     /// Appends `id`'s expression to `expr`; returns its index.
@@ -813,6 +888,7 @@ impl<'p> Lowerer<'p> {
             c: c.operand(),
             alpha,
             bias,
+            epilogue: None,
             block: (m, n),
         };
         fold_batch_into_rows(&mut g);

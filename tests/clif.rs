@@ -70,6 +70,7 @@ fn gemm_with_bias_calls_the_microkernel_per_tile() {
         c: op(3, &[24, 8, 1]),
         alpha: 0.5,
         bias: Some(op(2, &[1])),
+        epilogue: None,
         block: (3, 4),
     };
     let p = plan(&[30, 40, 8], 48, KernelOp::Gemm(g));

@@ -1,10 +1,12 @@
 //! The batched GEMM kernel: Cranelift walks the (batch, row block, column block) tasks,
 //! computes the tile's pointers, writes the bias prologue into the tile, and calls the
-//! microkernel shim for the tile product (accumulating onto the bias).
+//! microkernel shim for the tile product (accumulating onto the bias), then applies the
+//! epilogue to the tile it just wrote.
 
 use super::emit::Emit;
+use super::math::eval;
 use super::softmax::lanes;
-use crate::kernel::Gemm;
+use crate::kernel::{Epilogue, Gemm};
 use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
@@ -12,6 +14,13 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
     let r = g.batch.len();
     let (a_ptr, b_ptr, c_ptr) = (e.arg(0), e.arg(1), e.arg(2));
     let bias_ptr = g.bias.as_ref().map(|_| e.arg(3));
+    let first_input = 3 + usize::from(g.bias.is_some());
+    let epilogue_ptrs: Vec<Value> = g
+        .epilogue
+        .iter()
+        .flat_map(|ep| 0..ep.inputs.len())
+        .map(|i| e.arg(first_input + i))
+        .collect();
     let (rb, cb) = g.block;
     let (nrb, ncb) = (g.m.div_ceil(rb), g.n.div_ceil(cb));
     let (begin, end) = (e.begin, e.end);
@@ -58,6 +67,50 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         e.sgemm([
             rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
         ]);
+        if let Some(ep) = &g.epilogue {
+            let bases: Vec<Value> = ep
+                .inputs
+                .iter()
+                .zip(&epilogue_ptrs)
+                .map(|(o, &p)| {
+                    let off = e.dot(&idx, &o.strides[..r]);
+                    let p = e.at(p, off);
+                    let p = e.step(p, i0, o.strides[r]);
+                    e.step(p, j0, o.strides[r + 1])
+                })
+                .collect();
+            epilogue(e, g, ep, (c, rows, cols), &bases);
+        }
+    });
+}
+
+/// `c[i, j] = expr(c[i, j], inputs[..][i, j])` over the tile at `c` (and at `bases`, the
+/// inputs' elements of the tile's first row and column), four lanes at a time where `c`
+/// and every input are contiguous or broadcast along the row.
+fn epilogue(e: &mut Emit, g: &Gemm, ep: &Epilogue, (c, rows, cols): (Value, Value, Value), bases: &[Value]) {
+    let r = g.batch.len();
+    let (c_rs, c_cs) = (g.c.strides[r], g.c.strides[r + 1]);
+    let vector = c_cs == 1;
+    let zero = e.int(0);
+    e.for_range(zero, rows, 1, |e, i| {
+        let row = e.step(c, i, c_rs);
+        let starts: Vec<Value> = ep
+            .inputs
+            .iter()
+            .zip(bases)
+            .map(|(o, &b)| e.step(b, i, o.strides[r]))
+            .collect();
+        lanes(e, cols, vector, |e, j, w| {
+            let dst = e.step(row, j, c_cs);
+            let mut vals = vec![e.load(dst, w, c_cs, false)];
+            for (o, &start) in ep.inputs.iter().zip(&starts) {
+                let s = o.strides[r + 1];
+                let addr = e.step(start, j, s);
+                vals.push(e.load(addr, w, s, true));
+            }
+            let v = eval(e, &ep.expr, &vals, &[], w);
+            e.store(v, dst);
+        });
     });
 }
 

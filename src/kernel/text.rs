@@ -107,6 +107,13 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 if let Some(b) = &g.bias {
                     let _ = writeln!(out, "      bias {}", operand(b));
                 }
+                if let Some(e) = &g.epilogue {
+                    let text = expr_text(&e.expr, e.expr.len() - 1);
+                    let _ = writeln!(out, "      then per tile: c = {text} (in0 = c)");
+                    for (j, o) in e.inputs.iter().enumerate() {
+                        let _ = writeln!(out, "      in{} {}", j + 1, operand(o));
+                    }
+                }
             }
             KernelOp::Softmax(s) => {
                 let _ = writeln!(

@@ -9,6 +9,9 @@
 //! - `(a @ b) / s`, `(a @ b) * s`: the scale becomes the GEMM's `alpha`.
 //! - elementwise ops (`+ - * /`, `neg sqrt exp`, comparisons, `masked_fill`) feeding
 //!   elementwise ops: one [`crate::kernel::Map`] kernel per tree.
+//! - such a tree over the whole result of a `linear`, a matmul or a `gemm` (through
+//!   `view`s): the GEMM's [`crate::kernel::Epilogue`], applied to each tile as it is
+//!   written (the lowering falls back to a map where the plan does not allow it).
 //!
 //! Rank-0 values computed from literals and dims alone (`sqrt(Dk)`) are constants.
 
@@ -69,6 +72,9 @@ pub struct Fusion {
     /// `linear`s of one input with weights of one shape (`q`, `k` and `v` of
     /// self-attention), by their first: one GEMM over the concatenated weights computes all.
     pub siblings: HashMap<ValueId, Vec<ValueId>>,
+    /// Elementwise roots, each with the GEMM result among its tree's leaves that it may
+    /// become the epilogue of.
+    pub epilogue: HashMap<ValueId, ValueId>,
 }
 
 pub fn decide(program: &Program) -> Fusion {
@@ -87,9 +93,11 @@ pub fn decide(program: &Program) -> Fusion {
         program,
         dims: &program.dims,
         single: uses.iter().map(|&u| u == 1).collect(),
+        uses,
         constant,
         absorbed: vec![false; n],
         fused: HashMap::new(),
+        epilogue: HashMap::new(),
     };
     for &id in order.iter().rev() {
         if !f.absorbed[id] {
@@ -104,6 +112,7 @@ pub fn decide(program: &Program) -> Fusion {
         constant: f.constant,
         single: f.single,
         siblings,
+        epilogue: f.epilogue,
     }
 }
 
@@ -146,9 +155,11 @@ struct Decider<'p> {
     program: &'p Program,
     dims: &'p DimTable,
     single: Vec<bool>,
+    uses: Vec<usize>,
     constant: Vec<bool>,
     absorbed: Vec<bool>,
     fused: HashMap<ValueId, Fused>,
+    epilogue: HashMap<ValueId, ValueId>,
 }
 
 impl Decider<'_> {
@@ -191,9 +202,54 @@ impl Decider<'_> {
                     return;
                 }
                 self.absorb_map_args(id);
+                if let Some(leaf) = self.gemm_leaf(id) {
+                    self.epilogue.insert(id, leaf);
+                }
             }
             _ => {}
         }
+    }
+
+    /// The first leaf of the elementwise tree rooted at `root` that only the tree reads and
+    /// that may be a GEMM's whole result: a `linear`, a matmul or a `gemm` (possibly
+    /// through `view`s), or an elementwise root (itself an epilogue, so two compose: GELU
+    /// over `x @ w + b`), of the root's shape.
+    fn gemm_leaf(&self, root: ValueId) -> Option<ValueId> {
+        let mut reads = HashMap::new();
+        self.leaves(root, &mut reads);
+        let mut leaves: Vec<_> = reads.into_iter().collect();
+        leaves.sort();
+        leaves.into_iter().find_map(|(leaf, n)| {
+            let only_here = self.uses[leaf] == n && !self.absorbed[leaf] && !self.constant[leaf];
+            let gemm = match self.op(leaf) {
+                Op::Linear | Op::MatMul | Op::Gemm { .. } => true,
+                Op::View(_) | Op::Reshape(_) => self.is_gemm_result(self.args(leaf)[0]),
+                op => is_map(op),
+            };
+            (only_here && gemm && self.same_shape(leaf, root)).then_some(leaf)
+        })
+    }
+
+    /// Counts how often the elementwise tree of `id` (its absorbed nodes) reads each of its
+    /// leaves.
+    fn leaves(&self, id: ValueId, reads: &mut HashMap<ValueId, usize>) {
+        for &a in self.args(id) {
+            if self.absorbed[a] && is_map(self.op(a)) {
+                self.leaves(a, reads);
+            } else {
+                *reads.entry(a).or_default() += 1;
+            }
+        }
+    }
+
+    /// Whether `id` is a GEMM's result, read only by its one user, through views.
+    fn is_gemm_result(&self, id: ValueId) -> bool {
+        self.free(id)
+            && match self.op(id) {
+                Op::Linear | Op::MatMul | Op::Gemm { .. } => true,
+                Op::View(_) | Op::Reshape(_) => self.is_gemm_result(self.args(id)[0]),
+                _ => false,
+            }
     }
 
     /// The optimizer's fused softmax and attention take a bool mask (their last argument
