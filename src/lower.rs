@@ -102,6 +102,16 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
     Ok(l.plan)
 }
 
+/// What the formulas of one row kernel are built from: its root and the nodes it computes, the stage
+/// each reduction is, and the inputs read so far, strided over `shape` (`[rows.., n]`).
+struct RowFormula {
+    root: ValueId,
+    shape: Vec<usize>,
+    nodes: std::collections::HashSet<ValueId>,
+    stages: HashMap<ValueId, usize>,
+    inputs: Vec<Operand>,
+}
+
 /// What a mask does to scores: where `mask op rhs` holds, the score becomes `fill`.
 #[derive(Clone, Copy, Debug)]
 struct Masking {
@@ -406,6 +416,7 @@ impl<'p> Lowerer<'p> {
                 let (x, scale, mask) = self.resolve(pat)?;
                 self.softmax(id, *axis, x, scale, mask).map(Val::Tensor)
             }
+            op if fuse::is_map(op) && self.fusion.rows.contains_key(&id) => self.row(id).map(Val::Tensor),
             op if fuse::is_map(op) => match self.fusion.fused.get(&id).copied() {
                 Some(Fused::GemmAlpha { matmul, scale }) => {
                     let alpha = self.scale(scale)?;
@@ -613,6 +624,108 @@ impl<'p> Lowerer<'p> {
         };
         self.kernel(self.label(id), KernelOp::Row(row));
         Ok(out)
+    }
+
+    /// An elementwise root and the reductions along the last axis and elementwise ops that
+    /// fusion gave it, as one row kernel: each reduction a stage (in evaluation order, so a
+    /// stage reads only earlier ones), the root the write. Each row is read from memory
+    /// once; its later passes find it in cache.
+    fn row(&mut self, id: ValueId) -> Result<View, PlanError> {
+        let shape = self.shape(id)?;
+        let nodes = self.fusion.rows.get(&id).cloned().unwrap_or_default();
+        let mut formula = RowFormula {
+            root: id,
+            shape: shape.clone(),
+            nodes: nodes.iter().copied().collect(),
+            stages: HashMap::new(),
+            inputs: Vec::new(),
+        };
+        let mut stages = Vec::new();
+        for &r in &nodes {
+            if let Op::Reduce { op, .. } = self.program.node(r).op {
+                let x = self.program.node(r).args[0];
+                let expr = self.row_formula(&mut formula, x)?;
+                formula.stages.insert(r, stages.len());
+                stages.push(Stage {
+                    reduce: reduce(op),
+                    expr,
+                });
+            }
+        }
+        let write = self.row_formula(&mut formula, id)?;
+        let (&n, rows) = shape
+            .split_last()
+            .ok_or_else(|| internal(format!("node {id}: a row kernel of rank 0")))?;
+        let out = self.temp(shape.clone());
+        let row = Row {
+            rows: rows.to_vec(),
+            n,
+            inputs: formula.inputs,
+            stages,
+            write,
+            out: out.operand(),
+            rows_per_task: (8192 / n.max(1)).max(16),
+        };
+        self.kernel(self.label(id), KernelOp::Row(row));
+        Ok(out)
+    }
+
+    /// The formula of node `id` inside a row kernel, each node once.
+    fn row_formula(&mut self, f: &mut RowFormula, id: ValueId) -> Result<Vec<Expr>, PlanError> {
+        let mut expr = Vec::new();
+        let mut at = HashMap::new();
+        self.row_node(f, id, &mut expr, &mut at)?;
+        Ok(expr)
+    }
+
+    fn row_node(
+        &mut self,
+        f: &mut RowFormula,
+        id: ValueId,
+        expr: &mut Vec<Expr>,
+        at: &mut HashMap<ValueId, usize>,
+    ) -> Result<usize, PlanError> {
+        if let Some(&i) = at.get(&id) {
+            return Ok(i);
+        }
+        let node = self.program.node(id);
+        let inline = f.nodes.contains(&id) || id == f.root;
+        let e = if self.fusion.constant[id] {
+            Expr::Const(self.constant(id)?)
+        } else if let Some(&k) = f.stages.get(&id) {
+            Expr::Reduced(k)
+        } else if inline && fuse::is_map(&node.op) {
+            let args = node.args.clone();
+            let mut a = Vec::new();
+            for &x in &args {
+                a.push(self.row_node(f, x, expr, at)?);
+            }
+            match (&node.op, a.as_slice()) {
+                (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
+                (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
+                (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
+                (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
+                (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
+                _ => return Err(internal(format!("node {id} is not elementwise"))),
+            }
+        } else {
+            let v = self.view(id)?;
+            let op = v
+                .expand(&f.shape)
+                .ok_or_else(|| internal(format!("node {id} does not broadcast to {:?}", f.shape)))?
+                .operand();
+            let i = match f.inputs.iter().position(|o| *o == op) {
+                Some(i) => i,
+                None => {
+                    f.inputs.push(op);
+                    f.inputs.len() - 1
+                }
+            };
+            Expr::Input(i)
+        };
+        expr.push(e);
+        at.insert(id, expr.len() - 1);
+        Ok(expr.len() - 1)
     }
 
     /// An elementwise root and every elementwise producer fusion gave it, as one map.

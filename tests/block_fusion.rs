@@ -109,3 +109,37 @@ fn a_product_read_twice_or_an_operand_written_later_keeps_its_map() {
     assert_eq!(kinds(&p).last(), Some(&"map"), "{}", p.to_text());
     agrees("written later", &program(&later, DIMS));
 }
+
+/// Norms, as the ops and as the Annotated Transformer writes its own, are one row kernel
+/// each: the statistics are stages over the row, the normalized value its write.
+#[test]
+fn norms_are_one_row_kernel() {
+    for norm in [
+        "layer_norm(x, [D], a, c)",
+        "layer_norm(x, [D])",
+        "rms_norm(x, [D], a, eps=1e-5)",
+        "a * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-6) + c",
+        "exp(x - x.amax(-1, keepdim=True)) / exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdim=True)",
+    ] {
+        let src = format!("{HEAD}param a: [D]\nparam c: [D]\noutput y = {norm}\n");
+        let p = plan(&src);
+        assert_eq!(kinds(&p), ["row"], "{norm}: {}", p.to_text());
+        agrees(norm, &program(&src, DIMS));
+    }
+    let src = format!("{HEAD}output y = relu(linear(layer_norm(x, [D]), w, b))\n");
+    assert_eq!(kinds(&plan(&src)), ["row", "gemm"]);
+}
+
+/// A statistic that is also read elsewhere (here an output) is computed once, by a kernel
+/// of its own, and the rest reads it.
+#[test]
+fn a_statistic_read_elsewhere_is_not_recomputed() {
+    let src = format!("{HEAD}let m = x.mean(-1, keepdim=True)\noutput y = (x - m) * 2.0\noutput m = m\n");
+    let p = plan(&src);
+    assert!(
+        !kinds(&p).contains(&"gemm") && kinds(&p).len() >= 2,
+        "{}",
+        p.to_text()
+    );
+    agrees("shared mean", &program(&src, DIMS));
+}

@@ -13,11 +13,16 @@
 //!   `view`s): the GEMM's [`crate::kernel::Epilogue`], applied to each tile as it is
 //!   written (the lowering falls back to a map where the plan does not allow it).
 //!
+//! - elementwise ops and sums, maxima and minima along the last axis (`keepdim`) that only
+//!   an elementwise root reads, directly or not: one [`crate::kernel::Row`] kernel
+//!   reading each row once, its reductions as stages (`layer_norm`, `rms_norm`, the
+//!   Annotated Transformer's `a_2 * (x - mean) / (std + eps) + b_2`, softmax by hand).
+//!
 //! Rank-0 values computed from literals and dims alone (`sqrt(Dk)`) are constants.
 
 use crate::dims::DimTable;
 use crate::ir::{BinaryOp, CmpOp, Op, Program, ValueId};
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// A constant scale: multiply by `node`'s value, or divide by it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -75,6 +80,9 @@ pub struct Fusion {
     /// Elementwise roots, each with the GEMM result among its tree's leaves that it may
     /// become the epilogue of.
     pub epilogue: HashMap<ValueId, ValueId>,
+    /// Elementwise roots computed by one row kernel, each with the nodes it computes
+    /// (elementwise ops and reductions along the last axis), in evaluation order.
+    pub rows: HashMap<ValueId, Vec<ValueId>>,
 }
 
 pub fn decide(program: &Program) -> Fusion {
@@ -98,6 +106,7 @@ pub fn decide(program: &Program) -> Fusion {
         absorbed: vec![false; n],
         fused: HashMap::new(),
         epilogue: HashMap::new(),
+        rows: HashMap::new(),
     };
     for &id in order.iter().rev() {
         if !f.absorbed[id] {
@@ -113,6 +122,7 @@ pub fn decide(program: &Program) -> Fusion {
         single: f.single,
         siblings,
         epilogue: f.epilogue,
+        rows: f.rows,
     }
 }
 
@@ -160,6 +170,7 @@ struct Decider<'p> {
     absorbed: Vec<bool>,
     fused: HashMap<ValueId, Fused>,
     epilogue: HashMap<ValueId, ValueId>,
+    rows: HashMap<ValueId, Vec<ValueId>>,
 }
 
 impl Decider<'_> {
@@ -201,6 +212,13 @@ impl Decider<'_> {
                     self.fused.insert(id, scale);
                     return;
                 }
+                if let Some(nodes) = self.row(id) {
+                    for &n in &nodes {
+                        self.absorbed[n] = true;
+                    }
+                    self.rows.insert(id, nodes);
+                    return;
+                }
                 self.absorb_map_args(id);
                 if let Some(leaf) = self.gemm_leaf(id) {
                     self.epilogue.insert(id, leaf);
@@ -208,6 +226,60 @@ impl Decider<'_> {
             }
             _ => {}
         }
+    }
+
+    /// The nodes one row kernel computes for the elementwise `root` (of shape `[rows.., n]`):
+    /// elementwise ops of shape `[rows.., n]` or `[rows.., 1]` and sums, maxima and minima
+    /// of `[rows.., n]` values along the last axis, read by nothing but the root and each
+    /// other; `None` unless there is a reduction among them (else it is a map).
+    ///
+    /// Walked from the root down in decreasing id: a node's readers all come after it, so
+    /// when it is reached, every reader it has inside the kernel is counted.
+    fn row(&self, root: ValueId) -> Option<Vec<ValueId>> {
+        let shape = &self.program.tensor_type(root).shape;
+        let (_, rows) = shape.split_last()?;
+        let rowwise = |v: ValueId, per_row: bool| {
+            let s = &self.program.tensor_type(v).shape;
+            let last_ok = match per_row {
+                true => s.last().is_some_and(|p| self.dims.is_one(p)),
+                false => self.same_shape(v, root),
+            };
+            s.len() == shape.len() && last_ok && rows.iter().zip(s).all(|(p, q)| self.dims.equal(p, q))
+        };
+        let mut reads: HashMap<ValueId, usize> = HashMap::new();
+        let mut heap = BinaryHeap::new();
+        let mut inside = HashSet::new();
+        let mut reductions = 0;
+        let take = |v: ValueId, reads: &mut HashMap<_, _>, heap: &mut BinaryHeap<_>| {
+            for &a in self.args(v) {
+                *reads.entry(a).or_insert(0usize) += 1;
+                heap.push(a);
+            }
+        };
+        take(root, &mut reads, &mut heap);
+        while let Some(v) = heap.pop() {
+            if inside.contains(&v) || reads[&v] != self.uses[v] || self.absorbed[v] || self.constant[v] {
+                continue;
+            }
+            let fits = match self.op(v) {
+                Op::Reduce {
+                    axes, keepdim: true, ..
+                } => {
+                    let x = self.args(v)[0];
+                    let last = axes.as_slice() == [shape.len() - 1];
+                    last && rowwise(v, true) && rowwise(x, false)
+                }
+                op => is_map(op) && (rowwise(v, false) || rowwise(v, true)),
+            };
+            if fits {
+                reductions += usize::from(matches!(self.op(v), Op::Reduce { .. }));
+                inside.insert(v);
+                take(v, &mut reads, &mut heap);
+            }
+        }
+        let mut nodes: Vec<ValueId> = inside.into_iter().collect();
+        nodes.sort();
+        (reductions > 0).then_some(nodes)
     }
 
     /// The first leaf of the elementwise tree rooted at `root` that only the tree reads and
