@@ -108,6 +108,9 @@ pub enum Op {
     /// As `View`, but copies into row-major order where a view is impossible.
     Reshape(Vec<Poly>),
     Contiguous,
+    /// PyTorch's `expand` to these sizes (the `-1` already solved): axes of size 1 and
+    /// new leading axes repeat, a view with stride 0 there; arg `[x]`.
+    Expand(Vec<Poly>),
     Unsqueeze(usize),
     Squeeze(usize),
     Softmax(usize),
@@ -129,6 +132,12 @@ pub enum Op {
     /// A fresh tensor of the node's shape, every element `value` (`ones`, `zeros`,
     /// `full`); no args.
     Fill(f64),
+    /// `arange`: the rank-1 tensor `start + i * step` for `i` below its length (the
+    /// node's shape), in float32; no args.
+    Arange {
+        start: Poly,
+        step: Poly,
+    },
     /// args `[x, mask, value]`: where the boolean mask holds, the result is `value`.
     MaskedFill,
     Unary(UnaryOp),

@@ -142,12 +142,14 @@ impl Program {
             Op::View(s) => ("view", vec![self.shape_text(s)]),
             Op::Reshape(s) => ("reshape", vec![self.shape_text(s)]),
             Op::Contiguous => ("contiguous", vec![]),
+            Op::Expand(s) => ("expand", vec![self.shape_text(s)]),
             Op::Unsqueeze(a) => ("unsqueeze", vec![a.to_string()]),
             Op::Squeeze(a) => ("squeeze", vec![a.to_string()]),
             Op::Softmax(a) => ("softmax", vec![a.to_string()]),
             Op::Where => ("where", vec![]),
             Op::Tri { upper, diagonal } => (if *upper { "triu" } else { "tril" }, vec![diagonal.to_string()]),
             Op::Fill(v) => ("fill", vec![format!("{v:?}")]),
+            Op::Arange { start, step } => ("arange", vec![d(start), format!("step={}", d(step))]),
             Op::Reduce { op, axes, keepdim } => {
                 let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
                 (

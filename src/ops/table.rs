@@ -136,6 +136,9 @@ pub static OPS: &[OpDef] = &[
     op!("view",        &[p("input"), rest("shape")],                             Layout, Check(Checker::view_op)),
     op!("reshape",     &[p("input"), rest("shape")],                            Layout, Check(Checker::reshape_op)),
     op!("contiguous",  INPUT,                                                   Layout, Check(Checker::contiguous)),
+    op!("expand",      &[p("input"), rest("size")],                             Layout, Check(Checker::expand)),
+    op!("flatten",     &[p("input"), opt("start_dim", Default::Int(0)), opt("end_dim", Default::Int(-1))], Layout, Check(Checker::flatten)),
+    op!("repeat_interleave", &[p("input"), p("repeats"), opt("dim", Default::None)], Layout, Check(Checker::repeat_interleave)),
     op!("unsqueeze",   &[p("input"), p("dim")],                                 Layout, Check(Checker::unsqueeze)),
     op!("squeeze",     &[p("input"), opt("dim", Default::None)],                Layout, Check(Checker::squeeze)),
     op!("concat", ["cat"], &[p("tensors"), opt("dim", Default::Int(0))],        Layout, Check(Checker::concat)),
@@ -169,6 +172,8 @@ pub static OPS: &[OpDef] = &[
     op!("ones",        &[rest("size")],                                         Special, Check(Checker::ones)),
     op!("zeros",       &[rest("size")],                                         Special, Check(Checker::zeros)),
     op!("full",        &[p("size"), p("fill_value")],                           Special, Check(Checker::full)),
+    op!("arange",      &[opt("start", Default::None), opt("end", Default::None), opt("step", Default::Int(1))],
+                                                                                Special, Check(Checker::arange)),
     op!("tril",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::tril)),
     op!("triu",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::triu)),
     // several results

@@ -108,6 +108,7 @@ impl Into<'_> {
             }
             Op::View(s) | Op::Reshape(s) => Tensor::Reshape([a[0], self.shape(s)]),
             Op::Contiguous => Tensor::Contiguous(a[0]),
+            Op::Expand(s) => Tensor::Expand([a[0], self.shape(s)]),
             Op::Unsqueeze(d) => Tensor::Unsqueeze([a[0], self.int(*d)]),
             Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
             Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
@@ -120,6 +121,10 @@ impl Into<'_> {
             Op::Fill(v) => {
                 let shape = self.prog.tensor_type(id).shape.clone();
                 Tensor::Fill([self.float(*v), self.shape(&shape)])
+            }
+            Op::Arange { start, step } => {
+                let shape = self.prog.tensor_type(id).shape.clone();
+                Tensor::Arange([self.dim(start), self.dim(step), self.shape(&shape)])
             }
             Op::Reduce { op, axes, keepdim } => {
                 let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
@@ -367,6 +372,10 @@ impl Out<'_> {
                 (Op::Permute(axes), vec![c[0]])
             }
             Tensor::Contiguous(c) => (Op::Contiguous, vec![*c]),
+            Tensor::Expand(c) => {
+                let sizes = d(c[1]).shape_attr().ok_or("expand sizes")?.to_vec();
+                (Op::Expand(sizes), vec![c[0]])
+            }
             Tensor::Unsqueeze(c) => (Op::Unsqueeze(axis(c[1])?), vec![c[0]]),
             Tensor::Squeeze(c) => (Op::Squeeze(axis(c[1])?), vec![c[0]]),
             Tensor::Softmax(c) => (Op::Softmax(axis(c[1])?), vec![c[0]]),
@@ -377,6 +386,13 @@ impl Out<'_> {
                 (Op::Tri { upper, diagonal }, vec![c[0]])
             }
             Tensor::Fill(c) => (Op::Fill(d(c[0]).float().ok_or("fill value")?), vec![]),
+            Tensor::Arange(c) => (
+                Op::Arange {
+                    start: dim(c[0])?,
+                    step: dim(c[1])?,
+                },
+                vec![],
+            ),
             Tensor::Reduce(op, c) => {
                 let axes = d(c[1]).shape_attr().ok_or("axes")?;
                 let axes: Option<Vec<usize>> =
