@@ -89,6 +89,17 @@ fn a_residual_add_is_the_epilogue_of_the_last_projection() {
     agrees("residual", &program(&src, DIMS));
 }
 
+/// A batched product keeps its batch axis, and the epilogue reads an operand strided along
+/// the row (a transposed residual) a lane at a time.
+#[test]
+fn an_epilogue_reads_operands_through_any_strides() {
+    let src = format!("{HEAD}input y: [B, D, F]\ninput z: [B, F, N]\noutput o = x @ y + z.transpose(1, 2)\n");
+    let p = plan(&src);
+    assert_eq!(kinds(&p), ["gemm"], "{}", p.to_text());
+    assert_eq!(epilogue_inputs(&p.kernels[0]), Some(1), "{}", p.to_text());
+    agrees("transposed residual", &program(&src, DIMS));
+}
+
 /// Where the product has another reader, or the epilogue would read a value computed
 /// after the GEMM, the elementwise op stays a map of its own, and the results hold.
 #[test]
