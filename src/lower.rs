@@ -56,6 +56,18 @@ fn unary(op: UnaryOp) -> Unary {
     }
 }
 
+/// The formula node of elementwise op `op` (of node `id`) over the formula nodes `a`.
+fn map_node(id: ValueId, op: &Op, a: &[usize]) -> Result<Expr, PlanError> {
+    Ok(match (op, a) {
+        (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
+        (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
+        (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
+        (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
+        (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
+        _ => return Err(internal(format!("node {id} is not elementwise"))),
+    })
+}
+
 fn binary(op: BinaryOp) -> Binary {
     match op {
         BinaryOp::Add => Binary::Add,
@@ -105,8 +117,9 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
     Ok(l.plan)
 }
 
-/// What the formulas of one row kernel are built from: its root and the nodes it computes, the stage
-/// each reduction is, and the inputs read so far, strided over `shape` (`[rows.., n]`).
+/// What the formulas of one row kernel are built from: its root and the nodes it computes,
+/// the stage each reduction is, and the inputs read so far, strided over `shape`
+/// (`[rows.., n]`).
 struct RowFormula {
     root: ValueId,
     shape: Vec<usize>,
@@ -733,14 +746,7 @@ impl<'p> Lowerer<'p> {
             for &x in &args {
                 a.push(self.row_node(f, x, expr, at)?);
             }
-            match (&node.op, a.as_slice()) {
-                (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
-                (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
-                (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
-                (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
-                (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
-                _ => return Err(internal(format!("node {id} is not elementwise"))),
-            }
+            map_node(id, &node.op, &a)?
         } else {
             let v = self.view(id)?;
             let op = v
@@ -804,7 +810,7 @@ impl<'p> Lowerer<'p> {
         let lead = inputs.iter().position(|o| *o == leaf_operand)?;
         let later = &self.plan.kernels[k + 1..];
         let mut moved = Vec::new();
-        for (i, o) in inputs.iter().enumerate().filter(|&(i, _)| i != lead) {
+        for (_, o) in inputs.iter().enumerate().filter(|&(i, _)| i != lead) {
             if o.buf == c.buf || later.iter().any(|k| writes(k, o.buf)) {
                 return None;
             }
@@ -814,7 +820,7 @@ impl<'p> Lowerer<'p> {
                 shape: shape.to_vec(),
                 strides: o.strides.clone(),
             };
-            moved.push((i, v.reshape(&space)?.operand()));
+            moved.push(v.reshape(&space)?.operand());
         }
         // Input `lead` is the tile's element (0); the others follow in their order.
         let renumber = |i: usize| match i.cmp(&lead) {
@@ -829,10 +835,7 @@ impl<'p> Lowerer<'p> {
                 ref e => e.clone(),
             })
             .collect();
-        let epilogue = Epilogue {
-            inputs: moved.into_iter().map(|(_, o)| o).collect(),
-            expr,
-        };
+        let epilogue = Epilogue { inputs: moved, expr };
         let epilogue = match &g.epilogue {
             Some(first) => first.then(&epilogue),
             None => epilogue,
@@ -867,11 +870,6 @@ impl<'p> Lowerer<'p> {
                 a.push(self.expr(root, x, shape, inputs, expr)?);
             }
             match (&node.op, a.as_slice()) {
-                (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
-                (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
-                (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
-                (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
-                (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
                 // Only ever a root, so its last two axes are the map's.
                 (&Op::Tri { upper, diagonal }, &[x]) => {
                     let r = shape.len();
@@ -887,7 +885,7 @@ impl<'p> Lowerer<'p> {
                     let zero = push(Expr::Const(0.0));
                     Expr::Select(keep, x, zero)
                 }
-                _ => return Err(internal(format!("node {id} is not elementwise"))),
+                _ => map_node(id, &node.op, &a)?,
             }
         } else {
             let v = self.view(id)?;

@@ -12,7 +12,6 @@
 //! - such a tree over the whole result of a `linear`, a matmul or a `gemm` (through
 //!   `view`s): the GEMM's [`crate::kernel::Epilogue`], applied to each tile as it is
 //!   written (the lowering falls back to a map where the plan does not allow it).
-//!
 //! - elementwise ops and sums, maxima and minima along the last axis (`keepdim`) that only
 //!   an elementwise root reads, directly or not: one [`crate::kernel::Row`] kernel
 //!   reading each row once, its reductions as stages (`layer_norm`, `rms_norm`, the
