@@ -117,15 +117,27 @@ pub struct Gemm {
 /// `1 + k` the element of `inputs[k]`, strided over `[batch.., m, n]` (ReLU, GELU, SiLU, a
 /// residual add, a scale): the elementwise op that follows a `linear` costs no pass over
 /// memory of its own.
+///
+/// With `pair`, the last batch axis has size 2 and one task computes both of its products
+/// for its tile: input 0 is the element of the first, 1 the element of the second, `2 + k`
+/// the element of `inputs[k]`, and the result overwrites the first (SwiGLU's
+/// `silu(gate) * up` over the two halves of one GEMM of concatenated weights).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Epilogue {
     pub inputs: Vec<Operand>,
     pub expr: Vec<Expr>,
+    pub pair: bool,
 }
 
 impl Epilogue {
-    /// This epilogue followed by `next`, which reads this one's result as its element of
-    /// `c`: one formula over both's inputs.
+    /// The formula's inputs before `inputs`: the element of `c`, and of the second product
+    /// with `pair`.
+    pub fn leaves(&self) -> usize {
+        1 + usize::from(self.pair)
+    }
+
+    /// This epilogue followed by `next` (not a pair), which reads this one's result as its
+    /// element of `c`: one formula over both's inputs.
     pub fn then(&self, next: &Epilogue) -> Epilogue {
         let (base, last) = (self.expr.len(), self.expr.len() - 1);
         let at = |a: usize| match next.expr[a] {
@@ -135,7 +147,7 @@ impl Epilogue {
         let expr = next.expr.iter().map(|e| match *e {
             // Never read: `at` sends its readers to this epilogue's result.
             Expr::Input(0) => Expr::Const(0.0),
-            Expr::Input(i) => Expr::Input(self.inputs.len() + i),
+            Expr::Input(i) => Expr::Input(self.leaves() + self.inputs.len() + i - 1),
             Expr::Const(c) => Expr::Const(c),
             Expr::Reduced(k) => Expr::Reduced(k),
             Expr::Index(a) => Expr::Index(a),
@@ -147,7 +159,15 @@ impl Epilogue {
         Epilogue {
             inputs: [self.inputs.as_slice(), &next.inputs].concat(),
             expr: self.expr.iter().cloned().chain(expr).collect(),
+            pair: self.pair,
         }
+    }
+}
+
+impl Gemm {
+    /// Whether one task computes both products of the last batch axis ([`Epilogue::pair`]).
+    pub fn paired(&self) -> bool {
+        self.epilogue.as_ref().is_some_and(|e| e.pair) && !self.batch.is_empty()
     }
 }
 
@@ -535,7 +555,7 @@ impl KernelOp {
     /// The number of independent tasks.
     pub fn tasks(&self) -> usize {
         match self {
-            KernelOp::Gemm(g) => product(&g.batch)
+            KernelOp::Gemm(g) => product(&g.batch[..g.batch.len() - usize::from(g.paired())])
                 .saturating_mul(ceil_div(g.m, g.block.0))
                 .saturating_mul(ceil_div(g.n, g.block.1)),
             KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
@@ -770,8 +790,11 @@ fn formulas(op: &KernelOp) -> Result<(), String> {
             Err("malformed expression".into())
         }
         KernelOp::Gemm(g) => match &g.epilogue {
-            Some(e) if !well_formed(&e.expr, 1 + e.inputs.len(), 0, 0) => {
+            Some(e) if !well_formed(&e.expr, e.leaves() + e.inputs.len(), 0, 0) => {
                 Err("malformed epilogue expression".into())
+            }
+            Some(e) if e.pair && (g.batch.last() != Some(&2) || g.bias.is_some()) => {
+                Err("a paired epilogue without a last batch axis of 2, or with a bias".into())
             }
             _ => Ok(()),
         },

@@ -784,15 +784,15 @@ impl<'p> Lowerer<'p> {
     /// The map `expr` over `inputs` made the epilogue of the GEMM that writes the leaf
     /// fusion chose for root `id`, its result in the GEMM's buffer; `None` (a map of its
     /// own) where the plan does not allow it: the leaf is not the GEMM's whole result in
-    /// its order, a kernel after the GEMM writes what the epilogue reads, or an input does
-    /// not reshape to the GEMM's iteration space.
+    /// its order (or its two halves, for a paired epilogue), a kernel after the GEMM writes
+    /// what the epilogue reads, or an input does not reshape to the GEMM's iteration space.
     fn epilogue(&mut self, id: ValueId, shape: &[usize], inputs: &[Operand], expr: &[Expr]) -> Option<View> {
         let leaf = *self.fusion.epilogue.get(&id)?;
-        let Some(Val::Tensor(c)) = self.vals.get(&leaf) else {
+        let Some(Val::Tensor(c)) = self.vals.get(&leaf).cloned() else {
             return None;
         };
         let buf = &self.plan.buffers[c.buf];
-        let whole = c.shape == shape && c.offset == 0 && c.is_contiguous() && c.numel() == buf.len;
+        let whole = c.offset == 0 && c.is_contiguous() && c.numel() == buf.len;
         let temp = matches!(buf.kind, BufferKind::Temp { .. }) && !self.derived.contains(&c.buf);
         if !whole || !temp || expr.iter().any(|e| matches!(e, Expr::Index(_))) {
             return None;
@@ -806,11 +806,24 @@ impl<'p> Lowerer<'p> {
         if g.c.offset != 0 || g.c.strides != view::row_major(&space) {
             return None;
         }
-        let leaf_operand = c.expand(shape)?.operand();
-        let lead = inputs.iter().position(|o| *o == leaf_operand)?;
+        let paired = c.shape != shape;
+        // The leaves the GEMM's elements stand for, and the value the epilogue leaves.
+        let (leaves, out, mut g) = match paired {
+            false => (vec![c.expand(shape)?.operand()], c.clone(), g.clone()),
+            true => {
+                let last = shape.len().checked_sub(1)?;
+                let half = shape[last];
+                let (first, second) = (c.slice(last, 0, half)?, c.slice(last, half, 2 * half)?);
+                let halves = [first.expand(shape)?.operand(), second.expand(shape)?.operand()];
+                (halves.to_vec(), first, pair(g, half)?)
+            }
+        };
+        let space = [&g.batch[..g.batch.len() - usize::from(paired)], &[g.m, g.n]].concat();
+        let at = |o: &Operand| inputs.iter().position(|i| i == o);
+        let leads = leaves.iter().map(at).collect::<Option<Vec<usize>>>()?;
         let later = &self.plan.kernels[k + 1..];
         let mut moved = Vec::new();
-        for (_, o) in inputs.iter().enumerate().filter(|&(i, _)| i != lead) {
+        for (_, o) in inputs.iter().enumerate().filter(|(i, _)| !leads.contains(i)) {
             if o.buf == c.buf || later.iter().any(|k| writes(k, o.buf)) {
                 return None;
             }
@@ -820,14 +833,16 @@ impl<'p> Lowerer<'p> {
                 shape: shape.to_vec(),
                 strides: o.strides.clone(),
             };
-            moved.push(v.reshape(&space)?.operand());
+            let mut op = v.reshape(&space)?.operand();
+            if paired {
+                op.strides.insert(space.len() - 2, 0);
+            }
+            moved.push(op);
         }
-        // Input `lead` is the tile's element (0); the others follow in their order.
-        let renumber = |i: usize| match i.cmp(&lead) {
-            std::cmp::Ordering::Equal => 0,
-            std::cmp::Ordering::Less => i + 1,
-            std::cmp::Ordering::Greater => i,
-        };
+        // The leaves first (the tile's elements), then the other inputs in their order.
+        let others = (0..inputs.len()).filter(|i| !leads.contains(i));
+        let order: Vec<usize> = leads.iter().copied().chain(others).collect();
+        let renumber = |i: usize| order.iter().position(|&j| j == i).unwrap_or(i);
         let expr = expr
             .iter()
             .map(|e| match *e {
@@ -835,19 +850,24 @@ impl<'p> Lowerer<'p> {
                 ref e => e.clone(),
             })
             .collect();
-        let epilogue = Epilogue { inputs: moved, expr };
-        let epilogue = match &g.epilogue {
-            Some(first) => first.then(&epilogue),
-            None => epilogue,
+        let epilogue = Epilogue {
+            inputs: moved,
+            expr,
+            pair: paired,
         };
-        let out = View::whole(c.buf, shape.to_vec());
+        g.epilogue = Some(match &g.epilogue {
+            Some(first) if !paired => first.then(&epilogue),
+            _ => epilogue,
+        });
         let label = format!("{} + {}", self.plan.kernels[k].label, self.label(id));
-        let kernel = &mut self.plan.kernels[k];
-        if let KernelOp::Gemm(g) = &mut kernel.op {
-            g.epilogue = Some(epilogue);
+        self.plan.kernels[k] = Kernel {
+            label,
+            op: KernelOp::Gemm(g),
+        };
+        match paired {
+            true => Some(out),
+            false => Some(View::whole(c.buf, shape.to_vec())),
         }
-        kernel.label = label;
-        Some(out)
     }
 
     /// Appends `id`'s expression to `expr`; returns its index.
@@ -1236,6 +1256,30 @@ impl<'p> Lowerer<'p> {
         }
         Ok(())
     }
+}
+
+/// `g` (a GEMM whose columns are two halves of `half` columns each, no bias, no epilogue
+/// yet) as a GEMM over `half` columns with a last batch axis of 2 for the halves: the
+/// shape a paired epilogue reads them in.
+fn pair(g: &Gemm, half: usize) -> Option<Gemm> {
+    if g.n != 2 * half || g.bias.is_some() || g.epilogue.is_some() {
+        return None;
+    }
+    let r = g.batch.len();
+    let mut p = g.clone();
+    p.batch.push(2);
+    p.n = half;
+    p.a.strides.insert(r, 0);
+    p.b.strides.insert(r, half * g.b.strides[r + 1]);
+    p.c.strides.insert(r, half * g.c.strides[r + 1]);
+    // Tiles as for one half alone: a task computes both.
+    let mut one = p.clone();
+    one.batch.pop();
+    for o in [&mut one.a, &mut one.b, &mut one.c] {
+        o.strides.remove(r);
+    }
+    p.block = gemm_blocks(&one);
+    Some(p)
 }
 
 fn loop_suffix(l: &Lowerer) -> String {

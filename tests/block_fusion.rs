@@ -89,6 +89,25 @@ fn a_residual_add_is_the_epilogue_of_the_last_projection() {
     agrees("residual", &program(&src, DIMS));
 }
 
+/// SwiGLU: gate and up are one GEMM over their concatenated weights, whose task computes
+/// both halves of its tile and then `silu(gate) * up` into the first; the down projection
+/// reads that half in place.
+#[test]
+fn swiglu_is_a_paired_epilogue_of_the_merged_projection() {
+    let src = "dim B, N\ndim D = 256, F = 384\ninput x: [B, N, D]\nparam g: [F, D]\nparam u: [F, D]\nparam d: [D, F]\noutput y = x + linear(silu(linear(x, g)) * linear(x, u), d)\n";
+    let p = plan(src);
+    assert_eq!(kinds(&p), ["gemm", "gemm"], "{}", p.to_text());
+    let KernelOp::Gemm(merged) = &p.kernels[0].op else {
+        unreachable!()
+    };
+    assert!(
+        merged.epilogue.as_ref().is_some_and(|e| e.pair),
+        "{}",
+        p.to_text()
+    );
+    agrees("swiglu", &program(src, DIMS));
+}
+
 /// A batched product keeps its batch axis, and the epilogue reads an operand strided along
 /// the row (a transposed residual) a lane at a time.
 #[test]

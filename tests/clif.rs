@@ -98,6 +98,7 @@ fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
                 Expr::Const(0.0),
                 Expr::Binary(Binary::Maximum, 2, 3),
             ],
+            pair: false,
         }),
         block: (3, 8),
     };

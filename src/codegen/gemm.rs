@@ -30,7 +30,16 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         let rest = e.b.ins().udiv_imm_u(t, ncb as i64);
         let row = e.b.ins().urem_imm_u(rest, nrb as i64);
         let bi = e.b.ins().udiv_imm_u(rest, nrb as i64);
-        let idx = e.unflatten(bi, &g.batch);
+        // A paired epilogue's task does both products of the last batch axis (index 0 here,
+        // 1 after the first product).
+        let idx = match g.paired() {
+            true => {
+                let mut idx = e.unflatten(bi, &g.batch[..r - 1]);
+                idx.push(e.int(0));
+                idx
+            }
+            false => e.unflatten(bi, &g.batch),
+        };
         let i0 = e.b.ins().imul_imm_s(row, rb as i64);
         let j0 = e.b.ins().imul_imm_s(col, cb as i64);
         let m_all = e.int(g.m as i64);
@@ -67,6 +76,18 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         e.sgemm([
             rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
         ]);
+        let second = g.paired().then(|| {
+            let one = e.int(1);
+            let (a1, b1, c1) = (
+                e.step(a, one, a_s[r - 1]),
+                e.step(b, one, b_s[r - 1]),
+                e.step(c, one, c_s[r - 1]),
+            );
+            e.sgemm([
+                rows, cols, k, c1, ints[0], ints[1], a1, ints[2], ints[3], b1, ints[4], ints[5], alpha, acc,
+            ]);
+            c1
+        });
         if let Some(ep) = &g.epilogue {
             let bases: Vec<Value> = ep
                 .inputs
@@ -79,21 +100,28 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
                     e.step(p, j0, o.strides[r + 1])
                 })
                 .collect();
-            epilogue(e, g, ep, (c, rows, cols), &bases);
+            epilogue(e, g, ep, (c, second, rows, cols), &bases);
         }
     });
 }
 
 /// `c[i, j] = expr(c[i, j], inputs[..][i, j])` over the tile at `c` (and at `bases`, the
-/// inputs' elements of the tile's first row and column), four lanes at a time where `c`
-/// and every input are contiguous or broadcast along the row.
-fn epilogue(e: &mut Emit, g: &Gemm, ep: &Epilogue, (c, rows, cols): (Value, Value, Value), bases: &[Value]) {
+/// inputs' elements of the tile's first row and column; at `second`, a paired epilogue's
+/// second product), four lanes at a time where `c` is contiguous along the row.
+fn epilogue(
+    e: &mut Emit,
+    g: &Gemm,
+    ep: &Epilogue,
+    (c, second, rows, cols): (Value, Option<Value>, Value, Value),
+    bases: &[Value],
+) {
     let r = g.batch.len();
     let (c_rs, c_cs) = (g.c.strides[r], g.c.strides[r + 1]);
     let vector = c_cs == 1;
     let zero = e.int(0);
     e.for_range(zero, rows, 1, |e, i| {
         let row = e.step(c, i, c_rs);
+        let second_row = second.map(|p| e.step(p, i, c_rs));
         let starts: Vec<Value> = ep
             .inputs
             .iter()
@@ -103,6 +131,10 @@ fn epilogue(e: &mut Emit, g: &Gemm, ep: &Epilogue, (c, rows, cols): (Value, Valu
         lanes(e, cols, vector, |e, j, w| {
             let dst = e.step(row, j, c_cs);
             let mut vals = vec![e.load(dst, w, c_cs, false)];
+            if let Some(p) = second_row {
+                let addr = e.step(p, j, c_cs);
+                vals.push(e.load(addr, w, c_cs, false));
+            }
             for (o, &start) in ep.inputs.iter().zip(&starts) {
                 let s = o.strides[r + 1];
                 let addr = e.step(start, j, s);

@@ -284,20 +284,39 @@ impl Decider<'_> {
     /// The first leaf of the elementwise tree rooted at `root` that only the tree reads and
     /// that may be a GEMM's whole result: a `linear`, a matmul or a `gemm` (possibly
     /// through `view`s), or an elementwise root (itself an epilogue, so two compose: GELU
-    /// over `x @ w + b`), of the root's shape.
+    /// over `x @ w + b`), of the root's shape; else a GEMM whose result the tree reads as
+    /// two slices of its last axis, and nothing else reads.
     fn gemm_leaf(&self, root: ValueId) -> Option<ValueId> {
         let mut reads = HashMap::new();
         self.leaves(root, &mut reads);
         let mut leaves: Vec<_> = reads.into_iter().collect();
         leaves.sort();
-        leaves.into_iter().find_map(|(leaf, n)| {
-            let only_here = self.uses[leaf] == n && !self.absorbed[leaf] && !self.constant[leaf];
+        let only_here = |&(leaf, n): &(ValueId, usize)| {
+            self.uses[leaf] == n && !self.absorbed[leaf] && !self.constant[leaf]
+        };
+        let whole = leaves.iter().filter(|l| only_here(l)).find_map(|&(leaf, _)| {
             let gemm = match self.op(leaf) {
                 Op::Linear | Op::MatMul | Op::Gemm { .. } => true,
                 Op::View(_) | Op::Reshape(_) => self.is_gemm_result(self.args(leaf)[0]),
                 op => is_map(op),
             };
-            (only_here && gemm && self.same_shape(leaf, root)).then_some(leaf)
+            (gemm && self.same_shape(leaf, root)).then_some(leaf)
+        });
+        whole.or_else(|| {
+            // Two slices of the last axis of one GEMM's result that nothing else reads (the
+            // gate and up halves of SwiGLU's merged projection): a paired epilogue.
+            let mut halves = leaves.iter().filter(|l| only_here(l)).filter_map(|&(leaf, _)| {
+                let last = self.program.tensor_type(leaf).rank().checked_sub(1)?;
+                match self.op(leaf) {
+                    Op::Slice { axis, .. } if *axis == last && self.same_shape(leaf, root) => {
+                        Some(self.args(leaf)[0])
+                    }
+                    _ => None,
+                }
+            });
+            let (p, q) = (halves.next()?, halves.next()?);
+            let gemm = matches!(self.op(p), Op::Linear | Op::MatMul | Op::Gemm { .. });
+            (p == q && gemm && self.uses[p] == 2 && !self.absorbed[p]).then_some(p)
         })
     }
 
