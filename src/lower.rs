@@ -22,6 +22,7 @@ mod flops;
 mod fuse;
 mod memory;
 mod relayout;
+mod sdpa;
 mod tiling;
 mod view;
 
@@ -331,6 +332,7 @@ impl<'p> Lowerer<'p> {
             Op::Gemm { .. } => "gemm",
             Op::MaskedSoftmax { .. } => "masked_softmax",
             Op::Attention { .. } => "attention",
+            Op::Sdpa { .. } => "scaled_dot_product_attention",
             Op::Cat(_) => "cat",
             _ => "value",
         };
@@ -515,6 +517,7 @@ impl<'p> Lowerer<'p> {
                 self.attention(id, [arg(0), arg(2)], k, *scale as f32, mask)
                     .map(Val::Tensor)
             }
+            Op::Sdpa { causal, gqa } => self.sdpa(id, &args, *causal, *gqa).map(Val::Tensor),
             Op::Cat(axis) => {
                 let items = args
                     .iter()
@@ -1190,6 +1193,7 @@ impl<'p> Lowerer<'p> {
             kv_group: 1,
             score: None,
             tail: None,
+            zero_empty_rows: false,
             block: attention_blocks(n, m),
         };
         let a = a.fold_query_groups().unwrap_or(a);

@@ -143,6 +143,7 @@ fn attention_keeps_a_running_max_and_sum() {
         kv_group: 1,
         score: None,
         tail: None,
+        zero_empty_rows: false,
         block: (2, 4),
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));
@@ -170,6 +171,7 @@ fn attention_decides_each_tile_of_a_causal_mask_from_its_corners() {
         kv_group: 1,
         score: None,
         tail: None,
+        zero_empty_rows: false,
         block: (2, 4),
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));

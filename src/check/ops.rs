@@ -1,5 +1,6 @@
 //! Expressions and the shape rules of every op, with PyTorch's semantics.
 
+use super::dim_expr::shape_index;
 use super::layout::{self, view_strides};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
@@ -63,7 +64,24 @@ impl Checker {
                 self.error(Code::E0208, e.span, format!("not a value here: {what}"));
                 Value::Error
             }
+            ExprKind::Index { .. } if shape_index(e).is_some() => match self.dim_expr(e) {
+                Some(p) => self.push(Op::DimValue(p), vec![], scalar(), e.span),
+                None => Value::Error,
+            },
             ExprKind::Index { base, indices } => self.index(base, indices, e.span),
+            ExprKind::Attribute { name, .. } => {
+                let msg = match name.name.as_str() {
+                    "shape" => "`x.shape` is a shape, not a value: index it, `x.shape[-1]`".to_string(),
+                    other => {
+                        let msg =
+                            format!("no attribute `{other}`: the one attribute is `shape` (`x.shape[d]`)");
+                        self.error(Code::E0101, name.span, msg);
+                        return Value::Error;
+                    }
+                };
+                self.error(Code::E0208, e.span, msg);
+                Value::Error
+            }
             ExprKind::Tuple(items) => Value::Tuple(items.iter().map(|x| self.expr(x)).collect()),
             ExprKind::For {
                 var,
@@ -456,7 +474,14 @@ impl Checker {
 
     /// `torch.matmul`: vectors are promoted and their axis removed again, batch dims
     /// broadcast.
-    fn matmul(&mut self, a: &Value, b: &Value, aspan: Span, bspan: Span, span: Span) -> Option<Value> {
+    pub(super) fn matmul(
+        &mut self,
+        a: &Value,
+        b: &Value,
+        aspan: Span,
+        bspan: Span,
+        span: Span,
+    ) -> Option<Value> {
         let x = self.expect_tensor(a, aspan, "an operand of `@`");
         let y = self.expect_tensor(b, bspan, "an operand of `@`");
         let (x, y) = (x?, y?);
@@ -767,7 +792,7 @@ impl Checker {
         Some(self.push(Op::MaskedFill, vec![x, m, v], ty, span))
     }
 
-    fn expect_scalar(&mut self, v: &Value, span: Span, what: &str) -> Option<ValueId> {
+    pub(super) fn expect_scalar(&mut self, v: &Value, span: Span, what: &str) -> Option<ValueId> {
         let id = self.expect_tensor(v, span, what)?;
         let rank = self.ty(id).rank();
         if rank != 0 {
@@ -860,7 +885,7 @@ impl Checker {
     }
 
     /// `x[.., None, ..]`: a new axis of size 1 at `axis`, as `unsqueeze`.
-    fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
+    pub(super) fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
         let mut t = self.ty(x).clone();
         let stride = match axis < t.rank() {
             true => t.strides[axis].mul(&t.shape[axis]),

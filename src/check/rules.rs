@@ -8,47 +8,54 @@ use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::Code;
 use crate::dims::Poly;
-use crate::ir::{BinaryOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
 use crate::source::Span;
 
 /// The argument at `i`, unless it is absent or `None`.
-fn given<'a>(args: &[&'a Expr], i: usize) -> Option<&'a Expr> {
+pub(super) fn given<'a>(args: &[&'a Expr], i: usize) -> Option<&'a Expr> {
     args.get(i).copied().filter(|e| !is_none(e))
 }
 
 impl Checker {
     // ---- building blocks ----------------------------------------------------------------
 
-    fn literal_id(&mut self, v: f64, span: Span) -> ValueId {
+    pub(super) fn literal_id(&mut self, v: f64, span: Span) -> ValueId {
         self.push_id(Op::Literal(v), vec![], scalar(), span)
     }
 
-    fn dim_id(&mut self, p: Poly, span: Span) -> ValueId {
+    pub(super) fn dim_id(&mut self, p: Poly, span: Span) -> ValueId {
         self.push_id(Op::DimValue(p), vec![], scalar(), span)
     }
 
-    fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
+    pub(super) fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
         match self.push(op, args, ty, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("push makes a tensor"),
         }
     }
 
-    fn unary_id(&mut self, op: UnaryOp, x: ValueId, span: Span) -> ValueId {
+    pub(super) fn unary_id(&mut self, op: UnaryOp, x: ValueId, span: Span) -> ValueId {
         match self.unary(op, &Value::Tensor(x), span, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("a unary op of a tensor is a tensor"),
         }
     }
 
-    fn bin(&mut self, op: BinaryOp, x: ValueId, y: ValueId, span: Span) -> Option<ValueId> {
+    pub(super) fn bin(&mut self, op: BinaryOp, x: ValueId, y: ValueId, span: Span) -> Option<ValueId> {
         self.elementwise(Op::Binary(op), DType::F32, x, y, span)
     }
 
     /// `op` of `x` over `axes`; row-major, as PyTorch's reductions return. Several axes
     /// reduce one at a time (the last first, keeping each as size 1), so every backend
     /// needs only single-axis reductions; then a view drops them unless `keepdim`.
-    fn reduce_id(&mut self, op: ReduceOp, x: ValueId, axes: &[usize], keepdim: bool, span: Span) -> ValueId {
+    pub(super) fn reduce_id(
+        &mut self,
+        op: ReduceOp,
+        x: ValueId,
+        axes: &[usize],
+        keepdim: bool,
+        span: Span,
+    ) -> ValueId {
         let [.., last] = axes else {
             return x;
         };
@@ -113,7 +120,7 @@ impl Checker {
     }
 
     /// A boolean parameter: `True` or `False` only.
-    fn bool_param(&mut self, e: &Expr, what: &str) -> Option<bool> {
+    pub(super) fn bool_param(&mut self, e: &Expr, what: &str) -> Option<bool> {
         match &e.kind {
             ExprKind::Bool(b) => Some(*b),
             ExprKind::Error => None,
@@ -369,8 +376,25 @@ impl Checker {
             }
         };
         let one_plus = self.bin(BinaryOp::Add, one, inner, span)?;
-        let half_x = self.bin(BinaryOp::Mul, x, half, span)?;
-        Some(Value::Tensor(self.bin(BinaryOp::Mul, half_x, one_plus, span)?))
+        if tanh {
+            let half_x = self.bin(BinaryOp::Mul, x, half, span)?;
+            return Some(Value::Tensor(self.bin(BinaryOp::Mul, half_x, one_plus, span)?));
+        }
+        // PyTorch's vectorized CPU kernel: `x * (1 + erf) * 0.5` in that order (so above
+        // `f32::MAX / 2` it overflows to inf), and NaN at +inf as at -inf.
+        let scaled = self.bin(BinaryOp::Mul, x, one_plus, span)?;
+        let value = self.bin(BinaryOp::Mul, scaled, half, span)?;
+        let inf = self.literal_id(f64::INFINITY, span);
+        let at_inf = self.elementwise(Op::Compare(CmpOp::Eq), DType::Bool, x, inf, span)?;
+        let nan = self.literal_id(f64::NAN, span);
+        let t = self.ty(value).clone();
+        let ty = self.laid_out(
+            super::layout::elementwise_order,
+            &[at_inf, nan, value],
+            t.shape,
+            t.dtype,
+        );
+        Some(self.push(Op::Where, vec![at_inf, nan, value], ty, span))
     }
 
     /// `silu(x) = x * sigmoid(x)`.

@@ -176,6 +176,11 @@ impl Into<'_> {
                 let m = opt(self, 3);
                 Tensor::Attention([a[0], a[1], a[2], m, self.float(*scale), self.float(*fill)])
             }
+            Op::Sdpa { causal, gqa } => {
+                let m = opt(self, 4);
+                let (c, g) = (self.int(usize::from(*causal)), self.int(usize::from(*gqa)));
+                Tensor::Sdpa([a[0], a[1], a[2], a[3], m, c, g])
+            }
             Op::Cat(d) => {
                 let mut ids = vec![self.int(*d)];
                 ids.extend(&a);
@@ -454,6 +459,13 @@ impl Out<'_> {
                     fill: float(c[5])?,
                 },
                 present(&c[..4]),
+            ),
+            Tensor::Sdpa(c) => (
+                Op::Sdpa {
+                    causal: flag(c[5])?,
+                    gqa: flag(c[6])?,
+                },
+                present(&c[..5]),
             ),
             Tensor::Cat(c) => (Op::Cat(axis(c[0])?), c[1..].to_vec()),
             other => return Err(format!("`{other}` is not a value")),
