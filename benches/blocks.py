@@ -27,7 +27,7 @@ CASES = {
     "window_L": ("examples/sliding_window.attn", dict(B=1, N=4096, D=512, H=8, W=256)),
     "alibi_L": ("examples/alibi.attn", dict(B=1, N=2048, D=1024, H=16)),
     "softcap_L": ("examples/softcap.attn", dict(B=1, N=2048, D=1024, H=16)),
-    "decode": ("examples/decode.attn", dict(B=1, M=4096, D=2048, H=32, Hkv=8)),
+    "decode": ("examples/gqa_decode.attn", dict(B=1, M=4096, D=2048, H=32, Hkv=8)),
 }
 PEERS = ["onnxruntime", "jax_jit", "torch_compile", "flex", "torch_sdpa", "torch_eager"]
 
