@@ -10,10 +10,18 @@
 //! - elementwise ops (`+ - * /`, `neg sqrt exp`, comparisons, `masked_fill`) feeding
 //!   elementwise ops: one [`crate::kernel::Map`] kernel per tree.
 //!
+//! - the optimizer's attention ops: a mask that is a function of positions
+//!   ([`super::positions`]) is computed in the kernel from `i` and `j`; the score change of a
+//!   `scored_attention` ([`super::scores`]) is computed in the kernel; keys and values that
+//!   are `cat([cache, new])` along the keys are read as two segments, never joined.
+//!
 //! Rank-0 values computed from literals and dims alone (`sqrt(Dk)`) are constants.
 
+use super::positions::{self, Positions};
+use super::scores::{self, ScorePlan};
 use crate::dims::DimTable;
 use crate::ir::{BinaryOp, CmpOp, Op, Program, ValueId};
+use crate::kernel::Keep;
 use std::collections::HashMap;
 
 /// A constant scale: multiply by `node`'s value, or divide by it.
@@ -69,9 +77,17 @@ pub struct Fusion {
     /// `linear`s of one input with weights of one shape (`q`, `k` and `v` of
     /// self-attention), by their first: one GEMM over the concatenated weights computes all.
     pub siblings: HashMap<ValueId, Vec<ValueId>>,
+    /// By attention node: where its mask, a function of positions, keeps the scores.
+    pub positions: HashMap<ValueId, Keep>,
+    /// By `scored_attention` node: the score change its kernel computes.
+    pub scores: HashMap<ValueId, ScorePlan>,
+    /// By attention node: its keys and values, each a `cat` of a cache and new entries
+    /// along the keys, read in place.
+    pub tails: HashMap<ValueId, [ValueId; 2]>,
 }
 
-pub fn decide(program: &Program) -> Fusion {
+/// The decisions for `program` at the dim values `dims`.
+pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
     let n = program.nodes.len();
     let mut uses = vec![0usize; n];
     let mut order = Vec::new();
@@ -90,6 +106,8 @@ pub fn decide(program: &Program) -> Fusion {
         constant,
         absorbed: vec![false; n],
         fused: HashMap::new(),
+        values: dims,
+        attention: Default::default(),
     };
     for &id in order.iter().rev() {
         if !f.absorbed[id] {
@@ -104,7 +122,18 @@ pub fn decide(program: &Program) -> Fusion {
         constant: f.constant,
         single: f.single,
         siblings,
+        positions: f.attention.positions,
+        scores: f.attention.scores,
+        tails: f.attention.tails,
     }
+}
+
+/// What the attention kernels compute from positions, in place, or inside.
+#[derive(Default)]
+struct AttentionParts {
+    positions: HashMap<ValueId, Keep>,
+    scores: HashMap<ValueId, ScorePlan>,
+    tails: HashMap<ValueId, [ValueId; 2]>,
 }
 
 /// Counts uses and lists every node in evaluation order, loop bodies included.
@@ -149,6 +178,9 @@ struct Decider<'p> {
     constant: Vec<bool>,
     absorbed: Vec<bool>,
     fused: HashMap<ValueId, Fused>,
+    /// The dims' values.
+    values: &'p [Option<i64>],
+    attention: AttentionParts,
 }
 
 impl Decider<'_> {
@@ -180,7 +212,8 @@ impl Decider<'_> {
                     self.fused.insert(id, f);
                 }
             }
-            Op::MaskedSoftmax { .. } | Op::Attention { .. } => self.absorb_mask_compare(id),
+            Op::Attention { .. } | Op::ScoredAttention { .. } => self.attention_parts(id),
+            Op::MaskedSoftmax { .. } => self.absorb_mask_compare(id),
             Op::Softmax(_) if !self.fused.contains_key(&id) => {
                 let pat = self.softmax(id);
                 self.fused.insert(id, Fused::Softmax(pat));
@@ -202,6 +235,7 @@ impl Decider<'_> {
     fn absorb_mask_compare(&mut self, id: ValueId) {
         let tensors = match self.op(id) {
             Op::Attention { .. } => 3,
+            Op::ScoredAttention { .. } => 2,
             _ => 1,
         };
         let Some(&m) = self.args(id).get(tensors) else {
@@ -210,6 +244,85 @@ impl Decider<'_> {
         if let (Op::Compare(_), &[_, c]) = (self.op(m), self.args(m)) {
             if self.free(m) && self.constant[c] {
                 self.absorbed[m] = true;
+            }
+        }
+    }
+
+    /// The parts of an optimizer's attention op that its kernel computes itself: the score
+    /// change, a mask of positions, and keys and values joined from a cache.
+    fn attention_parts(&mut self, id: ValueId) {
+        let args = self.args(id).to_vec();
+        let pos = Positions {
+            program: self.program,
+            dims: self.values,
+        };
+        let (mask, keys) = match self.op(id) {
+            Op::Attention { .. } => (args.get(3).copied(), Some(args[1])),
+            _ => {
+                let plan = scores::plan(&pos, args[0], &|x| self.free(x));
+                let keys = plan.as_ref().and_then(|p| match self.op(p.gemm) {
+                    Op::Gemm { trans_b: true, .. } => Some(self.args(p.gemm)[1]),
+                    _ => None,
+                });
+                if let Some(plan) = plan {
+                    for &x in &plan.inlined {
+                        self.absorbed[x] = true;
+                    }
+                    for &x in &plan.positional {
+                        self.absorb_tree(x);
+                    }
+                    self.attention.scores.insert(id, plan);
+                }
+                (args.get(2).copied(), keys)
+            }
+        };
+        // The mask says where to fill; the kernel's formula, where to keep.
+        match mask.and_then(|m| Some((m, pos.keep(m)?))) {
+            Some((m, filled)) => {
+                self.absorb_tree(m);
+                self.attention.positions.insert(id, positions::not(filled));
+            }
+            None => self.absorb_mask_compare(id),
+        }
+        let values = args[if matches!(self.op(id), Op::Attention { .. }) {
+            2
+        } else {
+            1
+        }];
+        if let Some(k) = keys {
+            if self.joined_keys(k, values) {
+                // A join something else reads (an output: the next step's cache) is made
+                // once, and the kernel reads its two parts from it.
+                for x in [k, values] {
+                    self.absorbed[x] = self.free(x);
+                }
+                self.attention.tails.insert(id, [k, values]);
+            }
+        }
+    }
+
+    /// Whether keys `k [.., m, dk]` and values `v [.., m, dv]` are each `cat([cache, new])`
+    /// along `m`, of the same lengths.
+    fn joined_keys(&self, k: ValueId, v: ValueId) -> bool {
+        let split = |x: ValueId| match (self.op(x), self.args(x)) {
+            (Op::Cat(axis), &[a, b]) if *axis + 2 == self.program.tensor_type(x).rank() => {
+                let len = |p: ValueId| self.program.tensor_type(p).shape[*axis].clone();
+                Some((len(a), len(b)))
+            }
+            _ => None,
+        };
+        match (split(k), split(v)) {
+            (Some((a, b)), Some((c, d))) => self.dims.equal(&a, &c) && self.dims.equal(&b, &d),
+            _ => false,
+        }
+    }
+
+    /// Absorbs `id` and, recursively, its operands, as far as nothing else reads them.
+    fn absorb_tree(&mut self, id: ValueId) {
+        if self.free(id) {
+            self.absorbed[id] = true;
+            for a in self.args(id).to_vec() {
+                self.absorb_tree(a);
             }
         }
     }
@@ -360,15 +473,15 @@ impl Decider<'_> {
         }
         let pat = self.softmax(p);
         let scores = pat.x;
-        let ok = matches!(self.op(scores), Op::MatMul) && self.free(scores);
-        let &[q, kt] = self.args(scores) else {
-            return None;
+        let operands = match (self.op(scores), self.args(scores)) {
+            (Op::MatMul, &[q, kt]) if self.free(scores) && rank(q) >= 2 && rank(kt) >= 2 => Some((q, kt)),
+            _ => None,
         };
-        if !ok || rank(q) < 2 || rank(kt) < 2 {
+        let Some((q, kt)) = operands else {
             // Not attention after all: the softmax keeps what it absorbed.
             self.fused.insert(p, Fused::Softmax(pat));
             return None;
-        }
+        };
         self.absorbed[p] = true;
         self.absorbed[scores] = true;
         Some(Fused::Attention {

@@ -171,6 +171,10 @@ impl Into<'_> {
                 let m = opt(self, 3);
                 Tensor::Attention([a[0], a[1], a[2], m, self.float(*scale), self.float(*fill)])
             }
+            Op::ScoredAttention { scale, fill } => {
+                let m = opt(self, 2);
+                Tensor::ScoredAttention([a[0], a[1], m, self.float(*scale), self.float(*fill)])
+            }
             Op::Cat(d) => {
                 let mut ids = vec![self.int(*d)];
                 ids.extend(&a);
@@ -438,6 +442,13 @@ impl Out<'_> {
                     fill: float(c[5])?,
                 },
                 present(&c[..4]),
+            ),
+            Tensor::ScoredAttention(c) => (
+                Op::ScoredAttention {
+                    scale: float(c[3])?,
+                    fill: float(c[4])?,
+                },
+                present(&c[..3]),
             ),
             Tensor::Cat(c) => (Op::Cat(axis(c[0])?), c[1..].to_vec()),
             other => return Err(format!("`{other}` is not a value")),

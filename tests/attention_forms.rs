@@ -1,0 +1,233 @@
+//! Attention as today's models write it becomes ONE fused attention kernel: each form is
+//! optimized and lowered, its plan must hold a single attention kernel (no softmax kernel, no
+//! kernel that stores the scores) with the mask of positions, score change or cache tail
+//! the form calls for, and the JIT must agree with the interpreter on it (both the typed and
+//! the optimized program), at sizes that cut the keys into several tiles and a ragged last
+//! one.
+
+use attnc::ir::Program;
+use attnc::kernel::{Attention, KernelOp, Plan};
+use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::{bind, interpret, RunOptions, Tensor};
+
+mod common;
+use common::program;
+
+/// The plan of the optimized program at `dims`.
+fn plan(program: &Program, dims: &[Option<i64>]) -> Plan {
+    let optimized = attnc::opt::optimize(program).program;
+    Executable::compile(&optimized, dims).unwrap().plan().clone()
+}
+
+/// The one attention kernel of the plan; fails if the plan has another, a softmax kernel,
+/// or any kernel that writes a tensor of scores (`[.., n, m]`).
+fn one_attention(plan: &Plan) -> Attention {
+    let attention: Vec<&Attention> = plan
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.op {
+            KernelOp::Attention(a) => Some(a.as_ref()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attention.len(), 1, "{}", plan.to_text());
+    let a = attention[0];
+    for k in &plan.kernels {
+        assert!(!matches!(k.op, KernelOp::Softmax(_)), "{}", plan.to_text());
+        let stores_scores = k.op.operands().iter().any(|o| o.2 && o.1.ends_with(&[a.n, a.m]));
+        assert!(
+            !stores_scores,
+            "`{}` stores the scores\n{}",
+            k.label,
+            plan.to_text()
+        );
+    }
+    a.clone()
+}
+
+/// Elementwise equality within `1e-5` of the largest element, NaN where the reference has NaN.
+fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.shape, want.shape, "{what}");
+    let scale = want
+        .data
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0f32, |m, x| m.max(x.abs()))
+        .max(1e-6);
+    for (i, (a, b)) in got.data.iter().zip(&want.data).enumerate() {
+        let ok = (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-5 * scale + 1e-6;
+        assert!(ok, "{what}: element {i} is {a}, the interpreter's {b}");
+    }
+}
+
+/// The JIT on the typed and the optimized program against the interpreter.
+fn agrees(what: &str, program: &Program) -> Vec<(String, Tensor)> {
+    let opts = RunOptions {
+        seed: 5,
+        ..RunOptions::default()
+    };
+    let bound = bind(program, &opts).unwrap();
+    let want = interpret(program, &bound).unwrap();
+    let optimized = attnc::opt::optimize(program).program;
+    for (path, p) in [("typed", program), ("optimized", &optimized)] {
+        let exe = Executable::compile(p, &bound.dims).unwrap();
+        let got = exe.run(&bound, &pool(2).unwrap()).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            assert_close(&format!("{what} ({path}) `{name}`"), g, w);
+        }
+    }
+    want
+}
+
+/// `src` at `dims`: the attention kernel of its plan, after checking the numbers.
+fn form(what: &str, src: &str, dims: &[(&str, i64)]) -> Attention {
+    let p = program(src, dims);
+    agrees(what, &p);
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    one_attention(&plan(&p, &bound.dims))
+}
+
+const HEAD: &str = "dim B, H, N
+dim Dk = 8
+input q: [B, H, N, Dk]
+input k: [B, H, N, Dk]
+input v: [B, H, N, Dk]
+let scores = q @ k.transpose(-2, -1) / sqrt(Dk)
+";
+
+const DIMS: &[(&str, i64)] = &[("B", 2), ("H", 3), ("N", 150)];
+
+fn with(body: &str) -> String {
+    format!("{HEAD}{body}\n")
+}
+
+#[test]
+fn soft_capping_is_a_score_change_of_the_kernel() {
+    let src = with("output out = (30.0 * tanh(scores / 30.0)).softmax(-1) @ v");
+    let a = form("soft-cap", &src, DIMS);
+    let score = a.score.expect("a score change");
+    assert!(score.inputs.is_empty());
+    assert!(a.positions.is_none() && a.mask.is_none());
+}
+
+#[test]
+fn a_causal_mask_of_ones_tril_is_a_mask_of_positions_and_skips_tiles() {
+    for (fill, name) in [("-inf", "-inf"), ("-1e9", "-1e9")] {
+        let src = with(&format!(
+            "let mask = ones(N, N).tril() == 0\noutput out = scores.masked_fill(mask, {fill}).softmax(-1) @ v"
+        ));
+        let a = form(&format!("causal {name}"), &src, DIMS);
+        assert!(a.mask.is_none(), "the mask is computed, not read");
+        let counts = a.tile_counts().expect("a mask of positions");
+        assert!(
+            a.skips_tiles() && counts.skipped > 0 && counts.kept > 0,
+            "{counts:?}"
+        );
+        assert_eq!(a.block.1, 64, "positional masks use 64-key tiles");
+    }
+}
+
+#[test]
+fn where_and_triu_masks_are_masks_of_positions() {
+    let forms = [
+        "let keep = ones(N, N).tril() == 1\noutput out = where(keep, scores, -1e9).softmax(-1) @ v",
+        "let future = ones(N, N).triu(1) == 1\noutput out = scores.masked_fill(future, -inf).softmax(-1) @ v",
+        "let future = ones(N, N).triu(1) != 0\noutput out = scores.masked_fill(future, -inf).softmax(-1) @ v",
+    ];
+    for body in forms {
+        let a = form(body, &with(body), DIMS);
+        let counts = a.tile_counts().expect("a mask of positions");
+        assert!(counts.skipped > 0, "{body}: {counts:?}");
+    }
+}
+
+#[test]
+fn a_soft_capped_causal_form_is_one_kernel_with_both() {
+    let body = "let s = 50.0 * tanh(scores / 50.0)
+let mask = ones(N, N).tril() == 0
+output out = s.masked_fill(mask, -inf).softmax(-1) @ v";
+    let a = form("soft-capped causal", &with(body), DIMS);
+    assert!(a.score.is_some() && a.positions.is_some());
+    assert!(a.tile_counts().unwrap().skipped > 0);
+}
+
+#[test]
+fn a_bias_tensor_is_read_by_the_score_change_in_place() {
+    let body = "input bias: [H, 1, N]
+output out = (scores + bias).softmax(-1) @ v";
+    let a = form("bias", &with(body), DIMS);
+    let score = a.score.expect("a score change");
+    assert_eq!(score.inputs.len(), 1);
+    // Broadcast over the batch and the rows: stride 0, never copied.
+    assert_eq!(score.inputs[0].strides[0], 0);
+    assert_eq!(score.inputs[0].strides[2], 0);
+}
+
+#[test]
+fn rows_without_a_key_keep_each_fills_meaning() {
+    // `tril(-1)` keeps no key of row 0: uniform under -1e9, NaN under -inf (as PyTorch).
+    for (fill, nan) in [("-1e9", false), ("-inf", true)] {
+        let body = format!(
+            "let mask = ones(N, N).tril(-1) == 0\noutput out = scores.masked_fill(mask, {fill}).softmax(-1) @ v"
+        );
+        let p = program(&with(&body), DIMS);
+        let out = agrees(fill, &p);
+        let row0 = &out[0].1.data[..8];
+        assert_eq!(row0.iter().all(|x| x.is_nan()), nan, "{fill}: {row0:?}");
+        let bound = bind(&p, &RunOptions::default()).unwrap();
+        let a = one_attention(&plan(&p, &bound.dims));
+        assert!(a.positions.is_some());
+    }
+}
+
+const DECODE: &str = "dim B, M
+dim H = 4, Dk = 8
+input q: [B, H, 1, Dk]
+input k_cache: [B, H, M, Dk]
+input v_cache: [B, H, M, Dk]
+input k_new: [B, H, 1, Dk]
+input v_new: [B, H, 1, Dk]
+let k = cat([k_cache, k_new], dim=2)
+let v = cat([v_cache, v_new], dim=2)
+let p = (q @ k.transpose(-2, -1) / sqrt(Dk)).softmax(-1)
+output out = p @ v
+";
+
+#[test]
+fn a_decode_step_reads_the_cache_and_the_new_key_as_two_segments() {
+    let dims = [("B", 2), ("M", 77)];
+    let a = form("decode", DECODE, &dims);
+    let tail = a.tail.expect("the new key read as a tail");
+    assert_eq!((tail.len, a.m), (1, 78));
+    // Nothing copies the cache.
+    let p = program(DECODE, &dims);
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let plan = plan(&p, &bound.dims);
+    assert_eq!(plan.kernels.len(), 1, "{}", plan.to_text());
+}
+
+#[test]
+fn a_cache_that_is_an_output_is_joined_once() {
+    let src = format!("{DECODE}output k_next = k\n");
+    let dims = [("B", 2), ("M", 77)];
+    let a = form("decode with the cache out", &src, &dims);
+    // The keys are read from the joined output, the values from their two parts.
+    let tail = a.tail.expect("a tail");
+    assert_eq!(tail.k.buf, a.k.buf);
+    assert_ne!(tail.v.buf, a.v.buf);
+    let p = program(&src, &dims);
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let plan = plan(&p, &bound.dims);
+    let copies: Vec<&str> = plan
+        .kernels
+        .iter()
+        .map(|k| k.label.as_str())
+        .filter(|l| l.contains("cat"))
+        .collect();
+    assert_eq!(
+        copies.len(),
+        2,
+        "one copy per part of the keys' `cat`\n{}",
+        plan.to_text()
+    );
+}
