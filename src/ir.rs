@@ -129,6 +129,12 @@ pub enum Op {
     /// A fresh tensor of the node's shape, every element `value` (`ones`, `zeros`,
     /// `full`); no args.
     Fill(f64),
+    /// `arange`: the rank-1 tensor `start + i * step` for `i` below its length (the
+    /// node's shape), in float32; no args.
+    Arange {
+        start: Poly,
+        step: Poly,
+    },
     /// args `[x, mask, value]`: where the boolean mask holds, the result is `value`.
     MaskedFill,
     Unary(UnaryOp),

@@ -60,6 +60,7 @@ fn unary(op: UnaryOp) -> Unary {
         UnaryOp::Erf => Unary::Erf,
         UnaryOp::Sin => Unary::Sin,
         UnaryOp::Cos => Unary::Cos,
+        UnaryOp::Not => Unary::Not,
     }
 }
 
@@ -72,6 +73,8 @@ fn binary(op: BinaryOp) -> Binary {
         BinaryOp::Pow => Binary::Pow,
         BinaryOp::Maximum => Binary::Maximum,
         BinaryOp::Minimum => Binary::Minimum,
+        BinaryOp::And => Binary::And,
+        BinaryOp::Or => Binary::Or,
     }
 }
 
@@ -213,11 +216,22 @@ impl<'p> Lowerer<'p> {
     }
 
     fn size(&self, p: &Poly) -> Result<usize, PlanError> {
+        let v = self.int(p).ok();
+        v.and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
+            internal(format!(
+                "the size `{}` has no value",
+                self.program.dims.display(p)
+            ))
+        })
+    }
+
+    /// The value of a dim expression that may be negative (`arange`'s start).
+    fn int(&self, p: &Poly) -> Result<i64, PlanError> {
         let v = self
             .program
             .dims
             .eval(p, &|s| self.dims.get(s).copied().flatten());
-        v.and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
+        v.ok_or_else(|| {
             internal(format!(
                 "the size `{}` has no value",
                 self.program.dims.display(p)
@@ -307,6 +321,7 @@ impl<'p> Lowerer<'p> {
             Op::Concat(_) => "concat",
             Op::Stack(_) => "stack",
             Op::MaskedFill => "masked_fill",
+            Op::Arange { .. } => "arange",
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => "elementwise",
             Op::Gemm { .. } => "gemm",
             Op::MaskedSoftmax { .. } => "masked_softmax",
@@ -411,6 +426,20 @@ impl<'p> Lowerer<'p> {
             Op::Fill(v) => {
                 let out = self.temp(self.shape(id)?);
                 self.map(vec![], vec![Expr::Const(*v as f32)], &out, self.label(id));
+                Ok(Val::Tensor(out))
+            }
+            // `start + i * step` from the element's index: exact below 2^24, as PyTorch's.
+            Op::Arange { start, step } => {
+                let (start, step) = (self.int(start)?, self.size(step)?);
+                let out = self.temp(self.shape(id)?);
+                let expr = vec![
+                    Expr::Index(0),
+                    Expr::Const(step as f32),
+                    Expr::Binary(Binary::Mul, 0, 1),
+                    Expr::Const(start as f32),
+                    Expr::Binary(Binary::Add, 2, 3),
+                ];
+                self.map(vec![], expr, &out, self.label(id));
                 Ok(Val::Tensor(out))
             }
             Op::Softmax(axis) => {

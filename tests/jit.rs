@@ -61,6 +61,10 @@ fn every_example_agrees_with_the_interpreter_at_odd_shapes() {
         "self_attention.attn",
         "causal.attn",
         "encoder_layer.attn",
+        "causal_from_positions.attn",
+        "sliding_window.attn",
+        "alibi.attn",
+        "softcap.attn",
     ] {
         let src = example(name);
         for (i, dims) in SHAPES.iter().enumerate() {

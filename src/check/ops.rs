@@ -44,13 +44,9 @@ impl Checker {
                 self.call(method, args, kwargs, Span::new(method.span.start, e.span.end))
             }
             ExprKind::Inf => self.literal(f64::INFINITY, e.span),
-            ExprKind::Not(_) => {
-                self.error(
-                    Code::E0208,
-                    e.span,
-                    "`~` applies to boolean tensors, which this program cannot build yet",
-                );
-                Value::Error
+            ExprKind::Not(x) => {
+                let v = self.expr(x);
+                self.unary(UnaryOp::Not, &v, x.span, e.span)
             }
             ExprKind::Bool(_)
             | ExprKind::NoneLit
@@ -258,12 +254,28 @@ impl Checker {
         self.join("stack", args, span)
     }
 
+    /// A unary primitive: `~` takes a boolean and gives one; `-` refuses a boolean (as
+    /// PyTorch does); every other op reads a boolean as 0.0/1.0.
     pub(super) fn unary(&mut self, op: UnaryOp, x: &Value, xspan: Span, span: Span) -> Value {
         let Some(x) = self.expect_tensor(x, xspan, "an operand of arithmetic") else {
             return Value::Error;
         };
+        let is_bool = self.ty(x).dtype == DType::Bool;
+        if op.is_logical() && !is_bool {
+            let d = Diagnostic::error(Code::E0208, span, "`~` applies to boolean tensors only")
+                .with_hint("compare to make a boolean (`x == 0`), or write `1.0 - x` for a float");
+            self.report(d);
+            return Value::Error;
+        }
+        if op == UnaryOp::Neg && is_bool {
+            let d = Diagnostic::error(Code::E0208, span, "`-` of a boolean tensor")
+                .with_hint("use `~` to invert a boolean");
+            self.report(d);
+            return Value::Error;
+        }
+        let dtype = if op.is_logical() { DType::Bool } else { DType::F32 };
         let shape = self.ty(x).shape.clone();
-        let ty = self.laid_out(layout::elementwise_order, &[x], shape, DType::F32);
+        let ty = self.laid_out(layout::elementwise_order, &[x], shape, dtype);
         self.push(Op::Unary(op), vec![x], ty, span)
     }
 
@@ -301,11 +313,21 @@ impl Checker {
                 return Value::Error;
             }
             BinOp::And | BinOp::Or => {
-                let sym = op.symbol();
-                let msg =
-                    format!("`{sym}` applies to boolean tensors, which this program cannot combine yet");
-                self.error(Code::E0208, span, msg);
-                return Value::Error;
+                let logical = if op == BinOp::And {
+                    BinaryOp::And
+                } else {
+                    BinaryOp::Or
+                };
+                for (v, e) in [(x, a), (y, b)] {
+                    if self.ty(v).dtype != DType::Bool {
+                        let msg = format!("`{}` applies to boolean tensors only", op.symbol());
+                        let d = Diagnostic::error(Code::E0208, e.span, msg)
+                            .with_hint("compare to make a boolean (`j <= i`), and parenthesize comparisons: `(a > b) & (c > d)`");
+                        self.report(d);
+                        return Value::Error;
+                    }
+                }
+                (Op::Binary(logical), DType::Bool)
             }
         };
         match self.elementwise(op, dtype, x, y, span) {

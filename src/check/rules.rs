@@ -408,9 +408,10 @@ impl Checker {
             return None;
         }
         let ca = self.broadcast(c, a, span)?;
-        let t = TensorType::row_major(ca, DType::F32);
-        let shape = self.broadcast_shapes(&t.shape, &self.ty(b).shape.clone(), span)?;
-        let ty = self.laid_out(super::layout::elementwise_order, &[c, a, b], shape, DType::F32);
+        let shape = self.broadcast_shapes(&ca, &self.ty(b).shape.clone(), span)?;
+        let both_bool = self.ty(a).dtype == DType::Bool && self.ty(b).dtype == DType::Bool;
+        let dtype = if both_bool { DType::Bool } else { DType::F32 };
+        let ty = self.laid_out(super::layout::elementwise_order, &[c, a, b], shape, dtype);
         Some(self.push(Op::Where, vec![c, a, b], ty, span))
     }
 
@@ -460,6 +461,64 @@ impl Checker {
         let sizes = self.sizes(&args[..1])?;
         let value = self.float_param(args[1], "the fill value of `full`")?;
         Some(self.fill(sizes, value, span))
+    }
+
+    /// `arange(end)` or `arange(start, end, step=1)`: the float32 values `start + i * step`.
+    /// Bounds and step are dim expressions; the step must be positive, the length
+    /// `(end - start) / step` proved exact (E0205) and never negative, so the result's
+    /// size is a dim like any other (`arange(N)` is `[N]`).
+    pub(crate) fn arange(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let (start, end) = match (given(args, 0), given(args, 1)) {
+            (Some(end), None) | (None, Some(end)) => (None, end),
+            (Some(start), Some(end)) => (Some(start), end),
+            (None, None) => {
+                self.error(Code::E0206, span, "`arange` needs its `end`");
+                return None;
+            }
+        };
+        let start_dim = match start {
+            Some(e) => self.dim_expr(e)?,
+            None => Poly::int(0),
+        };
+        let end_dim = self.dim_expr(end)?;
+        let step_expr = given(args, 2);
+        let step = match step_expr {
+            Some(e) => self.dim_expr(e)?,
+            None => Poly::int(1),
+        };
+        let step_span = step_expr.map_or(span, |e| e.span);
+        if !self.prog.dims.provably_positive(&step) {
+            let msg = format!(
+                "the step of `arange` must be positive, found `{}`",
+                self.dim_text(&step)
+            );
+            self.error(Code::E0208, step_span, msg);
+            return None;
+        }
+        let diff = end_dim.sub(&start_dim);
+        let len = match self.prog.dims.div(&diff, &step) {
+            Ok(len) => len,
+            Err(err) => {
+                let at = step_expr.unwrap_or(end);
+                let d = self.division_error(err, &diff, &step, at);
+                self.report(d);
+                return None;
+            }
+        };
+        if !self.prog.dims.provably_nonneg(&len) {
+            let msg = format!(
+                "`arange` from `{}` to `{}` may have a negative length",
+                self.dim_text(&start_dim),
+                self.dim_text(&end_dim)
+            );
+            self.error(Code::E0208, span, msg);
+            return None;
+        }
+        let op = Op::Arange {
+            start: start_dim,
+            step,
+        };
+        Some(self.push(op, vec![], TensorType::row_major(vec![len], DType::F32), span))
     }
 
     pub(crate) fn tril(&mut self, args: &[&Expr], span: Span) -> Option<Value> {

@@ -148,6 +148,7 @@ impl Program {
             Op::Where => ("where", vec![]),
             Op::Tri { upper, diagonal } => (if *upper { "triu" } else { "tril" }, vec![diagonal.to_string()]),
             Op::Fill(v) => ("fill", vec![format!("{v:?}")]),
+            Op::Arange { start, step } => ("arange", vec![d(start), format!("step={}", d(step))]),
             Op::Reduce { op, axes, keepdim } => {
                 let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
                 (

@@ -169,6 +169,8 @@ pub static OPS: &[OpDef] = &[
     op!("ones",        &[rest("size")],                                         Special, Check(Checker::ones)),
     op!("zeros",       &[rest("size")],                                         Special, Check(Checker::zeros)),
     op!("full",        &[p("size"), p("fill_value")],                           Special, Check(Checker::full)),
+    op!("arange",      &[opt("start", Default::None), opt("end", Default::None), opt("step", Default::Int(1))],
+                                                                                Special, Check(Checker::arange)),
     op!("tril",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::tril)),
     op!("triu",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::triu)),
     // several results

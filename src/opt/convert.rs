@@ -121,6 +121,10 @@ impl Into<'_> {
                 let shape = self.prog.tensor_type(id).shape.clone();
                 Tensor::Fill([self.float(*v), self.shape(&shape)])
             }
+            Op::Arange { start, step } => {
+                let shape = self.prog.tensor_type(id).shape.clone();
+                Tensor::Arange([self.dim(start), self.dim(step), self.shape(&shape)])
+            }
             Op::Reduce { op, axes, keepdim } => {
                 let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
                 Tensor::Reduce(*op, [a[0], self.shape(&p), self.int(usize::from(*keepdim))])
@@ -381,6 +385,13 @@ impl Out<'_> {
                 (Op::Tri { upper, diagonal }, vec![c[0]])
             }
             Tensor::Fill(c) => (Op::Fill(d(c[0]).float().ok_or("fill value")?), vec![]),
+            Tensor::Arange(c) => (
+                Op::Arange {
+                    start: dim(c[0])?,
+                    step: dim(c[1])?,
+                },
+                vec![],
+            ),
             Tensor::Reduce(op, c) => {
                 let axes = d(c[1]).shape_attr().ok_or("axes")?;
                 let axes: Option<Vec<usize>> =

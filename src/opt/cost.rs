@@ -125,6 +125,7 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
         Tensor::Where(_) => Cost::kernel(out, io(&[0, 1, 2])),
         Tensor::Tri(_) => Cost::kernel(out, io(&[0])),
         Tensor::Fill(_) => Cost::kernel(0, 4 * out),
+        Tensor::Arange(_) => Cost::kernel(2 * out, 4 * out),
         Tensor::Reduce(..) => Cost::kernel(n(kid(0)), 4 * (n(kid(0)) + out)),
         Tensor::Linear(_) => {
             let inner = kid(0).shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));

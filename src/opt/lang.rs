@@ -41,6 +41,7 @@ define_language! {
         "where" = Where([Id; 3]),            // cond, a, b
         "tri" = Tri([Id; 3]),                // x, upper (0 or 1), diagonal
         "fill" = Fill([Id; 2]),              // float, shape           // x, axes (a shape of integers), keepdim (0 or 1)
+        "arange" = Arange([Id; 3]),          // start (a dim), step (a dim), shape
         "eq" = Eq([Id; 2]),
         "ne" = Ne([Id; 2]),
         "lt" = Lt([Id; 2]),

@@ -139,6 +139,11 @@ impl<'p> Interp<'p> {
             Op::Where => ops::masked_fill(arg(2)?, arg(0)?, arg(1)?),
             Op::Tri { upper, diagonal } => ops::tri(arg(0)?, *upper, *diagonal),
             Op::Fill(v) => Some(Tensor::new(expected.to_vec(), vec![*v as f32; numel(expected)]).into()),
+            Op::Arange { start, step } => {
+                let (start, step) = (self.int(start)?, self.int(step)?);
+                let values = (0..numel(expected)).map(|i| (start as f64 + i as f64 * step as f64) as f32);
+                Some(Tensor::new(expected.to_vec(), values.collect()).into())
+            }
             Op::Reduce { op, axes, keepdim } => ops::reduce(arg(0)?, *op, axes, *keepdim),
             Op::MaskedFill => ops::masked_fill(arg(0)?, arg(1)?, arg(2)?),
             Op::Unary(op) => Some(unary(*op, arg(0)?)),
