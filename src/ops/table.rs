@@ -136,6 +136,7 @@ pub static OPS: &[OpDef] = &[
     op!("view",        &[p("input"), rest("shape")],                             Layout, Check(Checker::view_op)),
     op!("reshape",     &[p("input"), rest("shape")],                            Layout, Check(Checker::reshape_op)),
     op!("contiguous",  INPUT,                                                   Layout, Check(Checker::contiguous)),
+    op!("expand",      &[p("input"), rest("size")],                             Layout, Check(Checker::expand)),
     op!("unsqueeze",   &[p("input"), p("dim")],                                 Layout, Check(Checker::unsqueeze)),
     op!("squeeze",     &[p("input"), opt("dim", Default::None)],                Layout, Check(Checker::squeeze)),
     op!("concat", ["cat"], &[p("tensors"), opt("dim", Default::Int(0))],        Layout, Check(Checker::concat)),
