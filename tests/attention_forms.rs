@@ -142,6 +142,46 @@ fn where_and_triu_masks_are_masks_of_positions() {
 }
 
 #[test]
+fn masks_from_arange_comparisons_are_masks_of_positions() {
+    let i = "let i = arange(N)[:, None]\nlet j = arange(N)[None, :]\n";
+    let forms = [
+        ("causal -inf", "scores.masked_fill(j > i, -inf)"),
+        ("window |", "scores.masked_fill((j > i) | (i - j >= 40), -inf)"),
+        (
+            "window & ~",
+            "scores.masked_fill(~((j <= i) & (j > i - 40)), -1e9)",
+        ),
+        ("where", "where((j <= i) & (j + 40 > i), scores, -1e9)"),
+        ("offset keys", "scores.masked_fill(j - 3 > i, -inf)"),
+        ("strided positions", "scores.masked_fill(2 * j > 2 * i + 1, -inf)"),
+    ];
+    for (what, masked) in forms {
+        let src = with(&format!("{i}output out = {masked}.softmax(-1) @ v"));
+        let a = form(what, &src, DIMS);
+        assert!(a.mask.is_none(), "{what}: the mask is computed, not read");
+        let counts = a
+            .tile_counts()
+            .unwrap_or_else(|| panic!("{what}: no mask of positions"));
+        assert!(counts.skipped > 0, "{what}: {counts:?}");
+    }
+}
+
+#[test]
+fn alibi_biases_are_a_score_change_over_positions_and_a_slope_per_head() {
+    let body = "let i = arange(N)[:, None]
+let j = arange(N)[None, :]
+let slopes = 2.0 ** (-8.0 * (arange(H) + 1.0) / H)
+let s = scores + slopes[:, None, None] * (j - i)
+output out = s.masked_fill(j > i, -inf).softmax(-1) @ v";
+    let a = form("alibi", &with(body), DIMS);
+    let score = a.score.as_ref().expect("a score change");
+    // One input: the slopes, stride 0 but along the heads; `j - i` is computed.
+    assert_eq!(score.inputs.len(), 1);
+    assert_eq!(score.inputs[0].strides, [0, 1, 0, 0]);
+    assert!(a.tile_counts().unwrap().skipped > 0);
+}
+
+#[test]
 fn a_soft_capped_causal_form_is_one_kernel_with_both() {
     let body = "let s = 50.0 * tanh(scores / 50.0)
 let mask = ones(N, N).tril() == 0

@@ -10,7 +10,7 @@
 //! key `j`, the one before it the row `i`; any other axis it varies along makes it no
 //! function of positions.
 
-use crate::ir::{BinaryOp, CmpOp, DType, Op, Program, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Op, Program, UnaryOp, ValueId};
 use crate::kernel::{Affine, Keep};
 
 /// Values beyond this magnitude are not exact in float32, where the reference computes.
@@ -158,7 +158,17 @@ impl Positions<'_> {
             return exact.then(|| Lin::constant(rank, v as i64));
         }
         let arg = |i: usize| self.lin(self.args(id)[i]);
-        let lin = match self.op(id) {
+        let mut lin = match self.op(id) {
+            Op::Arange { start, step } => Lin {
+                coef: vec![self.size(step)?],
+                c: self.size(start)?,
+            },
+            Op::Expand(_) => {
+                let (l, from) = (arg(0)?, self.sizes(self.args(id)[0])?);
+                let mut coef = vec![0; rank.checked_sub(from.len())?];
+                coef.extend(l.coef);
+                Lin { coef, c: l.c }
+            }
             Op::Unsqueeze(a) => {
                 let mut l = arg(0)?;
                 l.coef.insert(*a, 0);
@@ -201,7 +211,7 @@ impl Positions<'_> {
                     ..l
                 }
             }
-            Op::Unary(crate::ir::UnaryOp::Neg) => arg(0)?.scaled(-1)?,
+            Op::Unary(UnaryOp::Neg) => arg(0)?.scaled(-1)?,
             Op::Binary(op) => {
                 let (a, b) = (arg(0)?, arg(1)?);
                 match op {
@@ -219,7 +229,15 @@ impl Positions<'_> {
             }
             _ => return None,
         };
-        (lin.coef.len() == rank).then_some(lin)
+        // An axis of size 1 has index 0 (broadcasting repeats it): it adds nothing.
+        let sizes = self.sizes(id)?;
+        (lin.coef.len() == rank).then_some(())?;
+        for (k, n) in lin.coef.iter_mut().zip(sizes) {
+            if n == 1 {
+                *k = 0;
+            }
+        }
+        Some(lin)
     }
 
     /// A view that only inserts or removes axes of size 1 keeps the coefficients of the
@@ -265,8 +283,19 @@ impl Positions<'_> {
 
     /// Where the boolean `id` holds, as a formula of the scores' row and key.
     pub fn keep(&self, id: ValueId) -> Option<Keep> {
+        let keep = |i: usize| self.keep(self.args(id)[i]).map(Box::new);
         match (self.op(id), self.args(id)) {
             (Op::Compare(op), &[a, b]) => self.compare(*op, a, b),
+            (Op::Unary(UnaryOp::Not), _) => Some(not(*keep(0)?)),
+            (Op::Binary(BinaryOp::And), _) => Some(Keep::And(keep(0)?, keep(1)?)),
+            (Op::Binary(BinaryOp::Or), _) => Some(Keep::Or(keep(0)?, keep(1)?)),
+            // Views of a mask that keep its last two axes last (`m[None, None]`): its value
+            // at the scores' row and key.
+            (Op::Unsqueeze(a), &[x]) => {
+                let r = self.program.tensor_type(x).rank();
+                (*a <= r - r.min(2)).then(|| self.keep(x))?
+            }
+            (Op::Expand(_) | Op::Contiguous, &[x]) => self.keep(x),
             _ => None,
         }
     }

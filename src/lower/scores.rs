@@ -121,7 +121,7 @@ impl Builder<'_, '_> {
 
     /// `ci * i + cj * j + c`, exact in float32 (see [`Positions::affine`]).
     fn affine(&mut self, a: Affine) -> usize {
-        let mut acc = self.push(Expr::Const(a.c as f32));
+        let mut acc = None;
         for (k, leaf) in [(a.ci, 1), (a.cj, 2)] {
             if k == 0 {
                 continue;
@@ -131,8 +131,18 @@ impl Builder<'_, '_> {
                 let k = self.push(Expr::Const(k as f32));
                 term = self.push(Expr::Binary(Binary::Mul, term, k));
             }
-            acc = self.push(Expr::Binary(Binary::Add, acc, term));
+            acc = Some(match acc {
+                Some(sum) => self.push(Expr::Binary(Binary::Add, sum, term)),
+                None => term,
+            });
         }
-        acc
+        match (acc, a.c) {
+            (Some(sum), 0) => sum,
+            (Some(sum), c) => {
+                let c = self.push(Expr::Const(c as f32));
+                self.push(Expr::Binary(Binary::Add, sum, c))
+            }
+            (None, c) => self.push(Expr::Const(c as f32)),
+        }
     }
 }

@@ -138,6 +138,10 @@ pub fn rules() -> Vec<Rw> {
         let applier = Checked { rhs, scalar: Some("?f".parse().unwrap()) };
         rules.push(Rewrite::new(format!("where-{op}-masked-fill"), lhs, applier).unwrap());
     }
+    // Any other condition: `where(c, a, f)` is `a.masked_fill(~c, f)`, so a mask of positions
+    // written as FlexAttention's `mask_mod` keeps (`where(j <= i, s, -inf)`) fuses too.
+    let applier = Checked { rhs: "(masked_fill ?a (not ?c) ?f)".parse().unwrap(), scalar: Some("?f".parse().unwrap()) };
+    rules.push(Rewrite::new("where-masked-fill", "(where ?c ?a ?f)".parse::<egg::Pattern<Tensor>>().unwrap(), applier).unwrap());
     rules
 }
 
