@@ -149,6 +149,8 @@ struct Extras {
     score: Option<(Vec<Expr>, Vec<ValueId>)>,
     /// The `cat` nodes of keys and values read as cache and tail.
     tail: Option<[ValueId; 2]>,
+    /// Keys and values of fewer heads, and how many query heads share each.
+    group: Option<([ValueId; 2], usize)>,
 }
 
 /// A lowered value.
@@ -585,6 +587,7 @@ impl<'p> Lowerer<'p> {
             }),
             score: None,
             tail: self.fusion.tails.get(&id).copied(),
+            group: self.fusion.groups.get(&id).copied(),
         };
         let masking = match extras.positions {
             Some(_) => None,
@@ -1015,6 +1018,16 @@ impl<'p> Lowerer<'p> {
         let bad = || internal(format!("node {id}: attention operands do not fit"));
         let r = out_shape.len();
         let batch = out_shape[..r - 2].to_vec();
+        // Keys and values of fewer heads: query head `h` reads head `h / group`.
+        let (keys, v, group) = match (extras.group, keys) {
+            (Some(([k0, v0], g)), KeyOperand::Keys(_)) if r >= 3 => (KeyOperand::Keys(k0), v0, g),
+            _ => (keys, v, 1),
+        };
+        let mut kv_batch = batch.clone();
+        if let Some(heads) = kv_batch.last_mut() {
+            *heads /= group;
+        }
+        let with_kv = |tail: [usize; 2]| [kv_batch.as_slice(), &tail].concat();
         // Keys and values joined from a cache: the first parts are `k` and `v`, the second
         // the tail.
         let transposed = |k: View| {
@@ -1047,8 +1060,8 @@ impl<'p> Lowerer<'p> {
         let tail = match tail {
             Some((tk, tv)) => {
                 let len = *tk.shape.get(r - 2).ok_or_else(bad)?;
-                let k = tk.expand(&with([len, dk])).ok_or_else(bad)?;
-                let v = tv.expand(&with([len, dv])).ok_or_else(bad)?;
+                let k = tk.expand(&with_kv([len, dk])).ok_or_else(bad)?;
+                let v = tv.expand(&with_kv([len, dv])).ok_or_else(bad)?;
                 Some(KeyTail {
                     k: k.operand(),
                     v: v.operand(),
@@ -1060,10 +1073,10 @@ impl<'p> Lowerer<'p> {
         let m = head + tail.as_ref().map_or(0, |t| t.len);
         let q = q.expand(&with([n, dk])).ok_or_else(bad)?;
         let k = kt
-            .expand(&with([dk, head]))
+            .expand(&with_kv([dk, head]))
             .and_then(|k| k.transpose(r - 2, r - 1))
             .ok_or_else(bad)?;
-        let v = v.expand(&with([head, dv])).ok_or_else(bad)?;
+        let v = v.expand(&with_kv([head, dv])).ok_or_else(bad)?;
         let mask = self
             .mask_fill(mask, &with([n, m]))?
             .map(|(view, mp)| mp.kernel(view.operand()));
@@ -1093,7 +1106,7 @@ impl<'p> Lowerer<'p> {
             mask,
             block: attention_blocks(n, m, extras.positions.is_some()),
             positions: extras.positions,
-            kv_group: 1,
+            kv_group: group,
             score,
             tail,
         };

@@ -271,3 +271,64 @@ fn a_cache_that_is_an_output_is_joined_once() {
         plan.to_text()
     );
 }
+
+const GQA: &str = "dim B, N
+dim Hkv = 2, G = 3, Dk = 8
+dim H = Hkv * G
+input q: [B, H, N, Dk]
+input k: [B, Hkv, N, Dk]
+input v: [B, Hkv, N, Dk]
+fn repeat_kv(x: [B, Hkv, N, Dk]) -> [B, H, N, Dk] {
+    x[:, :, None, :, :].expand(B, Hkv, G, N, Dk).reshape(B, Hkv * G, N, Dk)
+}
+let i = arange(N)[:, None]
+let j = arange(N)[None, :]
+let scores = q @ repeat_kv(k).transpose(-2, -1) / sqrt(Dk)
+output out = scores.masked_fill(j > i, -inf).softmax(-1) @ repeat_kv(v)
+";
+
+#[test]
+fn keys_repeated_by_expand_and_reshape_are_read_in_place_by_group() {
+    let a = form("repeat_kv", GQA, &[("B", 2), ("N", 150)]);
+    assert_eq!(a.kv_group, 3);
+    assert!(a.tile_counts().unwrap().skipped > 0);
+    let p = program(GQA, &[("B", 2), ("N", 150)]);
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let plan = plan(&p, &bound.dims);
+    // Keys and values are read from the inputs: no kernel copies them.
+    let copies: Vec<&str> = plan
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.op, KernelOp::Map(_)))
+        .map(|k| k.label.as_str())
+        .filter(|l| !l.contains("kT layout"))
+        .collect();
+    assert!(copies.is_empty(), "{copies:?}\n{}", plan.to_text());
+}
+
+#[test]
+fn a_grouped_decode_step_against_a_cache_is_one_kernel() {
+    let src = "dim B, M
+dim Hkv = 2, G = 4, Dk = 8
+dim H = Hkv * G
+input q: [B, H, 1, Dk]
+input k_cache: [B, Hkv, M, Dk]
+input v_cache: [B, Hkv, M, Dk]
+input k_new: [B, Hkv, 1, Dk]
+input v_new: [B, Hkv, 1, Dk]
+fn repeat_kv(x: [B, Hkv, M + 1, Dk]) -> [B, H, M + 1, Dk] {
+    x[:, :, None, :, :].expand(B, Hkv, G, M + 1, Dk).reshape(B, Hkv * G, M + 1, Dk)
+}
+let k = repeat_kv(cat([k_cache, k_new], dim=2))
+let v = repeat_kv(cat([v_cache, v_new], dim=2))
+output out = (q @ k.transpose(-2, -1) / sqrt(Dk)).softmax(-1) @ v
+";
+    let dims = [("B", 2), ("M", 100)];
+    let a = form("grouped decode", src, &dims);
+    // One query row: the group's heads become rows of one task, the cache read once.
+    assert_eq!((a.n, a.kv_group, a.batch.as_slice()), (4, 1, &[2, 2][..]));
+    assert_eq!(a.tail.as_ref().map(|t| t.len), Some(1));
+    let p = program(src, &dims);
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    assert_eq!(plan(&p, &bound.dims).kernels.len(), 1);
+}

@@ -84,6 +84,9 @@ pub struct Fusion {
     /// By attention node: its keys and values, each a `cat` of a cache and new entries
     /// along the keys, read in place.
     pub tails: HashMap<ValueId, [ValueId; 2]>,
+    /// By attention node: keys and values of fewer heads that it repeats, read in place,
+    /// and how many query heads share each.
+    pub groups: HashMap<ValueId, ([ValueId; 2], usize)>,
 }
 
 /// The decisions for `program` at the dim values `dims`.
@@ -125,6 +128,7 @@ pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
         positions: f.attention.positions,
         scores: f.attention.scores,
         tails: f.attention.tails,
+        groups: f.attention.groups,
     }
 }
 
@@ -134,6 +138,7 @@ struct AttentionParts {
     positions: HashMap<ValueId, Keep>,
     scores: HashMap<ValueId, ScorePlan>,
     tails: HashMap<ValueId, [ValueId; 2]>,
+    groups: HashMap<ValueId, ([ValueId; 2], usize)>,
 }
 
 /// Counts uses and lists every node in evaluation order, loop bodies included.
@@ -284,11 +289,27 @@ impl Decider<'_> {
             }
             None => self.absorb_mask_compare(id),
         }
-        let values = args[if matches!(self.op(id), Op::Attention { .. }) {
+        let mut values = args[if matches!(self.op(id), Op::Attention { .. }) {
             2
         } else {
             1
         }];
+        let mut keys = keys;
+        if let Some(k) = keys {
+            if let (Some((k0, g)), Some((v0, h))) = (self.repeated_heads(k), self.repeated_heads(values)) {
+                if g == h {
+                    // The repeated copy is never made where nothing else reads it.
+                    for (mut x, src) in [(k, k0), (values, v0)] {
+                        while x != src && self.free(x) {
+                            self.absorbed[x] = true;
+                            x = self.args(x)[0];
+                        }
+                    }
+                    self.attention.groups.insert(id, ([k0, v0], g));
+                    (keys, values) = (Some(k0), v0);
+                }
+            }
+        }
         if let Some(k) = keys {
             if self.joined_keys(k, values) {
                 // A join something else reads (an output: the next step's cache) is made
@@ -299,6 +320,43 @@ impl Decider<'_> {
                 self.attention.tails.insert(id, [k, values]);
             }
         }
+    }
+
+    /// Keys or values whose heads repeat each of fewer heads `G` times, as Hugging Face's
+    /// `repeat_kv` writes them: `x[:, :, None].expand(.., Hkv, G, m, d).reshape(.., Hkv * G,
+    /// m, d)`; `x` and `G`. Head `h` of the result is head `h / G` of `x`, which the attention
+    /// kernel reads in place (`kv_group`).
+    fn repeated_heads(&self, x: ValueId) -> Option<(ValueId, usize)> {
+        let (Op::Reshape(_) | Op::View(_), &[e]) = (self.op(x), self.args(x)) else {
+            return None;
+        };
+        // The optimizer writes a reshape that must copy as a view of a `contiguous`.
+        let e = match (self.op(e), self.args(e)) {
+            (Op::Contiguous, &[c]) => c,
+            _ => e,
+        };
+        let (Op::Expand(_), &[u]) = (self.op(e), self.args(e)) else {
+            return None;
+        };
+        let (&Op::Unsqueeze(a), &[src]) = (self.op(u), self.args(u)) else {
+            return None;
+        };
+        let pos = Positions {
+            program: self.program,
+            dims: self.values,
+        };
+        let (out, expanded, from) = (pos.sizes(x)?, pos.sizes(e)?, pos.sizes(src)?);
+        let r = out.len();
+        let h = r.checked_sub(3)?;
+        let fits = a == h + 1
+            && expanded.len() == r + 1
+            && from.len() == r
+            && expanded[..h] == out[..h]
+            && expanded[h + 2..] == out[h + 1..]
+            && expanded[h].checked_mul(expanded[h + 1]) == Some(out[h])
+            && from[h] == expanded[h];
+        let group = usize::try_from(expanded[h + 1]).ok()?;
+        (fits && group > 1).then_some((src, group))
     }
 
     /// Whether keys `k [.., m, dk]` and values `v [.., m, dv]` are each `cat([cache, new])`

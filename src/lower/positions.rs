@@ -112,7 +112,8 @@ impl Positions<'_> {
         &self.program.node(id).args
     }
 
-    fn sizes(&self, id: ValueId) -> Option<Vec<i64>> {
+    /// The concrete sizes of `id`'s shape.
+    pub fn sizes(&self, id: ValueId) -> Option<Vec<i64>> {
         let dims = &self.program.dims;
         let value = |s| self.dims.get(s).copied().flatten();
         self.program
