@@ -1,4 +1,5 @@
-//! The movement ops of section 7.2 that repeat or regroup elements (`expand`), on the
+//! The movement ops of section 7.2 that repeat or regroup elements (`expand`,
+//! `repeat_interleave`, `flatten`), on the
 //! interpreter and on the native backend (the checked program and the optimized one),
 //! against the values and shapes PyTorch 2.15 gives for the same input, NaN and infinity
 //! included.
@@ -19,6 +20,13 @@ output wide = x.expand(B, 4, N)
 output leading = expand(x, 2, -1, 2, -1)
 output repeat_kv = x[:, None].expand(B, 2, 1, N).reshape(2 * B, N)
 output then_add = x.expand(B, 2, N) + x.transpose(0, 1).expand(2, 2, N)
+output ri_dim = x.repeat_interleave(2, dim=-1)
+output ri_flat = x.transpose(0, 2).repeat_interleave(2)
+output ri_rows = repeat_interleave(x.squeeze(1), B + 1, 0)
+output ri_scalar = x[0, 0, 0].repeat_interleave(2)
+output flat = x.transpose(0, 2).flatten()
+output flat_mid = x.expand(B, 2, N).flatten(1)
+output flat_scalar = flatten(x[1, 0, 2])
 "#;
 
 /// `x`, `[2, 1, 3]`.
@@ -44,6 +52,21 @@ fn pytorch() -> Vec<(&'static str, Vec<usize>, Vec<f32>)> {
             vec![2, 2, 3],
             vec![3.0, NAN, -4.0, INF, NAN, -INF, INF, NAN, -INF, INF, 0.5, -INF],
         ),
+        (
+            "ri_dim",
+            vec![2, 1, 6],
+            vec![1.5, 1.5, NAN, NAN, -2.0, -2.0, INF, INF, 0.25, 0.25, -INF, -INF],
+        ),
+        (
+            "ri_flat",
+            vec![12],
+            vec![1.5, 1.5, INF, INF, NAN, NAN, 0.25, 0.25, -2.0, -2.0, -INF, -INF],
+        ),
+        ("ri_rows", vec![6, 3], rows(&[R0, R0, R0, R1, R1, R1])),
+        ("ri_scalar", vec![2], vec![1.5, 1.5]),
+        ("flat", vec![6], vec![1.5, INF, NAN, 0.25, -2.0, -INF]),
+        ("flat_mid", vec![2, 6], rows(&[R0, R0, R1, R1])),
+        ("flat_scalar", vec![1], vec![-INF]),
     ]
 }
 

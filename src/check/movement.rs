@@ -1,11 +1,13 @@
 //! The shape rules of the movement ops that repeat or regroup elements: `expand` (a view
-//! with stride-0 axes).
+//! with stride-0 axes), `flatten` (a `reshape`) and `repeat_interleave` (built as ATen
+//! builds it: `unsqueeze`, `expand`, a row-major copy, then a view).
 
-use super::ops::is_minus_one;
+use super::ops::{is_minus_one, is_none};
 use super::{layout, Checker, Value};
 use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::Code;
-use crate::ir::Op;
+use crate::dims::Poly;
+use crate::ir::{Op, ValueId};
 use crate::source::Span;
 
 impl Checker {
@@ -58,13 +60,95 @@ impl Checker {
             }
             shape.push(size);
         }
+        Some(Value::Tensor(self.expanded(x, shape, span)))
+    }
+
+    fn expanded(&mut self, x: ValueId, shape: Vec<Poly>, span: Span) -> ValueId {
+        let t = self.ty(x).clone();
         let laid = layout::expand(&self.prog.dims, &t, &shape);
-        Some(self.push(
-            Op::Expand(shape.clone()),
-            vec![x],
-            laid.with(shape, t.dtype),
-            span,
-        ))
+        let ty = laid.with(shape.clone(), t.dtype);
+        tensor_id(self.push(Op::Expand(shape), vec![x], ty, span))
+    }
+
+    /// `flatten(x, start_dim=0, end_dim=-1)`: the axes from `start_dim` to `end_dim` merged
+    /// into one, as `reshape` does (a view where the strides allow one, else a copy); a
+    /// rank-0 tensor becomes `[1]`, and one axis alone is the input itself.
+    pub(crate) fn flatten(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `flatten`")?;
+        let rank = self.ty(x).rank();
+        // PyTorch wraps a rank-0 tensor's axes as those of rank 1.
+        let start = self.axis(args[1], rank.max(1), false);
+        let end = self.axis(args[2], rank.max(1), false);
+        let (start, end) = (start?, end?);
+        if start > end {
+            let msg =
+                format!("`flatten` from axis {start} to axis {end}: `start_dim` cannot come after `end_dim`");
+            self.error(Code::E0204, span, msg);
+            return None;
+        }
+        Some(Value::Tensor(self.flattened(x, start, end, span)))
+    }
+
+    /// `x` with axes `start..=end` (`end` capped at the last axis) merged, through
+    /// `reshape`.
+    fn flattened(&mut self, x: ValueId, start: usize, end: usize, span: Span) -> ValueId {
+        let t = self.ty(x).clone();
+        let shape = match t.rank() {
+            0 => vec![Poly::int(1)],
+            rank => {
+                let end = end.min(rank - 1);
+                if start == end {
+                    return x;
+                }
+                let merged = t.shape[start..=end]
+                    .iter()
+                    .fold(Poly::int(1), |acc, d| acc.mul(d));
+                let mut shape = t.shape[..start].to_vec();
+                shape.push(self.prog.dims.simplify(&merged));
+                shape.extend_from_slice(&t.shape[end + 1..]);
+                shape
+            }
+        };
+        let laid = layout::reshape(&self.prog.dims, &t, &shape);
+        let ty = laid.with(shape.clone(), t.dtype);
+        tensor_id(self.push(Op::Reshape(shape), vec![x], ty, span))
+    }
+
+    /// `repeat_interleave(x, repeats, dim=None)`: each element along `dim` repeated
+    /// `repeats` times in place; without `dim`, of the flattened input. Built as ATen
+    /// builds it: `x.unsqueeze(dim + 1).expand(.., repeats, ..)`, a row-major copy, then
+    /// `flatten(dim, dim + 1)`.
+    pub(crate) fn repeat_interleave(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let x = self.tensor_arg(args[0], "the argument of `repeat_interleave`")?;
+        let repeats = self.dim_expr(args[1])?;
+        if !self.prog.dims.provably_nonneg(&repeats) {
+            let msg = format!("`repeats` `{}` may be negative", self.dim_text(&repeats));
+            self.error(Code::E0208, args[1].span, msg);
+            return None;
+        }
+        let rank = self.ty(x).rank();
+        let (x, dim) = match args.get(2).filter(|e| !is_none(e)) {
+            Some(e) => (x, self.axis(e, rank.max(1), false)?),
+            None => (self.flattened(x, 0, usize::MAX, span), 0),
+        };
+        // A rank-0 tensor repeats as `[1]`.
+        let x = self.flattened(x, 0, 0, span);
+        let t = self.ty(x).clone();
+        let mut one = t.clone();
+        let stride = match dim + 1 < t.rank() {
+            true => t.strides[dim + 1].mul(&t.shape[dim + 1]),
+            false => Poly::int(1),
+        };
+        one.shape.insert(dim + 1, Poly::int(1));
+        one.strides.insert(dim + 1, stride);
+        let unsqueezed = tensor_id(self.push(Op::Unsqueeze(dim + 1), vec![x], one.clone(), span));
+        let mut wide = one.shape;
+        wide[dim + 1] = repeats;
+        let expanded = self.expanded(unsqueezed, wide, span);
+        let et = self.ty(expanded).clone();
+        let ty = self.laid_out(layout::contiguous, &[expanded], et.shape, et.dtype);
+        let copy = tensor_id(self.push(Op::Contiguous, vec![expanded], ty, span));
+        Some(Value::Tensor(self.flattened(copy, dim, dim + 1, span)))
     }
 }
 
@@ -76,5 +160,12 @@ fn size_list<'a>(args: &[&'a Expr]) -> Vec<&'a Expr> {
             _ => args.to_vec(),
         },
         _ => args.to_vec(),
+    }
+}
+
+fn tensor_id(v: Value) -> ValueId {
+    match v {
+        Value::Tensor(id) => id,
+        _ => unreachable!("push makes a tensor"),
     }
 }

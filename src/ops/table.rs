@@ -137,6 +137,8 @@ pub static OPS: &[OpDef] = &[
     op!("reshape",     &[p("input"), rest("shape")],                            Layout, Check(Checker::reshape_op)),
     op!("contiguous",  INPUT,                                                   Layout, Check(Checker::contiguous)),
     op!("expand",      &[p("input"), rest("size")],                             Layout, Check(Checker::expand)),
+    op!("flatten",     &[p("input"), opt("start_dim", Default::Int(0)), opt("end_dim", Default::Int(-1))], Layout, Check(Checker::flatten)),
+    op!("repeat_interleave", &[p("input"), p("repeats"), opt("dim", Default::None)], Layout, Check(Checker::repeat_interleave)),
     op!("unsqueeze",   &[p("input"), p("dim")],                                 Layout, Check(Checker::unsqueeze)),
     op!("squeeze",     &[p("input"), opt("dim", Default::None)],                Layout, Check(Checker::squeeze)),
     op!("concat", ["cat"], &[p("tensors"), opt("dim", Default::Int(0))],        Layout, Check(Checker::concat)),
