@@ -1109,6 +1109,7 @@ impl<'p> Lowerer<'p> {
             kv_group: group,
             score,
             tail,
+            zero_empty_rows: false,
         };
         let a = a.fold_query_groups().unwrap_or(a);
         self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));

@@ -153,3 +153,16 @@ fn softcap_reproduces_pytorch() {
         reproduce("examples/softcap.attn", "softcap_b2_n10_d16_h2", &dims, backend);
     }
 }
+
+#[test]
+fn gqa_decode_reproduces_pytorch() {
+    let dims = ["D=32", "H=8", "Hkv=2"];
+    for backend in ["interp", "jit"] {
+        reproduce(
+            "examples/gqa_decode.attn",
+            "decode_b1_m11_d32_h8_kv2",
+            &dims,
+            backend,
+        );
+    }
+}

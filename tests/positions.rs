@@ -148,3 +148,44 @@ fn a_boolean_output_is_written_as_zeros_and_ones_and_its_checksum_counts_true() 
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The three meanings of a row whose every key is removed (here query 0, by `i == 0`), as
+/// PyTorch gives them: `masked_fill` with `-1e9` then `softmax` is uniform, with `-inf` it
+/// is NaN, and `scaled_dot_product_attention` gives 0.
+const FULLY_MASKED: &str = "
+dim N
+dim E = 4
+input s: [N, N]
+input q: [N, E]
+input k: [N, E]
+input v: [N, E]
+let i = arange(N)[:, None]
+let j = arange(N)[None, :]
+let removed = (j > i) | (i == 0)
+output finite = s.masked_fill(removed, -1e9).softmax(dim=-1)
+output infinite = s.masked_fill(removed, -inf).softmax(dim=-1)
+output sdpa = scaled_dot_product_attention(q, k, v, attn_mask=~removed)
+";
+
+#[test]
+fn a_row_without_keys_keeps_each_forms_pytorch_meaning() {
+    let n = 5;
+    for (backend, outputs) in run_everywhere(FULLY_MASKED, &[("N", n)]) {
+        let out = |name: &str| outputs.iter().find(|(o, _)| o == name).unwrap().1.data.clone();
+        let (finite, infinite, sdpa) = (out("finite"), out("infinite"), out("sdpa"));
+        let uniform = 1.0 / n as f32;
+        assert!(
+            finite[..5].iter().all(|&p| (p - uniform).abs() < 1e-6),
+            "{backend}: {finite:?}"
+        );
+        assert!(
+            infinite[..5].iter().all(|p| p.is_nan()),
+            "{backend}: {infinite:?}"
+        );
+        assert!(sdpa[..4].iter().all(|&x| x == 0.0), "{backend}: {sdpa:?}");
+        // The other rows are ordinary: row 1 keeps keys 0 and 1.
+        assert!((finite[5] + finite[6] - 1.0).abs() < 1e-6, "{backend}");
+        assert_eq!(&finite[7..10], &[0.0; 3], "{backend}");
+        assert!(sdpa[4..].iter().all(|x| x.is_finite()), "{backend}");
+    }
+}

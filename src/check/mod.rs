@@ -8,6 +8,7 @@
 //! `dim_expr`, declarations and statements in `items`.
 
 mod args;
+mod attention;
 mod dim_expr;
 mod items;
 mod movement;

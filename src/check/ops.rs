@@ -456,7 +456,14 @@ impl Checker {
 
     /// `torch.matmul`: vectors are promoted and their axis removed again, batch dims
     /// broadcast.
-    fn matmul(&mut self, a: &Value, b: &Value, aspan: Span, bspan: Span, span: Span) -> Option<Value> {
+    pub(super) fn matmul(
+        &mut self,
+        a: &Value,
+        b: &Value,
+        aspan: Span,
+        bspan: Span,
+        span: Span,
+    ) -> Option<Value> {
         let x = self.expect_tensor(a, aspan, "an operand of `@`");
         let y = self.expect_tensor(b, bspan, "an operand of `@`");
         let (x, y) = (x?, y?);
@@ -767,7 +774,7 @@ impl Checker {
         Some(self.push(Op::MaskedFill, vec![x, m, v], ty, span))
     }
 
-    fn expect_scalar(&mut self, v: &Value, span: Span, what: &str) -> Option<ValueId> {
+    pub(super) fn expect_scalar(&mut self, v: &Value, span: Span, what: &str) -> Option<ValueId> {
         let id = self.expect_tensor(v, span, what)?;
         let rank = self.ty(id).rank();
         if rank != 0 {
@@ -860,7 +867,7 @@ impl Checker {
     }
 
     /// `x[.., None, ..]`: a new axis of size 1 at `axis`, as `unsqueeze`.
-    fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
+    pub(super) fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
         let mut t = self.ty(x).clone();
         let stride = match axis < t.rank() {
             true => t.strides[axis].mul(&t.shape[axis]),

@@ -12,43 +12,50 @@ use crate::ir::{BinaryOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
 use crate::source::Span;
 
 /// The argument at `i`, unless it is absent or `None`.
-fn given<'a>(args: &[&'a Expr], i: usize) -> Option<&'a Expr> {
+pub(super) fn given<'a>(args: &[&'a Expr], i: usize) -> Option<&'a Expr> {
     args.get(i).copied().filter(|e| !is_none(e))
 }
 
 impl Checker {
     // ---- building blocks ----------------------------------------------------------------
 
-    fn literal_id(&mut self, v: f64, span: Span) -> ValueId {
+    pub(super) fn literal_id(&mut self, v: f64, span: Span) -> ValueId {
         self.push_id(Op::Literal(v), vec![], scalar(), span)
     }
 
-    fn dim_id(&mut self, p: Poly, span: Span) -> ValueId {
+    pub(super) fn dim_id(&mut self, p: Poly, span: Span) -> ValueId {
         self.push_id(Op::DimValue(p), vec![], scalar(), span)
     }
 
-    fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
+    pub(super) fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
         match self.push(op, args, ty, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("push makes a tensor"),
         }
     }
 
-    fn unary_id(&mut self, op: UnaryOp, x: ValueId, span: Span) -> ValueId {
+    pub(super) fn unary_id(&mut self, op: UnaryOp, x: ValueId, span: Span) -> ValueId {
         match self.unary(op, &Value::Tensor(x), span, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("a unary op of a tensor is a tensor"),
         }
     }
 
-    fn bin(&mut self, op: BinaryOp, x: ValueId, y: ValueId, span: Span) -> Option<ValueId> {
+    pub(super) fn bin(&mut self, op: BinaryOp, x: ValueId, y: ValueId, span: Span) -> Option<ValueId> {
         self.elementwise(Op::Binary(op), DType::F32, x, y, span)
     }
 
     /// `op` of `x` over `axes`; row-major, as PyTorch's reductions return. Several axes
     /// reduce one at a time (the last first, keeping each as size 1), so every backend
     /// needs only single-axis reductions; then a view drops them unless `keepdim`.
-    fn reduce_id(&mut self, op: ReduceOp, x: ValueId, axes: &[usize], keepdim: bool, span: Span) -> ValueId {
+    pub(super) fn reduce_id(
+        &mut self,
+        op: ReduceOp,
+        x: ValueId,
+        axes: &[usize],
+        keepdim: bool,
+        span: Span,
+    ) -> ValueId {
         let [.., last] = axes else {
             return x;
         };
@@ -113,7 +120,7 @@ impl Checker {
     }
 
     /// A boolean parameter: `True` or `False` only.
-    fn bool_param(&mut self, e: &Expr, what: &str) -> Option<bool> {
+    pub(super) fn bool_param(&mut self, e: &Expr, what: &str) -> Option<bool> {
         match &e.kind {
             ExprKind::Bool(b) => Some(*b),
             ExprKind::Error => None,

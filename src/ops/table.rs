@@ -145,6 +145,10 @@ pub static OPS: &[OpDef] = &[
     op!("stack",       &[p("tensors"), opt("dim", Default::Int(0))],            Layout, Check(Checker::stack)),
     // special
     op!("masked_fill", &[p("input"), p("mask"), p("value")],                    Special, Check(Checker::masked_fill)),
+    op!("scaled_dot_product_attention",
+        &[p("query"), p("key"), p("value"), opt("attn_mask", Default::None), opt("dropout_p", Default::Float(0.0)),
+          opt("is_causal", Default::Bool(false)), opt("scale", Default::None), opt("enable_gqa", Default::Bool(false))],
+                                                                                Special, Check(Checker::scaled_dot_product_attention)),
     op!("dropout",     &[p("input"), opt("p", Default::Float(0.5))],            Special, Check(Checker::dropout)),
     // elementwise primitives
     op!("neg",         INPUT, Elementwise, Unary(UnaryOp::Neg)),
