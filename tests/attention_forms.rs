@@ -332,3 +332,24 @@ output out = (q @ k.transpose(-2, -1) / sqrt(Dk)).softmax(-1) @ v
     let bound = bind(&p, &RunOptions::default()).unwrap();
     assert_eq!(plan(&p, &bound.dims).kernels.len(), 1);
 }
+
+/// The programs of the attention benchmarks (the variant examples, `benches/decode.attn`) at
+/// small sizes: each is one attention kernel with what its variant needs, and agrees with the
+/// interpreter.
+#[test]
+fn the_benchmarked_variants_are_one_attention_kernel_each() {
+    let small = [("B", 1), ("N", 130), ("D", 64), ("H", 4), ("W", 20)];
+    for name in ["causal_from_positions", "sliding_window", "alibi", "softcap"] {
+        let a = form(name, &common::example(&format!("{name}.attn")), &small);
+        assert!(a.tile_counts().unwrap().skipped > 0, "{name}");
+        assert_eq!(a.score.is_some(), ["alibi", "softcap"].contains(&name), "{name}");
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/decode.attn");
+    let src = std::fs::read_to_string(path).unwrap();
+    let a = form(
+        "decode bench",
+        &src,
+        &[("B", 2), ("M", 70), ("D", 64), ("H", 8), ("Hkv", 2)],
+    );
+    assert!(a.tail.is_some());
+}
