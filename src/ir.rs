@@ -213,6 +213,10 @@ pub enum Op {
         scale: f64,
         fill: f64,
     },
+    /// `scaled_dot_product_attention`'s attention over scores `s` (masks included):
+    /// `softmax(s, -1) @ v`, except that a row of `s` whose every element is `-inf` gives 0
+    /// (PyTorch's safe softmax); args `[s, v]`, shapes as for [`Op::ScoredAttention`].
+    SafeAttention,
     /// `torch.cat(args, axis)` of one or more tensors of one rank that agree on every
     /// other axis. The optimizer uses it on params only (the merged Q/K/V weights), so
     /// a backend evaluates it once, when the weights are loaded.

@@ -353,3 +353,53 @@ fn the_benchmarked_variants_are_one_attention_kernel_each() {
     );
     assert!(a.tail.is_some());
 }
+
+const SDPA: &str = "dim B, H, N
+dim Dk = 8
+input q: [B, H, N, Dk]
+input k: [B, H, N, Dk]
+input v: [B, H, N, Dk]
+";
+
+#[test]
+fn scaled_dot_product_attention_is_one_kernel_with_its_safe_softmax() {
+    let forms = [
+        ("is_causal", "output out = scaled_dot_product_attention(q, k, v, is_causal=True)", true),
+        (
+            "a window as attn_mask",
+            "let i = arange(N)[:, None]\nlet j = arange(N)[None, :]\n\
+             output out = scaled_dot_product_attention(q, k, v, attn_mask=(j <= i) & (j > i - 40), scale=0.5)",
+            true,
+        ),
+        ("no mask", "output out = scaled_dot_product_attention(q, k, v)", false),
+        (
+            "a tensor mask",
+            "input keep: [B, 1, N, N]\noutput out = scaled_dot_product_attention(q, k, v, attn_mask=keep > 0.0)",
+            false,
+        ),
+    ];
+    for (what, body, skips) in forms {
+        let a = form(what, &format!("{SDPA}{body}\n"), DIMS);
+        assert!(a.zero_empty_rows, "{what}");
+        assert_eq!(a.tile_counts().is_some_and(|c| c.skipped > 0), skips, "{what}");
+    }
+}
+
+#[test]
+fn scaled_dot_product_attention_gives_0_on_a_row_without_keys() {
+    let body = "let keep = ones(N, N).tril(-1) == 1
+output out = scaled_dot_product_attention(q, k, v, attn_mask=keep)";
+    let p = program(&format!("{SDPA}{body}\n"), DIMS);
+    let out = agrees("sdpa empty row", &p);
+    assert!(out[0].1.data[..8].iter().all(|&x| x == 0.0));
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let a = one_attention(&plan(&p, &bound.dims));
+    assert!(a.zero_empty_rows && a.positions.is_some());
+}
+
+#[test]
+fn the_grouped_decode_example_reads_its_cache_in_place() {
+    let small = [("B", 2), ("M", 70), ("D", 64), ("H", 8), ("Hkv", 2)];
+    let a = form("gqa_decode", &common::example("gqa_decode.attn"), &small);
+    assert!(a.tail.is_some() && a.zero_empty_rows);
+}

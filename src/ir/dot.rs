@@ -46,7 +46,11 @@ impl Program {
 fn is_fused(op: &Op) -> bool {
     matches!(
         op,
-        Op::Gemm { .. } | Op::MaskedSoftmax { .. } | Op::Attention { .. } | Op::ScoredAttention { .. }
+        Op::Gemm { .. }
+            | Op::MaskedSoftmax { .. }
+            | Op::Attention { .. }
+            | Op::ScoredAttention { .. }
+            | Op::SafeAttention
     )
 }
 

@@ -195,6 +195,7 @@ impl Program {
                 "scored_attention",
                 softmax_attrs(*scale, *fill, node.args.len() > 2),
             ),
+            Op::SafeAttention => ("safe_attention", vec![]),
             Op::Cat(a) => ("cat", vec![a.to_string()]),
         }
     }

@@ -141,6 +141,13 @@ struct AttentionParts {
     groups: HashMap<ValueId, ([ValueId; 2], usize)>,
 }
 
+/// Scores with their masks of positions taken off (see `Decider::peel_masks`).
+struct Peeled {
+    scores: ValueId,
+    keep: Option<Keep>,
+    nodes: Vec<ValueId>,
+}
+
 /// Counts uses and lists every node in evaluation order, loop bodies included.
 fn collect(program: &Program, body: &[ValueId], uses: &mut [usize], order: &mut Vec<ValueId>) {
     for &id in body {
@@ -217,7 +224,7 @@ impl Decider<'_> {
                     self.fused.insert(id, f);
                 }
             }
-            Op::Attention { .. } | Op::ScoredAttention { .. } => self.attention_parts(id),
+            Op::Attention { .. } | Op::ScoredAttention { .. } | Op::SafeAttention => self.attention_parts(id),
             Op::MaskedSoftmax { .. } => self.absorb_mask_compare(id),
             Op::Softmax(_) if !self.fused.contains_key(&id) => {
                 let pat = self.softmax(id);
@@ -264,7 +271,16 @@ impl Decider<'_> {
         let (mask, keys) = match self.op(id) {
             Op::Attention { .. } => (args.get(3).copied(), Some(args[1])),
             _ => {
-                let plan = scores::plan(&pos, args[0], &|x| self.free(x));
+                // `scaled_dot_product_attention` fills its masks into the scores with -inf.
+                let peeled = match self.op(id) {
+                    Op::SafeAttention => self.peel_masks(&pos, args[0]),
+                    _ => Peeled {
+                        scores: args[0],
+                        keep: None,
+                        nodes: Vec::new(),
+                    },
+                };
+                let plan = scores::plan(&pos, peeled.scores, &|x| self.free(x));
                 let keys = plan.as_ref().and_then(|p| match self.op(p.gemm) {
                     Op::Gemm { trans_b: true, .. } => Some(self.args(p.gemm)[1]),
                     _ => None,
@@ -277,6 +293,12 @@ impl Decider<'_> {
                         self.absorb_tree(x);
                     }
                     self.attention.scores.insert(id, plan);
+                    if let Some(keep) = peeled.keep {
+                        for x in peeled.nodes {
+                            self.absorb_tree(x);
+                        }
+                        self.attention.positions.insert(id, keep);
+                    }
                 }
                 (args.get(2).copied(), keys)
             }
@@ -316,9 +338,38 @@ impl Decider<'_> {
                 // once, and the kernel reads its two parts from it.
                 for x in [k, values] {
                     self.absorbed[x] = self.free(x);
+                    // The unit axis of `enable_gqa`'s grouping, over the join.
+                    if let (true, Op::Unsqueeze(_), &[c]) = (self.absorbed[x], self.op(x), self.args(x)) {
+                        self.absorbed[c] = self.free(c);
+                    }
                 }
                 self.attention.tails.insert(id, [k, values]);
             }
+        }
+    }
+
+    /// The masks of positions filled into scores `s` with `-inf` (`masked_fill(.., m,
+    /// -inf)` in a row, nothing else reading them), taken off: what they keep, and the
+    /// nodes the kernel then computes.
+    fn peel_masks(&self, pos: &Positions, mut s: ValueId) -> Peeled {
+        let (mut keep, mut nodes) = (None, Vec::new());
+        while let (Op::MaskedFill, &[x, m, f]) = (self.op(s), self.args(s)) {
+            let filled = match pos.keep(m) {
+                Some(k) if self.free(s) && pos.scalar(f) == Some(f32::NEG_INFINITY) => k,
+                _ => break,
+            };
+            let kept = positions::not(filled);
+            keep = Some(match keep {
+                Some(k) => Keep::And(Box::new(k), Box::new(kept)),
+                None => kept,
+            });
+            nodes.push(s);
+            s = x;
+        }
+        Peeled {
+            scores: s,
+            keep,
+            nodes,
         }
     }
 
@@ -362,12 +413,20 @@ impl Decider<'_> {
     /// Whether keys `k [.., m, dk]` and values `v [.., m, dv]` are each `cat([cache, new])`
     /// along `m`, of the same lengths.
     fn joined_keys(&self, k: ValueId, v: ValueId) -> bool {
-        let split = |x: ValueId| match (self.op(x), self.args(x)) {
-            (Op::Cat(axis), &[a, b]) if *axis + 2 == self.program.tensor_type(x).rank() => {
-                let len = |p: ValueId| self.program.tensor_type(p).shape[*axis].clone();
-                Some((len(a), len(b)))
+        let rank = |x: ValueId| self.program.tensor_type(x).rank();
+        let split = |x: ValueId| {
+            // A unit batch axis over the join (`enable_gqa`'s grouping) keeps it one.
+            let x = match (self.op(x), self.args(x)) {
+                (&Op::Unsqueeze(a), &[c]) if a + 3 <= rank(x) => c,
+                _ => x,
+            };
+            match (self.op(x), self.args(x)) {
+                (Op::Cat(axis), &[a, b]) if *axis + 2 == rank(x) => {
+                    let len = |p: ValueId| self.program.tensor_type(p).shape[*axis].clone();
+                    Some((len(a), len(b)))
+                }
+                _ => None,
             }
-            _ => None,
         };
         match (split(k), split(v)) {
             (Some((a, b)), Some((c, d))) => self.dims.equal(&a, &c) && self.dims.equal(&b, &d),

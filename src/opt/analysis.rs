@@ -522,6 +522,11 @@ impl Ctx {
                 self.mask_fits(k[2], scores)?;
                 value(self.gemm_shape(scores, shape(1)?, false, false)?)
             }
+            T::SafeAttention(_) => {
+                let scores = shape(0)?;
+                (scores.len() >= 2).then_some(())?;
+                value(self.gemm_shape(scores, shape(1)?, false, false)?)
+            }
             T::Cat(_) => {
                 let a = k[0].axis()?;
                 let first = ty(1)?;

@@ -180,6 +180,7 @@ impl Into<'_> {
                 let m = opt(self, 2);
                 Tensor::ScoredAttention([a[0], a[1], m, self.float(*scale), self.float(*fill)])
             }
+            Op::SafeAttention => Tensor::SafeAttention([a[0], a[1]]),
             Op::Cat(d) => {
                 let mut ids = vec![self.int(*d)];
                 ids.extend(&a);
@@ -466,6 +467,7 @@ impl Out<'_> {
                 },
                 present(&c[..3]),
             ),
+            Tensor::SafeAttention(c) => (Op::SafeAttention, c.to_vec()),
             Tensor::Cat(c) => (Op::Cat(axis(c[0])?), c[1..].to_vec()),
             other => return Err(format!("`{other}` is not a value")),
         })

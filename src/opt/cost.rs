@@ -198,6 +198,12 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
             let reads: &[usize] = if mask { &[0, 1, 2] } else { &[0, 1] };
             Cost::kernel(flops, io(reads))
         }
+        Tensor::SafeAttention(_) => {
+            let (s, v) = (kid(0), kid(1));
+            let last = v.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
+            let scores = n(s);
+            Cost::kernel(2 * scores * last + SOFTMAX * scores + scores, io(&[0, 1]))
+        }
         _ => Cost::default(),
     }
 }

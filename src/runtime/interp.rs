@@ -192,6 +192,7 @@ impl<'p> Interp<'p> {
                 };
                 ops::scored_attention([arg(0)?, arg(1)?], mask, *scale, *fill)
             }
+            Op::SafeAttention => ops::safe_attention([arg(0)?, arg(1)?]),
             Op::Cat(axis) => {
                 let parts: Option<Vec<Strided>> = (0..node.args.len()).map(|i| arg(i).cloned()).collect();
                 ops::concat(&parts?, *axis)

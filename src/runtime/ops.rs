@@ -224,6 +224,21 @@ pub fn scored_attention(
     batched_gemm(&p, v, (false, false), None, 1.0)
 }
 
+/// `softmax(s, -1) @ v` with 0 for a row of `s` that is all `-inf`, as
+/// `scaled_dot_product_attention` gives it.
+pub fn safe_attention([s, v]: [&Strided; 2]) -> Option<Strided> {
+    let p = softmax(s, s.rank().checked_sub(1)?)?;
+    let last = (*s.shape.last()?).max(1);
+    let mut probs = p.to_vec();
+    for (row, scores) in probs.chunks_exact_mut(last).zip(s.to_vec().chunks_exact(last)) {
+        if scores.iter().all(|&x| x == f32::NEG_INFINITY) {
+            row.fill(0.0);
+        }
+    }
+    let p = Strided::from(Tensor::new(p.shape.clone(), probs));
+    batched_gemm(&p, v, (false, false), None, 1.0)
+}
+
 /// `torch.cat(items, axis)`; `None` for an empty list (the caller knows the shape).
 pub fn concat(items: &[Strided], axis: usize) -> Option<Strided> {
     let first = items.first()?;
