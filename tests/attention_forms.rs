@@ -403,3 +403,23 @@ fn the_grouped_decode_example_reads_its_cache_in_place() {
     let a = form("gqa_decode", &common::example("gqa_decode.attn"), &small);
     assert!(a.tail.is_some() && a.zero_empty_rows);
 }
+
+/// Two attentions over the same scores share them: the scores are computed once and each
+/// takes a safe softmax kernel and a GEMM, with the same numbers (row 0 keeps no key: 0).
+#[test]
+fn shared_scores_take_a_safe_softmax_kernel_and_a_gemm() {
+    let body = "input v2: [B, H, N, Dk]
+let keep = ones(N, N).tril(-1) == 1
+output a = scaled_dot_product_attention(q, k, v, attn_mask=keep)
+output b = scaled_dot_product_attention(q, k, v2, attn_mask=keep)";
+    let p = program(&format!("{SDPA}{body}\n"), DIMS);
+    let out = agrees("shared sdpa scores", &p);
+    assert!(out.iter().all(|(_, t)| t.data[..8].iter().all(|&x| x == 0.0)));
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let rows = plan(&p, &bound.dims)
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.op, KernelOp::Row(_)))
+        .count();
+    assert_eq!(rows, 2);
+}
