@@ -423,3 +423,20 @@ output b = scaled_dot_product_attention(q, k, v2, attn_mask=keep)";
         .count();
     assert_eq!(rows, 2);
 }
+
+/// The Llama layer adds `full([N, N], min).triu(1)` to its scores: the kernel computes that
+/// mask from the row and key rather than reading an `[N, N]` tensor.
+#[test]
+fn an_additive_mask_of_positions_is_computed_in_the_score_change() {
+    let src = "dim B, H, N
+dim Dk = 8
+input q: [B, H, N, Dk]
+input k: [B, H, N, Dk]
+input v: [B, H, N, Dk]
+let mask = full([N, N], -3.4028234663852886e38).triu(1)
+output out = (q @ k.transpose(-2, -1) / sqrt(Dk) + mask).softmax(dim=-1) @ v
+";
+    let a = form("additive triu", src, DIMS);
+    let score = a.score.expect("a score change");
+    assert!(score.inputs.is_empty(), "the mask is read: {score:?}");
+}

@@ -327,8 +327,9 @@ impl Positions<'_> {
         })
     }
 
-    /// A value that is `yes` where `k` holds and `no` elsewhere.
-    fn two_valued(&self, id: ValueId) -> Option<(Keep, f32, f32)> {
+    /// A value that is `yes` where `k` holds and `no` elsewhere (`full(.., c).triu(1)`, a
+    /// comparison of positions as 1.0 or 0.0).
+    pub fn two_valued(&self, id: ValueId) -> Option<(Keep, f32, f32)> {
         match (self.op(id), self.args(id)) {
             (&Op::Tri { upper, diagonal }, &[x]) => {
                 let v = self.uniform(x)?;

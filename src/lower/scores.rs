@@ -10,8 +10,8 @@
 
 use super::positions::Positions;
 use super::{binary, fuse, unary};
-use crate::ir::{Op, ValueId};
-use crate::kernel::{Affine, Binary, Expr, ScoreMod};
+use crate::ir::{CmpOp, Op, ValueId};
+use crate::kernel::{Affine, Binary, Expr, Keep, ScoreMod, Unary};
 
 /// A score change, found once by fusion and built into a kernel by the lowering.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +74,13 @@ impl Builder<'_, '_> {
             self.plan.positional.push(id);
             return Some(self.affine(a));
         }
+        // An additive mask of positions (`full([N, N], min).triu(1)`): computed, not read.
+        if let Some((keep, yes, no)) = self.pos.two_valued(id) {
+            self.plan.positional.push(id);
+            let holds = self.keep(&keep);
+            let (yes, no) = (self.push(Expr::Const(yes)), self.push(Expr::Const(no)));
+            return Some(self.push(Expr::Select(holds, yes, no)));
+        }
         let inline = (self.free)(id);
         if inline && self.plan.gemm == usize::MAX && self.is_scores(id) {
             self.plan.gemm = id;
@@ -117,6 +124,30 @@ impl Builder<'_, '_> {
                 .zip(&self.scores)
                 .all(|(a, b)| program.dims.equal(a, b));
         matches!(node.op, Op::Gemm { trans_a: false, .. }) && node.args.len() == 2 && whole
+    }
+
+    /// 1.0 where `keep` holds at the row and key, else 0.0.
+    fn keep(&mut self, keep: &Keep) -> usize {
+        match keep {
+            Keep::Atom(a) => {
+                let x = self.affine(*a);
+                let zero = self.push(Expr::Const(0.0));
+                self.push(Expr::Compare(CmpOp::Ge, x, zero))
+            }
+            Keep::And(a, b) | Keep::Or(a, b) => {
+                let (a2, b2) = (self.keep(a), self.keep(b));
+                let op = if matches!(keep, Keep::And(..)) {
+                    Binary::And
+                } else {
+                    Binary::Or
+                };
+                self.push(Expr::Binary(op, a2, b2))
+            }
+            Keep::Not(a) => {
+                let a = self.keep(a);
+                self.push(Expr::Unary(Unary::Not, a))
+            }
+        }
     }
 
     /// `ci * i + cj * j + c`, exact in float32 (see [`Positions::affine`]).
