@@ -440,3 +440,20 @@ output out = (q @ k.transpose(-2, -1) / sqrt(Dk) + mask).softmax(dim=-1) @ v
     let score = a.score.expect("a score change");
     assert!(score.inputs.is_empty(), "the mask is read: {score:?}");
 }
+
+/// `repeat_interleave(G, dim=1)` repeats each key head G times in a row, as `repeat_kv` does:
+/// read in place too.
+#[test]
+fn keys_repeated_by_repeat_interleave_are_read_in_place_by_group() {
+    let src = "dim B, N
+dim Hkv = 2, G = 3, Dk = 8
+dim H = Hkv * G
+input q: [B, H, N, Dk]
+input k: [B, Hkv, N, Dk]
+input v: [B, Hkv, N, Dk]
+let scores = q @ k.repeat_interleave(G, dim=1).transpose(-2, -1) / sqrt(Dk)
+output out = scores.softmax(-1) @ v.repeat_interleave(G, dim=1)
+";
+    let a = form("repeat_interleave", src, &[("B", 2), ("N", 70)]);
+    assert_eq!(a.kv_group, 3);
+}
