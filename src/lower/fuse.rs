@@ -406,8 +406,9 @@ impl Decider<'_> {
             && expanded[h + 2..] == out[h + 1..]
             && expanded[h].checked_mul(expanded[h + 1]) == Some(out[h])
             && from[h] == expanded[h];
+        fits.then_some(())?;
         let group = usize::try_from(expanded[h + 1]).ok()?;
-        (fits && group > 1).then_some((src, group))
+        (group > 1).then_some((src, group))
     }
 
     /// Whether keys `k [.., m, dk]` and values `v [.., m, dv]` are each `cat([cache, new])`

@@ -172,7 +172,7 @@ impl Positions<'_> {
             }
             Op::Unsqueeze(a) => {
                 let mut l = arg(0)?;
-                l.coef.insert(*a, 0);
+                (*a <= l.coef.len()).then(|| l.coef.insert(*a, 0))?;
                 l
             }
             Op::Squeeze(a) => {
