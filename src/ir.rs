@@ -140,6 +140,15 @@ pub enum Op {
     },
     /// args `[x, mask, value]`: where the boolean mask holds, the result is `value`.
     MaskedFill,
+    /// `scaled_dot_product_attention`: args `[q, k, v, scale]` or `[q, k, v, scale, mask]`,
+    /// `q [.., Hq, L, E]`, `k [.., Hk, S, E]`, `v [.., Hk, S, Ev]`, `scale` rank 0, a
+    /// boolean mask keeping where it holds or a float mask added, broadcast to the scores
+    /// `[.., Hq, L, S]`. `causal` keeps `j <= i`; with `gqa`, query head `h` reads key head
+    /// `h / (Hq / Hk)`. A row whose every score is `-inf` is 0. Result `[.., Hq, L, Ev]`.
+    Sdpa {
+        causal: bool,
+        gqa: bool,
+    },
     Unary(UnaryOp),
     /// args `[a, b]`.
     Binary(BinaryOp),
@@ -213,10 +222,6 @@ pub enum Op {
         scale: f64,
         fill: f64,
     },
-    /// `scaled_dot_product_attention`'s attention over scores `s` (masks included):
-    /// `softmax(s, -1) @ v`, except that a row of `s` whose every element is `-inf` gives 0
-    /// (PyTorch's safe softmax); args `[s, v]`, shapes as for [`Op::ScoredAttention`].
-    SafeAttention,
     /// `torch.cat(args, axis)` of one or more tensors of one rank that agree on every
     /// other axis. The optimizer uses it on params only (the merged Q/K/V weights), so
     /// a backend evaluates it once, when the weights are loaded.

@@ -30,6 +30,7 @@ mod memory;
 mod positions;
 mod relayout;
 mod scores;
+mod sdpa;
 mod tiling;
 mod view;
 
@@ -151,8 +152,6 @@ struct Extras {
     tail: Option<[ValueId; 2]>,
     /// Keys and values of fewer heads, and how many query heads share each.
     group: Option<([ValueId; 2], usize)>,
-    /// A row whose every key is removed gives 0 (`scaled_dot_product_attention`).
-    zero_empty_rows: bool,
 }
 
 /// A lowered value.
@@ -329,7 +328,8 @@ impl<'p> Lowerer<'p> {
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => "elementwise",
             Op::Gemm { .. } => "gemm",
             Op::MaskedSoftmax { .. } => "masked_softmax",
-            Op::Attention { .. } | Op::ScoredAttention { .. } | Op::SafeAttention => "attention",
+            Op::Attention { .. } | Op::ScoredAttention { .. } => "attention",
+            Op::Sdpa { .. } => "scaled_dot_product_attention",
             Op::Cat(_) => "cat",
             _ => "value",
         };
@@ -517,7 +517,7 @@ impl<'p> Lowerer<'p> {
             Op::ScoredAttention { scale, fill } => self
                 .scored_attention(id, &args, *scale as f32, *fill)
                 .map(Val::Tensor),
-            Op::SafeAttention => self.safe_attention(id, &args).map(Val::Tensor),
+            Op::Sdpa { causal, gqa } => self.sdpa(id, &args, *causal, *gqa).map(Val::Tensor),
             Op::Cat(axis) => {
                 let items = args
                     .iter()
@@ -591,7 +591,6 @@ impl<'p> Lowerer<'p> {
             score: None,
             tail: self.fusion.tails.get(&id).copied(),
             group: self.fusion.groups.get(&id).copied(),
-            zero_empty_rows: false,
         };
         let masking = match extras.positions {
             Some(_) => None,
@@ -637,80 +636,6 @@ impl<'p> Lowerer<'p> {
         }
         extras.score = Some((expr, plan.tensors));
         self.attention(id, [q, args[1]], keys, *alpha as f32, mask, extras)
-    }
-
-    /// `scaled_dot_product_attention`'s `softmax(s, -1) @ v`, 0 on a row of `s` that is all
-    /// `-inf`: one attention kernel where fusion found the scores' GEMM (its masks of
-    /// positions and score change computed in the kernel), else a row kernel and a GEMM.
-    fn safe_attention(&mut self, id: ValueId, args: &[ValueId]) -> Result<View, PlanError> {
-        let bad = || internal(format!("node {id}: safe attention operands do not fit"));
-        let Some(plan) = self.fusion.scores.get(&id).cloned() else {
-            let p = self.safe_softmax(id, args[0])?;
-            let v = self.view(args[1])?;
-            let out = self.gemm(id, &p, &v, 1.0, None)?;
-            return out.reshape(&self.shape(id)?).ok_or_else(bad);
-        };
-        let gemm = self.program.node(plan.gemm);
-        let (Op::Gemm { trans_b, alpha, .. }, &[q, k]) = (&gemm.op, gemm.args.as_slice()) else {
-            return Err(bad());
-        };
-        let keys = if *trans_b {
-            KeyOperand::Keys(k)
-        } else {
-            KeyOperand::Transposed(k)
-        };
-        let (_, mut extras) = self.attention_masking(id, None, f64::NEG_INFINITY);
-        extras.zero_empty_rows = true;
-        // Scores taken as they are need no formula.
-        extras.score = (plan.expr.len() > 1).then_some((plan.expr, plan.tensors));
-        self.attention(id, [q, args[1]], keys, *alpha as f32, None, extras)
-    }
-
-    /// `softmax(s, -1)` with 0 on a row that is all `-inf`, as one row kernel.
-    fn safe_softmax(&mut self, id: ValueId, s: ValueId) -> Result<View, PlanError> {
-        let s = self.view(s)?;
-        let (rows, n) = match s.shape.split_last() {
-            Some((&n, rows)) => (rows.to_vec(), n),
-            None => return Err(internal(format!("node {id}: softmax of a scalar"))),
-        };
-        let out = self.temp(s.shape.clone());
-        // base = the row's maximum, or 0 where it is -inf; nodes 0..6 of both formulas.
-        let base = [
-            Expr::Input(0),
-            Expr::Reduced(0),
-            Expr::Const(f32::NEG_INFINITY),
-            Expr::Compare(CmpOp::Eq, 1, 2),
-            Expr::Const(0.0),
-            Expr::Select(3, 4, 1),
-            Expr::Binary(Binary::Sub, 0, 5),
-            Expr::Unary(Unary::Exp, 6),
-        ];
-        let mut write = base.to_vec();
-        write.extend([
-            Expr::Reduced(1),
-            Expr::Binary(Binary::Div, 7, 8),
-            Expr::Select(3, 4, 9),
-        ]);
-        let row = Row {
-            out: out.operand(),
-            rows_per_task: (8192 / n.max(1)).max(16),
-            rows,
-            n,
-            inputs: vec![s.operand()],
-            stages: vec![
-                Stage {
-                    reduce: Reduce::Max,
-                    expr: vec![Expr::Input(0)],
-                },
-                Stage {
-                    reduce: Reduce::Sum,
-                    expr: base.to_vec(),
-                },
-            ],
-            write,
-        };
-        self.kernel(format!("{} (softmax)", self.label(id)), KernelOp::Row(row));
-        Ok(out)
     }
 
     /// A bool mask of the optimizer's fused ops as the kernels' masking: a comparison with
@@ -1187,7 +1112,7 @@ impl<'p> Lowerer<'p> {
             kv_group: group,
             score,
             tail,
-            zero_empty_rows: extras.zero_empty_rows,
+            zero_empty_rows: false,
         };
         let a = a.fold_query_groups().unwrap_or(a);
         self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));

@@ -88,6 +88,22 @@ fn long_sequences_use_several_row_and_key_blocks() {
 }
 
 #[test]
+fn a_grouped_query_decode_step_agrees_at_odd_shapes() {
+    // One query row: the query heads of a key head fold into the rows of one task.
+    for dims in [
+        [("B", 1), ("M", 1), ("D", 12), ("H", 3), ("Hkv", 1)],
+        [("B", 2), ("M", 33), ("D", 32), ("H", 8), ("Hkv", 2)],
+        [("B", 3), ("M", 300), ("D", 16), ("H", 4), ("Hkv", 4)],
+    ] {
+        differential(
+            &format!("gqa_decode {dims:?}"),
+            &program(&example("gqa_decode.attn"), &dims),
+            5,
+        );
+    }
+}
+
+#[test]
 fn elementwise_broadcasts_scalars_and_views_run_natively() {
     let src = "\
 dim B, N

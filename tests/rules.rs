@@ -106,10 +106,6 @@ only(&["matmul-gemm", "gemm-trans-b", "fuse-masked-softmax", "fuse-attention"]),
 test_fn! { a_where_with_a_scalar_is_a_masked_fill_of_the_negation, only(&["where-masked-fill"]),
 "(where (le (input 0 [2,3]) (input 1 [2,3])) (input 2 [2,3]) (lit -1e9))"
 => "(masked_fill (input 2 [2,3]) (not (le (input 0 [2,3]) (input 1 [2,3]))) (lit -1e9))" }
-test_fn! { a_safe_softmax_then_a_product_is_safe_attention, only(&["fuse-safe-attention"]),
-"(gemm (where (eq (amax (input 0 [2,5,6]) [2] 1) (lit -inf)) (lit 0.0) (softmax (input 0 [2,5,6]) 2))
-       (input 2 [2,6,3]) none 0 0 1.0)"
-=> "(safe_attention (input 0 [2,5,6]) (input 2 [2,6,3]))" }
 test_fn! { attention_over_changed_scores_is_one_op, only(&["fuse-scored-attention"]),
 "(gemm (masked_softmax (tanh (gemm (input 0 [2,5,4]) (input 1 [2,6,4]) none 0 1 0.5)) none 2.0 0.0)
        (input 2 [2,6,3]) none 0 0 1.0)"

@@ -104,3 +104,82 @@ fn a_row_without_keys_is_zero() {
         assert!(row.iter().all(|&x| x == 0.0), "head {bh}: {row:?}");
     }
 }
+
+/// Natively, each `scaled_dot_product_attention` is one flash-style attention kernel: the
+/// causal mask as positions whose tiles above the diagonal are skipped, grouped-query
+/// heads read in place, and a row without keys 0; no softmax or score buffer of its own.
+#[test]
+fn each_sdpa_is_one_attention_kernel() {
+    let prog = program(SRC, &[]);
+    let opts = RunOptions {
+        inputs: Some(fixture("inputs.safetensors")),
+        ..RunOptions::default()
+    };
+    let bound = bind(&prog, &opts).unwrap();
+    let optimized = attnc::opt::optimize(&prog).program;
+    let exe = Executable::compile(&optimized, &bound.dims).unwrap();
+    let attention: Vec<&attnc::kernel::Attention> = exe
+        .plan()
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.op {
+            attnc::kernel::KernelOp::Attention(a) => Some(&**a),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attention.len(), 6, "{}", exe.plan().to_text());
+    assert!(attention.iter().all(|a| a.zero_empty_rows));
+    let kinds: Vec<&str> = exe.plan().kernels.iter().map(|k| k.op.kind()).collect();
+    assert!(
+        !kinds.contains(&"softmax") && !kinds.contains(&"row"),
+        "{kinds:?}"
+    );
+    // `gqa` (causal) and `gqamask`: two query heads per key head, causal on the first.
+    let grouped: Vec<_> = attention.iter().filter(|a| a.kv_group == 2).collect();
+    assert_eq!(grouped.len(), 2);
+    assert_eq!(attention.iter().filter(|a| a.positions.is_some()).count(), 2);
+}
+
+#[test]
+fn a_causal_sdpa_skips_the_tiles_above_the_diagonal() {
+    let src = "
+dim N
+dim H = 2, E = 8
+input q: [H, N, E]
+output o = scaled_dot_product_attention(q, q, q, is_causal=True)
+";
+    let prog = program(src, &[]);
+    let exe = Executable::compile(&prog, &[Some(512), Some(2), Some(8)]).unwrap();
+    let a = exe
+        .plan()
+        .kernels
+        .iter()
+        .find_map(|k| match &k.op {
+            attnc::kernel::KernelOp::Attention(a) => Some(a.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(a.skips_tiles());
+    let t = a.tile_counts().unwrap();
+    assert!(t.skipped > 0 && t.skipped >= t.kept, "{t:?}");
+}
+
+/// Without any key (`S = 0`), every row is 0, as PyTorch gives it, on both backends.
+#[test]
+fn no_keys_at_all_give_zeros() {
+    let src = "
+dim N = 3, M = 1
+dim H = 2, E = 4
+input q: [H, N, E]
+input k: [H, M, E]
+output o = scaled_dot_product_attention(q, k[:, :M - 1], k[:, :M - 1])
+";
+    let prog = program(src, &[]);
+    let bound = bind(&prog, &RunOptions::default()).unwrap();
+    let want = interpret(&prog, &bound).unwrap();
+    let exe = Executable::compile(&prog, &bound.dims).unwrap();
+    let got = exe.run(&bound, &pool(1).unwrap()).unwrap();
+    for outputs in [want, got] {
+        assert_eq!(outputs[0].1.data, vec![0.0; 24]);
+    }
+}

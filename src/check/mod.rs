@@ -31,12 +31,6 @@ pub fn op_names() -> impl Iterator<Item = &'static str> {
     crate::ops::signatures().flat_map(|op| std::iter::once(op.name).chain(op.aliases.iter().copied()))
 }
 
-/// Every op with its call form in PyTorch's parameter names (`softmax(input, dim)`): what
-/// the language server completes. The one place that reads the op table for it.
-pub fn op_signatures() -> impl Iterator<Item = (&'static str, String)> {
-    crate::ops::signatures().map(|op| (op.name, op.signature()))
-}
-
 /// A value as the checker sees it: IR tensors plus the compile-time-only kinds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {

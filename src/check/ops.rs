@@ -1,5 +1,6 @@
 //! Expressions and the shape rules of every op, with PyTorch's semantics.
 
+use super::dim_expr::shape_index;
 use super::layout::{self, view_strides};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
@@ -63,7 +64,24 @@ impl Checker {
                 self.error(Code::E0208, e.span, format!("not a value here: {what}"));
                 Value::Error
             }
+            ExprKind::Index { .. } if shape_index(e).is_some() => match self.dim_expr(e) {
+                Some(p) => self.push(Op::DimValue(p), vec![], scalar(), e.span),
+                None => Value::Error,
+            },
             ExprKind::Index { base, indices } => self.index(base, indices, e.span),
+            ExprKind::Attribute { name, .. } => {
+                let msg = match name.name.as_str() {
+                    "shape" => "`x.shape` is a shape, not a value: index it, `x.shape[-1]`".to_string(),
+                    other => {
+                        let msg =
+                            format!("no attribute `{other}`: the one attribute is `shape` (`x.shape[d]`)");
+                        self.error(Code::E0101, name.span, msg);
+                        return Value::Error;
+                    }
+                };
+                self.error(Code::E0208, e.span, msg);
+                Value::Error
+            }
             ExprKind::Tuple(items) => Value::Tuple(items.iter().map(|x| self.expr(x)).collect()),
             ExprKind::For {
                 var,

@@ -8,7 +8,7 @@ use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::Code;
 use crate::dims::Poly;
-use crate::ir::{BinaryOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
 use crate::source::Span;
 
 /// The argument at `i`, unless it is absent or `None`.
@@ -376,8 +376,25 @@ impl Checker {
             }
         };
         let one_plus = self.bin(BinaryOp::Add, one, inner, span)?;
-        let half_x = self.bin(BinaryOp::Mul, x, half, span)?;
-        Some(Value::Tensor(self.bin(BinaryOp::Mul, half_x, one_plus, span)?))
+        if tanh {
+            let half_x = self.bin(BinaryOp::Mul, x, half, span)?;
+            return Some(Value::Tensor(self.bin(BinaryOp::Mul, half_x, one_plus, span)?));
+        }
+        // PyTorch's vectorized CPU kernel: `x * (1 + erf) * 0.5` in that order (so above
+        // `f32::MAX / 2` it overflows to inf), and NaN at +inf as at -inf.
+        let scaled = self.bin(BinaryOp::Mul, x, one_plus, span)?;
+        let value = self.bin(BinaryOp::Mul, scaled, half, span)?;
+        let inf = self.literal_id(f64::INFINITY, span);
+        let at_inf = self.elementwise(Op::Compare(CmpOp::Eq), DType::Bool, x, inf, span)?;
+        let nan = self.literal_id(f64::NAN, span);
+        let t = self.ty(value).clone();
+        let ty = self.laid_out(
+            super::layout::elementwise_order,
+            &[at_inf, nan, value],
+            t.shape,
+            t.dtype,
+        );
+        Some(self.push(Op::Where, vec![at_inf, nan, value], ty, span))
     }
 
     /// `silu(x) = x * sigmoid(x)`.

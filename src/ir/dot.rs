@@ -46,11 +46,7 @@ impl Program {
 fn is_fused(op: &Op) -> bool {
     matches!(
         op,
-        Op::Gemm { .. }
-            | Op::MaskedSoftmax { .. }
-            | Op::Attention { .. }
-            | Op::ScoredAttention { .. }
-            | Op::SafeAttention
+        Op::Gemm { .. } | Op::MaskedSoftmax { .. } | Op::Attention { .. } | Op::ScoredAttention { .. }
     )
 }
 

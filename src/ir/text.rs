@@ -158,6 +158,10 @@ impl Program {
                 )
             }
             Op::MaskedFill => ("masked_fill", vec![]),
+            Op::Sdpa { causal, gqa } => (
+                "scaled_dot_product_attention",
+                vec![format!("is_causal={causal}"), format!("enable_gqa={gqa}")],
+            ),
             Op::Unary(u) => (u.name(), vec![]),
             Op::Binary(b) => (b.name(), vec![]),
             Op::Compare(c) => (cmp_name(*c), vec![]),
@@ -195,7 +199,6 @@ impl Program {
                 "scored_attention",
                 softmax_attrs(*scale, *fill, node.args.len() > 2),
             ),
-            Op::SafeAttention => ("safe_attention", vec![]),
             Op::Cat(a) => ("cat", vec![a.to_string()]),
         }
     }

@@ -20,7 +20,7 @@
 use super::positions::{self, Positions};
 use super::scores::{self, ScorePlan};
 use crate::dims::DimTable;
-use crate::ir::{BinaryOp, CmpOp, Op, Program, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Op, Program, ValueId};
 use crate::kernel::Keep;
 use std::collections::HashMap;
 
@@ -141,13 +141,6 @@ struct AttentionParts {
     groups: HashMap<ValueId, ([ValueId; 2], usize)>,
 }
 
-/// Scores with their masks of positions taken off (see `Decider::peel_masks`).
-struct Peeled {
-    scores: ValueId,
-    keep: Option<Keep>,
-    nodes: Vec<ValueId>,
-}
-
 /// Counts uses and lists every node in evaluation order, loop bodies included.
 fn collect(program: &Program, body: &[ValueId], uses: &mut [usize], order: &mut Vec<ValueId>) {
     for &id in body {
@@ -224,7 +217,8 @@ impl Decider<'_> {
                     self.fused.insert(id, f);
                 }
             }
-            Op::Attention { .. } | Op::ScoredAttention { .. } | Op::SafeAttention => self.attention_parts(id),
+            Op::Attention { .. } | Op::ScoredAttention { .. } => self.attention_parts(id),
+            Op::Sdpa { .. } => self.sdpa_parts(id),
             Op::MaskedSoftmax { .. } => self.absorb_mask_compare(id),
             Op::Softmax(_) if !self.fused.contains_key(&id) => {
                 let pat = self.softmax(id);
@@ -271,16 +265,7 @@ impl Decider<'_> {
         let (mask, keys) = match self.op(id) {
             Op::Attention { .. } => (args.get(3).copied(), Some(args[1])),
             _ => {
-                // `scaled_dot_product_attention` fills its masks into the scores with -inf.
-                let peeled = match self.op(id) {
-                    Op::SafeAttention => self.peel_masks(&pos, args[0]),
-                    _ => Peeled {
-                        scores: args[0],
-                        keep: None,
-                        nodes: Vec::new(),
-                    },
-                };
-                let plan = scores::plan(&pos, peeled.scores, &|x| self.free(x));
+                let plan = scores::plan(&pos, args[0], &|x| self.free(x));
                 let keys = plan.as_ref().and_then(|p| match self.op(p.gemm) {
                     Op::Gemm { trans_b: true, .. } => Some(self.args(p.gemm)[1]),
                     _ => None,
@@ -293,12 +278,6 @@ impl Decider<'_> {
                         self.absorb_tree(x);
                     }
                     self.attention.scores.insert(id, plan);
-                    if let Some(keep) = peeled.keep {
-                        for x in peeled.nodes {
-                            self.absorb_tree(x);
-                        }
-                        self.attention.positions.insert(id, keep);
-                    }
                 }
                 (args.get(2).copied(), keys)
             }
@@ -333,44 +312,45 @@ impl Decider<'_> {
             }
         }
         if let Some(k) = keys {
-            if self.joined_keys(k, values) {
-                // A join something else reads (an output: the next step's cache) is made
-                // once, and the kernel reads its two parts from it.
-                for x in [k, values] {
-                    self.absorbed[x] = self.free(x);
-                    // The unit axis of `enable_gqa`'s grouping, over the join.
-                    if let (true, Op::Unsqueeze(_), &[c]) = (self.absorbed[x], self.op(x), self.args(x)) {
-                        self.absorbed[c] = self.free(c);
-                    }
-                }
-                self.attention.tails.insert(id, [k, values]);
-            }
+            self.joined_tail(id, k, values);
         }
     }
 
-    /// The masks of positions filled into scores `s` with `-inf` (`masked_fill(.., m,
-    /// -inf)` in a row, nothing else reading them), taken off: what they keep, and the
-    /// nodes the kernel then computes.
-    fn peel_masks(&self, pos: &Positions, mut s: ValueId) -> Peeled {
-        let (mut keep, mut nodes) = (None, Vec::new());
-        while let (Op::MaskedFill, &[x, m, f]) = (self.op(s), self.args(s)) {
-            let filled = match pos.keep(m) {
-                Some(k) if self.free(s) && pos.scalar(f) == Some(f32::NEG_INFINITY) => k,
-                _ => break,
-            };
-            let kept = positions::not(filled);
-            keep = Some(match keep {
-                Some(k) => Keep::And(Box::new(k), Box::new(kept)),
-                None => kept,
-            });
-            nodes.push(s);
-            s = x;
+    /// `scaled_dot_product_attention`'s parts its kernel computes itself beyond what the op
+    /// says: a boolean mask that is a function of positions (it keeps where it holds), and
+    /// keys and values joined from a cache.
+    fn sdpa_parts(&mut self, id: ValueId) {
+        let args = self.args(id).to_vec();
+        let pos = Positions {
+            program: self.program,
+            dims: self.values,
+        };
+        if let Some(&m) = args.get(4) {
+            let boolean = self.program.tensor_type(m).dtype == DType::Bool;
+            if let Some(keep) = pos.keep(m).filter(|_| boolean) {
+                self.absorb_tree(m);
+                self.attention.positions.insert(id, keep);
+            }
         }
-        Peeled {
-            scores: s,
-            keep,
-            nodes,
+        self.joined_tail(id, args[1], args[2]);
+    }
+
+    /// Records keys `k` and values `v` of attention `id` as cache and tail where each is a
+    /// `cat` of two parts along the keys.
+    fn joined_tail(&mut self, id: ValueId, k: ValueId, v: ValueId) {
+        if !self.joined_keys(k, v) {
+            return;
         }
+        // A join something else reads (an output: the next step's cache) is made once, and
+        // the kernel reads its two parts from it.
+        for x in [k, v] {
+            self.absorbed[x] = self.free(x);
+            // A unit batch axis over the join.
+            if let (true, Op::Unsqueeze(_), &[c]) = (self.absorbed[x], self.op(x), self.args(x)) {
+                self.absorbed[c] = self.free(c);
+            }
+        }
+        self.attention.tails.insert(id, [k, v]);
     }
 
     /// Keys or values whose heads repeat each of fewer heads `G` times, as Hugging Face's

@@ -522,10 +522,25 @@ impl Ctx {
                 self.mask_fits(k[2], scores)?;
                 value(self.gemm_shape(scores, shape(1)?, false, false)?)
             }
-            T::SafeAttention(_) => {
-                let scores = shape(0)?;
-                (scores.len() >= 2).then_some(())?;
-                value(self.gemm_shape(scores, shape(1)?, false, false)?)
+            T::Sdpa(_) => {
+                let gqa = k[6].int()? == 1;
+                k[5].int()?;
+                let (q, kk, v) = (shape(0)?, shape(1)?, shape(2)?);
+                let (rq, rk, rv) = (q.len(), kk.len(), v.len());
+                (rq >= 2 && rk >= 2 && rv >= 2 && shape(3)?.is_empty()).then_some(())?;
+                // Key and value heads as the query heads read them.
+                let seen = |x: &[Poly]| {
+                    let mut b = x[..x.len() - 2].to_vec();
+                    if gqa {
+                        *b.last_mut()? = q[rq - 3].clone();
+                    }
+                    Some(b)
+                };
+                let batch = self.broadcast(&q[..rq - 2], &seen(kk)?)?;
+                let batch = self.broadcast(&batch, &seen(v)?)?;
+                let mut out = batch;
+                out.extend([q[rq - 2].clone(), v[rv - 1].clone()]);
+                value(out)
             }
             T::Cat(_) => {
                 let a = k[0].axis()?;

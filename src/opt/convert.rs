@@ -180,7 +180,11 @@ impl Into<'_> {
                 let m = opt(self, 2);
                 Tensor::ScoredAttention([a[0], a[1], m, self.float(*scale), self.float(*fill)])
             }
-            Op::SafeAttention => Tensor::SafeAttention([a[0], a[1]]),
+            Op::Sdpa { causal, gqa } => {
+                let m = opt(self, 4);
+                let (c, g) = (self.int(usize::from(*causal)), self.int(usize::from(*gqa)));
+                Tensor::Sdpa([a[0], a[1], a[2], a[3], m, c, g])
+            }
             Op::Cat(d) => {
                 let mut ids = vec![self.int(*d)];
                 ids.extend(&a);
@@ -467,7 +471,13 @@ impl Out<'_> {
                 },
                 present(&c[..3]),
             ),
-            Tensor::SafeAttention(c) => (Op::SafeAttention, c.to_vec()),
+            Tensor::Sdpa(c) => (
+                Op::Sdpa {
+                    causal: flag(c[5])?,
+                    gqa: flag(c[6])?,
+                },
+                present(&c[..5]),
+            ),
             Tensor::Cat(c) => (Op::Cat(axis(c[0])?), c[1..].to_vec()),
             other => return Err(format!("`{other}` is not a value")),
         })

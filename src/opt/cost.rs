@@ -166,6 +166,19 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
                 io(reads),
             )
         }
+        Tensor::Sdpa(_) => {
+            let (q, k, v) = (kid(0), kid(1), kid(2));
+            let last = |d: &Data| d.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
+            let keys = k
+                .shape()
+                .and_then(|s| s.iter().rev().nth(1))
+                .map_or(1, |p| size(eg, p));
+            let scores = out / last(v).max(1) * keys;
+            let mask = !kid(4).is_none();
+            let flops = 2 * scores * (last(q) + last(v)) + SOFTMAX * scores + unless(!mask, scores);
+            let reads: &[usize] = if mask { &[0, 1, 2, 4] } else { &[0, 1, 2] };
+            Cost::kernel(flops, io(reads))
+        }
         Tensor::Attention(c) => {
             let (q, k, v) = (kid(0), kid(1), kid(2));
             let last = |d: &Data| d.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
@@ -197,12 +210,6 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
                 2 * scores * last + SOFTMAX * scores + unless(!mask, scores) + unless(!scaled, scores);
             let reads: &[usize] = if mask { &[0, 1, 2] } else { &[0, 1] };
             Cost::kernel(flops, io(reads))
-        }
-        Tensor::SafeAttention(_) => {
-            let (s, v) = (kid(0), kid(1));
-            let last = v.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
-            let scores = n(s);
-            Cost::kernel(2 * scores * last + SOFTMAX * scores + scores, io(&[0, 1]))
         }
         _ => Cost::default(),
     }

@@ -71,9 +71,6 @@ pub fn rules() -> Vec<Rw> {
         // the backend computes tile by tile inside its kernel.
         rw!("fuse-scored-attention"; "(gemm (masked_softmax ?s ?m ?sc ?f) ?v none 0 0 1.0)"
                                                                                   => { Computed(fuse_scored_attention) }),
-        // scaled_dot_product_attention's safe softmax (0 on a row that is all -inf), then @ v.
-        rw!("fuse-safe-attention"; "(gemm (where (eq (amax ?s ?axes 1) ?n) ?z (softmax ?s ?d)) ?v none 0 0 1.0)"
-                                                                                  => { Computed(fuse_safe_attention) }),
 
         // Heads. A per-head value is `select(X, axis, h)` of a batched X with a head axis;
         // these rules move each op of a loop body under the select, then the loop's
@@ -600,18 +597,6 @@ fn fuse_scored_attention(m: &Match, r: &mut Rhs) -> Option<()> {
     (!direct && changes_scores(m.eg, s, shape, SCORE_DEPTH)).then_some(())?;
     let ids = [r.var("?s"), r.var("?v"), r.var("?m"), r.var("?sc"), r.var("?f")];
     r.node(Tensor::ScoredAttention(ids));
-    Some(())
-}
-
-fn fuse_safe_attention(m: &Match, r: &mut Rhs) -> Option<()> {
-    last_axis(m, "?s", "?d")?;
-    let rank = m.data("?s").rank()?;
-    let axes = m.data("?axes").shape_attr()?;
-    let over_last = axes.len() == 1 && axes[0] == Poly::int(rank as i64 - 1);
-    let fits = over_last && constant(m, "?n")? == f64::NEG_INFINITY && constant(m, "?z")? == 0.0;
-    fits.then_some(())?;
-    let (s, v) = (r.var("?s"), r.var("?v"));
-    r.node(Tensor::SafeAttention([s, v]));
     Some(())
 }
 

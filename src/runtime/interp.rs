@@ -9,7 +9,7 @@ use super::ops;
 use super::tensor::{numel, Strided, Tensor};
 use super::{Bound, RunError};
 use crate::dims::{Poly, Sym};
-use crate::ir::{BinaryOp, Node, Op, Program, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, DType, Node, Op, Program, UnaryOp, ValueId};
 
 /// Runs `program` on `bound`; one contiguous tensor per output, in declaration order.
 pub fn interpret(program: &Program, bound: &Bound) -> Result<Vec<(String, Tensor)>, RunError> {
@@ -147,6 +147,17 @@ impl<'p> Interp<'p> {
             }
             Op::Reduce { op, axes, keepdim } => ops::reduce(arg(0)?, *op, axes, *keepdim),
             Op::MaskedFill => ops::masked_fill(arg(0)?, arg(1)?, arg(2)?),
+            Op::Sdpa { causal, gqa } => {
+                let scale = arg(3)?.to_vec().first().copied()?;
+                let mask = match node.args.len() {
+                    4 => None,
+                    _ => Some((
+                        arg(4)?,
+                        self.program.tensor_type(node.args[4]).dtype == DType::Bool,
+                    )),
+                };
+                ops::sdpa([arg(0)?, arg(1)?, arg(2)?], scale, mask, *causal, *gqa)
+            }
             Op::Unary(op) => Some(unary(*op, arg(0)?)),
             Op::Binary(op) => binary(*op, arg(0)?, arg(1)?),
             Op::Compare(op) => ops::zip_with(arg(0)?, arg(1)?, |a, b| {
@@ -192,7 +203,6 @@ impl<'p> Interp<'p> {
                 };
                 ops::scored_attention([arg(0)?, arg(1)?], mask, *scale, *fill)
             }
-            Op::SafeAttention => ops::safe_attention([arg(0)?, arg(1)?]),
             Op::Cat(axis) => {
                 let parts: Option<Vec<Strided>> = (0..node.args.len()).map(|i| arg(i).cloned()).collect();
                 ops::concat(&parts?, *axis)
