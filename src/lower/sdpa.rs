@@ -1,7 +1,8 @@
 //! `scaled_dot_product_attention` as the flash-style attention kernel: the causal mask as a
 //! mask of positions (tiles above the diagonal skipped), a boolean mask as the kernel's
 //! mask fill, a float mask as a change of the scores (`s + mask`), grouped-query heads read
-//! in place (`kv_group`), and a row without keys 0 (`zero_empty_rows`), as PyTorch gives it.
+//! in place (`kv_group`), keys from `cat([cache, new])` read as two segments (`tail`), and a
+//! row without keys 0 (`zero_empty_rows`), as PyTorch gives it.
 
 use super::{internal, tiling::attention_blocks, Lowerer, Masking, View};
 use crate::ir::{CmpOp, DType, ValueId};
