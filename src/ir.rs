@@ -212,6 +212,16 @@ pub enum Op {
         scale: f64,
         fill: f64,
     },
+    /// Attention over scores a program computes: `softmax(masked_fill(s * scale, mask,
+    /// fill), -1) @ v`, args `[s, v]` or `[s, v, mask]`. `s` is `[.., n, m]` (the scores
+    /// after a score change such as soft-capping or a position bias), `v` `[.., m, e]`,
+    /// batch axes broadcast as `matmul`'s; `mask` as for [`Op::Attention`]. Where `s` is an
+    /// elementwise function of one `q @ kᵀ`, the backend computes it inside the attention
+    /// kernel, tile by tile, and never stores it. Result `[batch.., n, e]`.
+    ScoredAttention {
+        scale: f64,
+        fill: f64,
+    },
     /// `torch.cat(args, axis)` of one or more tensors of one rank that agree on every
     /// other axis. The optimizer uses it on params only (the merged Q/K/V weights), so
     /// a backend evaluates it once, when the weights are loaded.

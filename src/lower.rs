@@ -15,13 +15,21 @@
 //! - `masked_softmax`: the softmax kernel with its scale and mask fill (a comparison with a
 //!   constant is tested inside the kernel);
 //! - `attention`: the flash-style attention kernel, never holding the scores;
+//! - `scored_attention`: the same kernel computing the score change tile by tile
+//!   ([`scores`]), where the scores are an elementwise function of one `q @ kᵀ`; else the
+//!   scores, a softmax kernel and a GEMM.
+//!
+//! An attention kernel computes a mask that is a function of positions from `i` and `j`
+//! ([`positions`]), and reads keys and values that are `cat([cache, new])` in place.
 //! - `cat`: one copy per part into a slice of one buffer; its kernels read params only, so
 //!   they land in the prologue by themselves.
 
 mod flops;
 mod fuse;
 mod memory;
+mod positions;
 mod relayout;
+mod scores;
 mod sdpa;
 mod tiling;
 mod view;
@@ -29,8 +37,8 @@ mod view;
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, Op, Program, ReduceOp, UnaryOp, ValueId};
 use crate::kernel::{
-    Attention, Binary, BufId, Buffer, BufferKind, Epilogue, Expr, Gemm, Kernel, KernelOp, Map, MaskFill,
-    Operand, Plan, PlanError, Reduce, Row, Softmax, Stage, Unary,
+    Attention, Binary, BufId, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Kernel, KernelOp, KeyTail,
+    Map, MaskFill, Operand, Plan, PlanError, Reduce, Row, ScoreMod, Softmax, Stage, Unary,
 };
 use crate::size;
 pub use flops::source_flops;
@@ -95,7 +103,7 @@ fn reduce(op: ReduceOp) -> Reduce {
 /// [`crate::runtime::Bound::dims`] gives them). Errors are internal: a checked program with
 /// bound dims always lowers.
 pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError> {
-    let fusion = fuse::decide(program);
+    let fusion = fuse::decide(program, dims);
     let mut l = Lowerer {
         program,
         fusion,
@@ -155,6 +163,18 @@ impl Masking {
 enum KeyOperand {
     Transposed(ValueId),
     Keys(ValueId),
+}
+
+/// What an attention kernel computes besides its two products (see [`Attention`]).
+#[derive(Default)]
+struct Extras {
+    positions: Option<IndexMask>,
+    /// The score change: its formula and the tensors it reads.
+    score: Option<(Vec<Expr>, Vec<ValueId>)>,
+    /// The `cat` nodes of keys and values read as cache and tail.
+    tail: Option<[ValueId; 2]>,
+    /// Keys and values of fewer heads, and how many query heads share each.
+    group: Option<([ValueId; 2], usize)>,
 }
 
 /// A lowered value.
@@ -331,7 +351,7 @@ impl<'p> Lowerer<'p> {
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => "elementwise",
             Op::Gemm { .. } => "gemm",
             Op::MaskedSoftmax { .. } => "masked_softmax",
-            Op::Attention { .. } => "attention",
+            Op::Attention { .. } | Op::ScoredAttention { .. } => "attention",
             Op::Sdpa { .. } => "scaled_dot_product_attention",
             Op::Cat(_) => "cat",
             _ => "value",
@@ -387,7 +407,8 @@ impl<'p> Lowerer<'p> {
                 Some(Fused::Attention { q, kt, v, softmax }) => {
                     let (_, scale, mask) = self.resolve(softmax)?;
                     let keys = KeyOperand::Transposed(kt);
-                    self.attention(id, [q, v], keys, scale, mask).map(Val::Tensor)
+                    self.attention(id, [q, v], keys, scale, mask, Extras::default())
+                        .map(Val::Tensor)
                 }
                 _ => self.matmul(id, arg(0), arg(1), 1.0).map(Val::Tensor),
             },
@@ -512,11 +533,14 @@ impl<'p> Lowerer<'p> {
                     .map(Val::Tensor)
             }
             Op::Attention { scale, fill } => {
-                let mask = args.get(3).map(|&m| self.bool_masking(m, *fill));
+                let (mask, extras) = self.attention_masking(id, args.get(3).copied(), *fill);
                 let k = KeyOperand::Keys(arg(1));
-                self.attention(id, [arg(0), arg(2)], k, *scale as f32, mask)
+                self.attention(id, [arg(0), arg(2)], k, *scale as f32, mask, extras)
                     .map(Val::Tensor)
             }
+            Op::ScoredAttention { scale, fill } => self
+                .scored_attention(id, &args, *scale as f32, *fill)
+                .map(Val::Tensor),
             Op::Sdpa { causal, gqa } => self.sdpa(id, &args, *causal, *gqa).map(Val::Tensor),
             Op::Cat(axis) => {
                 let items = args
@@ -578,6 +602,64 @@ impl<'p> Lowerer<'p> {
         };
         let out = self.gemm(id, &a, &b, alpha, bias)?;
         out.reshape(&self.shape(id)?).ok_or_else(bad)
+    }
+
+    /// The mask of an optimizer's attention op: a mask of positions when fusion found one,
+    /// else the kernel's masking; and keys read as cache and tail when fusion found them.
+    fn attention_masking(&self, id: ValueId, mask: Option<ValueId>, fill: f64) -> (Option<Masking>, Extras) {
+        let extras = Extras {
+            positions: self.fusion.positions.get(&id).map(|keep| IndexMask {
+                keep: keep.clone(),
+                fill: fill as f32,
+            }),
+            score: None,
+            tail: self.fusion.tails.get(&id).copied(),
+            group: self.fusion.groups.get(&id).copied(),
+        };
+        let masking = match extras.positions {
+            Some(_) => None,
+            None => mask.map(|m| self.bool_masking(m, fill)),
+        };
+        (masking, extras)
+    }
+
+    /// `softmax(masked_fill(s * scale, mask, fill), -1) @ v`: one attention kernel that
+    /// computes the score change where fusion found one, else the scores, a softmax and a
+    /// GEMM.
+    fn scored_attention(
+        &mut self,
+        id: ValueId,
+        args: &[ValueId],
+        scale: f32,
+        fill: f64,
+    ) -> Result<View, PlanError> {
+        let (mask, mut extras) = self.attention_masking(id, args.get(2).copied(), fill);
+        let bad = || internal(format!("node {id}: scored attention operands do not fit"));
+        let Some(plan) = self.fusion.scores.get(&id).cloned() else {
+            let mask = args.get(2).map(|&m| self.bool_masking(m, fill));
+            let axis = self.shape(args[0])?.len().checked_sub(1).ok_or_else(bad)?;
+            let p = self.softmax(id, axis, args[0], scale, mask)?;
+            let v = self.view(args[1])?;
+            let out = self.gemm(id, &p, &v, 1.0, None)?;
+            return out.reshape(&self.shape(id)?).ok_or_else(bad);
+        };
+        let gemm = self.program.node(plan.gemm);
+        let (Op::Gemm { trans_b, alpha, .. }, &[q, k]) = (&gemm.op, gemm.args.as_slice()) else {
+            return Err(bad());
+        };
+        let keys = if *trans_b {
+            KeyOperand::Keys(k)
+        } else {
+            KeyOperand::Transposed(k)
+        };
+        let mut expr = plan.expr;
+        if scale != 1.0 {
+            let root = expr.len() - 1;
+            expr.push(Expr::Const(scale));
+            expr.push(Expr::Binary(Binary::Mul, root, root + 1));
+        }
+        extras.score = Some((expr, plan.tensors));
+        self.attention(id, [q, args[1]], keys, *alpha as f32, mask, extras)
     }
 
     /// A bool mask of the optimizer's fused ops as the kernels' masking: a comparison with
@@ -1140,24 +1222,42 @@ impl<'p> Lowerer<'p> {
         keys: KeyOperand,
         scale: f32,
         mask: Option<Masking>,
+        extras: Extras,
     ) -> Result<View, PlanError> {
         let out_shape = self.shape(id)?;
         let bad = || internal(format!("node {id}: attention operands do not fit"));
         let r = out_shape.len();
         let batch = out_shape[..r - 2].to_vec();
-        let (q, v) = (self.view(q)?, self.view(v)?);
-        let (kt_id, mut kt) = match keys {
-            KeyOperand::Transposed(kt) => (kt, self.view(kt)?),
-            KeyOperand::Keys(k) => {
-                let k_view = self.view(k)?;
-                let rk = k_view.shape.len();
-                let kt = rk.checked_sub(2).and_then(|a| k_view.transpose(a, rk - 1));
-                (k, kt.ok_or_else(bad)?)
+        // Keys and values of fewer heads: query head `h` reads head `h / group`.
+        let (keys, v, group) = match (extras.group, keys) {
+            (Some(([k0, v0], g)), KeyOperand::Keys(_)) if r >= 3 => (KeyOperand::Keys(k0), v0, g),
+            _ => (keys, v, 1),
+        };
+        let mut kv_batch = batch.clone();
+        if let Some(heads) = kv_batch.last_mut() {
+            *heads /= group;
+        }
+        let with_kv = |tail: [usize; 2]| [kv_batch.as_slice(), &tail].concat();
+        // Keys and values joined from a cache: the first parts are `k` and `v`, the second
+        // the tail.
+        let transposed = |k: View| {
+            let rk = k.shape.len();
+            rk.checked_sub(2)
+                .and_then(|a| k.transpose(a, rk - 1))
+                .ok_or_else(bad)
+        };
+        let q = self.view(q)?;
+        let (kt_id, mut kt, v, tail) = match (extras.tail, keys) {
+            (Some([kc, vc]), KeyOperand::Keys(_)) => {
+                let ((k0, k1), (v0, v1)) = (self.cat_parts(kc)?, self.cat_parts(vc)?);
+                (None, transposed(k0)?, v0, Some((k1, v1)))
             }
+            (_, KeyOperand::Transposed(kt)) => (Some(kt), self.view(kt)?, self.view(v)?, None),
+            (_, KeyOperand::Keys(k)) => (Some(k), transposed(self.view(k)?)?, self.view(v)?, None),
         };
         // The tile product wants kᵀ key-contiguous: the projection writes it so where it
-        // can, else one layout copy (not one per tile).
-        if kt.strides.last().is_some_and(|&s| s != 1) && kt.numel() > 1 {
+        // can, else one layout copy (not one per tile). A cache is read as it is.
+        if let Some(kt_id) = kt_id.filter(|_| kt.strides.last().is_some_and(|&s| s != 1) && kt.numel() > 1) {
             kt = match self.relayout(kt_id, &kt) {
                 Some(v) => v,
                 None => self.copy(&kt, format!("{} (kT layout)", self.label(id))),
@@ -1165,17 +1265,42 @@ impl<'p> Lowerer<'p> {
         }
         let (n, dv) = (out_shape[r - 2], out_shape[r - 1]);
         let dk = *q.shape.last().ok_or_else(bad)?;
-        let m = *kt.shape.last().ok_or_else(bad)?;
+        let head = *kt.shape.last().ok_or_else(bad)?;
         let with = |tail: [usize; 2]| [batch.as_slice(), &tail].concat();
+        let tail = match tail {
+            Some((tk, tv)) => {
+                let len = *tk.shape.get(r - 2).ok_or_else(bad)?;
+                let k = tk.expand(&with_kv([len, dk])).ok_or_else(bad)?;
+                let v = tv.expand(&with_kv([len, dv])).ok_or_else(bad)?;
+                Some(KeyTail {
+                    k: k.operand(),
+                    v: v.operand(),
+                    len,
+                })
+            }
+            None => None,
+        };
+        let m = head + tail.as_ref().map_or(0, |t| t.len);
         let q = q.expand(&with([n, dk])).ok_or_else(bad)?;
         let k = kt
-            .expand(&with([dk, m]))
+            .expand(&with_kv([dk, head]))
             .and_then(|k| k.transpose(r - 2, r - 1))
             .ok_or_else(bad)?;
-        let v = v.expand(&with([m, dv])).ok_or_else(bad)?;
+        let v = v.expand(&with_kv([head, dv])).ok_or_else(bad)?;
         let mask = self
             .mask_fill(mask, &with([n, m]))?
             .map(|(view, mp)| mp.kernel(view.operand()));
+        let score = match extras.score {
+            Some((expr, tensors)) => {
+                let mut inputs = Vec::new();
+                for t in tensors {
+                    let view = self.view(t)?.expand(&with([n, m])).ok_or_else(bad)?;
+                    inputs.push(view.operand());
+                }
+                Some(ScoreMod { inputs, expr })
+            }
+            None => None,
+        };
         let out = self.temp(out_shape.clone());
         let a = Attention {
             batch,
@@ -1189,16 +1314,42 @@ impl<'p> Lowerer<'p> {
             out: out.operand(),
             scale,
             mask,
-            positions: None,
-            kv_group: 1,
-            score: None,
-            tail: None,
+            block: attention_blocks(n, m, extras.positions.is_some()),
+            positions: extras.positions,
+            kv_group: group,
+            score,
+            tail,
             zero_empty_rows: false,
-            block: attention_blocks(n, m),
         };
         let a = a.fold_query_groups().unwrap_or(a);
         self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));
         Ok(out)
+    }
+
+    /// The two parts of a `cat` along the keys: the parts themselves where fusion absorbed
+    /// it, else the two slices of the joined tensor.
+    fn cat_parts(&mut self, x: ValueId) -> Result<(View, View), PlanError> {
+        let node = self.program.node(x);
+        if let (&Op::Unsqueeze(a), &[c]) = (&node.op, node.args.as_slice()) {
+            let bad = || internal(format!("node {x}: parts do not fit"));
+            let (first, second) = self.cat_parts(c)?;
+            return Ok((
+                first.unsqueeze(a).ok_or_else(bad)?,
+                second.unsqueeze(a).ok_or_else(bad)?,
+            ));
+        }
+        let (&Op::Cat(axis), &[a, b]) = (&node.op, node.args.as_slice()) else {
+            return Err(internal(format!("node {x} is not a join of two parts")));
+        };
+        if self.fusion.absorbed[x] {
+            return Ok((self.view(a)?, self.view(b)?));
+        }
+        let joined = self.view(x)?;
+        let (len, total) = (self.shape(a)?[axis], joined.shape[axis]);
+        let bad = || internal(format!("node {x}: parts do not fit"));
+        let first = joined.slice(axis, 0, len).ok_or_else(bad)?;
+        let second = joined.slice(axis, len, total).ok_or_else(bad)?;
+        Ok((first, second))
     }
 
     /// `concat(seq, axis)` (or `stack`): one copy per item into its slice of the result.

@@ -103,6 +103,29 @@ only(&["matmul-gemm", "gemm-trans-b", "fuse-masked-softmax", "fuse-attention"]),
                                    (eq (input 3 [2,1,6]) (lit 0.0)) (lit -1e9)) 2)
              (input 2 [2,6,3]))"
 => "(attention (input 0 [2,5,4]) (input 1 [2,6,4]) (input 2 [2,6,3]) (eq (input 3 [2,1,6]) (lit 0.0)) 1.0 -1e9)" }
+test_fn! { a_where_with_a_scalar_is_a_masked_fill_of_the_negation, only(&["where-masked-fill"]),
+"(where (le (input 0 [2,3]) (input 1 [2,3])) (input 2 [2,3]) (lit -1e9))"
+=> "(masked_fill (input 2 [2,3]) (not (le (input 0 [2,3]) (input 1 [2,3]))) (lit -1e9))" }
+test_fn! { attention_over_changed_scores_is_one_op, only(&["fuse-scored-attention"]),
+"(gemm (masked_softmax (tanh (gemm (input 0 [2,5,4]) (input 1 [2,6,4]) none 0 1 0.5)) none 2.0 0.0)
+       (input 2 [2,6,3]) none 0 0 1.0)"
+=> "(scored_attention (tanh (gemm (input 0 [2,5,4]) (input 1 [2,6,4]) none 0 1 0.5)) (input 2 [2,6,3]) none 2.0 0.0)" }
+
+/// Scores that are no function of a product of queries and keys stay a softmax and a GEMM.
+#[test]
+fn scores_without_a_product_are_not_attention() {
+    let start =
+        "(gemm (masked_softmax (tanh (input 0 [2,5,6])) none 1.0 0.0) (input 2 [2,6,3]) none 0 0 1.0)";
+    let expr = start.parse().unwrap();
+    let runner = Runner::<Tensor, Ctx>::default()
+        .with_expr(&expr)
+        .run(&only(&["fuse-scored-attention"]));
+    let root = &runner.egraph[runner.roots[0]];
+    assert!(root
+        .nodes
+        .iter()
+        .all(|n| !matches!(n, Tensor::ScoredAttention(_))));
+}
 
 // Heads: loop bodies lift to batched ops; a concat or stack over all heads is a view.
 test_fn! { a_projection_by_rows_of_head_h_is_head_h_of_the_projection, only(&["lift-linear"]),

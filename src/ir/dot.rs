@@ -46,7 +46,7 @@ impl Program {
 fn is_fused(op: &Op) -> bool {
     matches!(
         op,
-        Op::Gemm { .. } | Op::MaskedSoftmax { .. } | Op::Attention { .. }
+        Op::Gemm { .. } | Op::MaskedSoftmax { .. } | Op::Attention { .. } | Op::ScoredAttention { .. }
     )
 }
 

@@ -195,6 +195,10 @@ impl Program {
                 softmax_attrs(*scale, *fill, node.args.len() > 1),
             ),
             Op::Attention { scale, fill } => ("attention", softmax_attrs(*scale, *fill, node.args.len() > 3)),
+            Op::ScoredAttention { scale, fill } => (
+                "scored_attention",
+                softmax_attrs(*scale, *fill, node.args.len() > 2),
+            ),
             Op::Cat(a) => ("cat", vec![a.to_string()]),
         }
     }

@@ -17,10 +17,18 @@
 //!   reading each row once, its reductions as stages (`layer_norm`, `rms_norm`, the
 //!   Annotated Transformer's `a_2 * (x - mean) / (std + eps) + b_2`, softmax by hand).
 //!
+//! - the optimizer's attention ops: a mask that is a function of positions
+//!   ([`super::positions`]) is computed in the kernel from `i` and `j`; the score change of a
+//!   `scored_attention` ([`super::scores`]) is computed in the kernel; keys and values that
+//!   are `cat([cache, new])` along the keys are read as two segments, never joined.
+//!
 //! Rank-0 values computed from literals and dims alone (`sqrt(Dk)`) are constants.
 
+use super::positions::{self, Positions};
+use super::scores::{self, ScorePlan};
 use crate::dims::DimTable;
-use crate::ir::{BinaryOp, CmpOp, Op, Program, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Op, Program, ValueId};
+use crate::kernel::Keep;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// A constant scale: multiply by `node`'s value, or divide by it.
@@ -82,9 +90,20 @@ pub struct Fusion {
     /// Elementwise roots computed by one row kernel, each with the nodes it computes
     /// (elementwise ops and reductions along the last axis), in evaluation order.
     pub rows: HashMap<ValueId, Vec<ValueId>>,
+    /// By attention node: where its mask, a function of positions, keeps the scores.
+    pub positions: HashMap<ValueId, Keep>,
+    /// By `scored_attention` node: the score change its kernel computes.
+    pub scores: HashMap<ValueId, ScorePlan>,
+    /// By attention node: its keys and values, each a `cat` of a cache and new entries
+    /// along the keys, read in place.
+    pub tails: HashMap<ValueId, [ValueId; 2]>,
+    /// By attention node: keys and values of fewer heads that it repeats, read in place,
+    /// and how many query heads share each.
+    pub groups: HashMap<ValueId, ([ValueId; 2], usize)>,
 }
 
-pub fn decide(program: &Program) -> Fusion {
+/// The decisions for `program` at the dim values `dims`.
+pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
     let n = program.nodes.len();
     let mut uses = vec![0usize; n];
     let mut order = Vec::new();
@@ -106,6 +125,8 @@ pub fn decide(program: &Program) -> Fusion {
         fused: HashMap::new(),
         epilogue: HashMap::new(),
         rows: HashMap::new(),
+        values: dims,
+        attention: Default::default(),
     };
     for &id in order.iter().rev() {
         if !f.absorbed[id] {
@@ -122,7 +143,20 @@ pub fn decide(program: &Program) -> Fusion {
         siblings,
         epilogue: f.epilogue,
         rows: f.rows,
+        positions: f.attention.positions,
+        scores: f.attention.scores,
+        tails: f.attention.tails,
+        groups: f.attention.groups,
     }
+}
+
+/// What the attention kernels compute from positions, in place, or inside.
+#[derive(Default)]
+struct AttentionParts {
+    positions: HashMap<ValueId, Keep>,
+    scores: HashMap<ValueId, ScorePlan>,
+    tails: HashMap<ValueId, [ValueId; 2]>,
+    groups: HashMap<ValueId, ([ValueId; 2], usize)>,
 }
 
 /// Counts uses and lists every node in evaluation order, loop bodies included.
@@ -170,6 +204,9 @@ struct Decider<'p> {
     fused: HashMap<ValueId, Fused>,
     epilogue: HashMap<ValueId, ValueId>,
     rows: HashMap<ValueId, Vec<ValueId>>,
+    /// The dims' values.
+    values: &'p [Option<i64>],
+    attention: AttentionParts,
 }
 
 impl Decider<'_> {
@@ -201,8 +238,9 @@ impl Decider<'_> {
                     self.fused.insert(id, f);
                 }
             }
-            Op::MaskedSoftmax { .. } | Op::Attention { .. } => self.absorb_mask_compare(id),
-            Op::Sdpa { .. } => self.absorb_key_tails(id),
+            Op::Attention { .. } | Op::ScoredAttention { .. } => self.attention_parts(id),
+            Op::Sdpa { .. } => self.sdpa_parts(id),
+            Op::MaskedSoftmax { .. } => self.absorb_mask_compare(id),
             Op::Softmax(_) if !self.fused.contains_key(&id) => {
                 let pat = self.softmax(id);
                 self.fused.insert(id, Fused::Softmax(pat));
@@ -225,26 +263,6 @@ impl Decider<'_> {
                 }
             }
             _ => {}
-        }
-    }
-
-    /// `scaled_dot_product_attention` of keys and values that are each `cat([cache, new],
-    /// dim=-2)`, split at the same key and read by nothing else (a decode step): the
-    /// attention kernel reads both parts in place (`kernel::KeyTail`), so neither
-    /// concatenation is copied.
-    fn absorb_key_tails(&mut self, id: ValueId) {
-        let (k, v) = (self.args(id)[1], self.args(id)[2]);
-        let split = |f: &Self, x: ValueId| match (f.op(x), f.args(x)) {
-            (&Op::Cat(axis), &[_, tail]) if f.free(x) && axis + 2 == f.program.tensor_type(x).rank() => {
-                Some(f.program.tensor_type(tail).shape[axis].clone())
-            }
-            _ => None,
-        };
-        if let (Some(a), Some(b)) = (split(self, k), split(self, v)) {
-            if k != v && self.dims.equal(&a, &b) {
-                self.absorbed[k] = true;
-                self.absorbed[v] = true;
-            }
         }
     }
 
@@ -369,6 +387,7 @@ impl Decider<'_> {
     fn absorb_mask_compare(&mut self, id: ValueId) {
         let tensors = match self.op(id) {
             Op::Attention { .. } => 3,
+            Op::ScoredAttention { .. } => 2,
             _ => 1,
         };
         let Some(&m) = self.args(id).get(tensors) else {
@@ -377,6 +396,177 @@ impl Decider<'_> {
         if let (Op::Compare(_), &[_, c]) = (self.op(m), self.args(m)) {
             if self.free(m) && self.constant[c] {
                 self.absorbed[m] = true;
+            }
+        }
+    }
+
+    /// The parts of an optimizer's attention op that its kernel computes itself: the score
+    /// change, a mask of positions, and keys and values joined from a cache.
+    fn attention_parts(&mut self, id: ValueId) {
+        let args = self.args(id).to_vec();
+        let pos = Positions {
+            program: self.program,
+            dims: self.values,
+        };
+        let (mask, keys) = match self.op(id) {
+            Op::Attention { .. } => (args.get(3).copied(), Some(args[1])),
+            _ => {
+                let plan = scores::plan(&pos, args[0], &|x| self.free(x));
+                let keys = plan.as_ref().and_then(|p| match self.op(p.gemm) {
+                    Op::Gemm { trans_b: true, .. } => Some(self.args(p.gemm)[1]),
+                    _ => None,
+                });
+                if let Some(plan) = plan {
+                    for &x in &plan.inlined {
+                        self.absorbed[x] = true;
+                    }
+                    for &x in &plan.positional {
+                        self.absorb_tree(x);
+                    }
+                    self.attention.scores.insert(id, plan);
+                }
+                (args.get(2).copied(), keys)
+            }
+        };
+        // The mask says where to fill; the kernel's formula, where to keep.
+        match mask.and_then(|m| Some((m, pos.keep(m)?))) {
+            Some((m, filled)) => {
+                self.absorb_tree(m);
+                self.attention.positions.insert(id, positions::not(filled));
+            }
+            None => self.absorb_mask_compare(id),
+        }
+        let mut values = args[if matches!(self.op(id), Op::Attention { .. }) {
+            2
+        } else {
+            1
+        }];
+        let mut keys = keys;
+        if let Some(k) = keys {
+            if let (Some((k0, g)), Some((v0, h))) = (self.repeated_heads(k), self.repeated_heads(values)) {
+                if g == h {
+                    // The repeated copy is never made where nothing else reads it.
+                    for (mut x, src) in [(k, k0), (values, v0)] {
+                        while x != src && self.free(x) {
+                            self.absorbed[x] = true;
+                            x = self.args(x)[0];
+                        }
+                    }
+                    self.attention.groups.insert(id, ([k0, v0], g));
+                    (keys, values) = (Some(k0), v0);
+                }
+            }
+        }
+        if let Some(k) = keys {
+            self.joined_tail(id, k, values);
+        }
+    }
+
+    /// `scaled_dot_product_attention`'s parts its kernel computes itself beyond what the op
+    /// says: a boolean mask that is a function of positions (it keeps where it holds), and
+    /// keys and values joined from a cache.
+    fn sdpa_parts(&mut self, id: ValueId) {
+        let args = self.args(id).to_vec();
+        let pos = Positions {
+            program: self.program,
+            dims: self.values,
+        };
+        if let Some(&m) = args.get(4) {
+            let boolean = self.program.tensor_type(m).dtype == DType::Bool;
+            if let Some(keep) = pos.keep(m).filter(|_| boolean) {
+                self.absorb_tree(m);
+                self.attention.positions.insert(id, keep);
+            }
+        }
+        self.joined_tail(id, args[1], args[2]);
+    }
+
+    /// Records keys `k` and values `v` of attention `id` as cache and tail where each is a
+    /// `cat` of two parts along the keys.
+    fn joined_tail(&mut self, id: ValueId, k: ValueId, v: ValueId) {
+        if !self.joined_keys(k, v) {
+            return;
+        }
+        // A join something else reads (an output: the next step's cache) is made once, and
+        // the kernel reads its two parts from it.
+        for x in [k, v] {
+            self.absorbed[x] = self.free(x);
+            // A unit batch axis over the join.
+            if let (true, Op::Unsqueeze(_), &[c]) = (self.absorbed[x], self.op(x), self.args(x)) {
+                self.absorbed[c] = self.free(c);
+            }
+        }
+        self.attention.tails.insert(id, [k, v]);
+    }
+
+    /// Keys or values whose heads repeat each of fewer heads `G` times, as Hugging Face's
+    /// `repeat_kv` writes them: `x[:, :, None].expand(.., Hkv, G, m, d).reshape(.., Hkv * G,
+    /// m, d)`; `x` and `G`. Head `h` of the result is head `h / G` of `x`, which the attention
+    /// kernel reads in place (`kv_group`).
+    fn repeated_heads(&self, x: ValueId) -> Option<(ValueId, usize)> {
+        let (Op::Reshape(_) | Op::View(_), &[e]) = (self.op(x), self.args(x)) else {
+            return None;
+        };
+        // The optimizer writes a reshape that must copy as a view of a `contiguous`.
+        let e = match (self.op(e), self.args(e)) {
+            (Op::Contiguous, &[c]) => c,
+            _ => e,
+        };
+        let (Op::Expand(_), &[u]) = (self.op(e), self.args(e)) else {
+            return None;
+        };
+        let (&Op::Unsqueeze(a), &[src]) = (self.op(u), self.args(u)) else {
+            return None;
+        };
+        let pos = Positions {
+            program: self.program,
+            dims: self.values,
+        };
+        let (out, expanded, from) = (pos.sizes(x)?, pos.sizes(e)?, pos.sizes(src)?);
+        let r = out.len();
+        let h = r.checked_sub(3)?;
+        let fits = a == h + 1
+            && expanded.len() == r + 1
+            && from.len() == r
+            && expanded[..h] == out[..h]
+            && expanded[h + 2..] == out[h + 1..]
+            && expanded[h].checked_mul(expanded[h + 1]) == Some(out[h])
+            && from[h] == expanded[h];
+        fits.then_some(())?;
+        let group = usize::try_from(expanded[h + 1]).ok()?;
+        (group > 1).then_some((src, group))
+    }
+
+    /// Whether keys `k [.., m, dk]` and values `v [.., m, dv]` are each `cat([cache, new])`
+    /// along `m`, of the same lengths.
+    fn joined_keys(&self, k: ValueId, v: ValueId) -> bool {
+        let rank = |x: ValueId| self.program.tensor_type(x).rank();
+        let split = |x: ValueId| {
+            // A unit batch axis over the join (`enable_gqa`'s grouping) keeps it one.
+            let x = match (self.op(x), self.args(x)) {
+                (&Op::Unsqueeze(a), &[c]) if a + 3 <= rank(x) => c,
+                _ => x,
+            };
+            match (self.op(x), self.args(x)) {
+                (Op::Cat(axis), &[a, b]) if *axis + 2 == rank(x) => {
+                    let len = |p: ValueId| self.program.tensor_type(p).shape[*axis].clone();
+                    Some((len(a), len(b)))
+                }
+                _ => None,
+            }
+        };
+        match (split(k), split(v)) {
+            (Some((a, b)), Some((c, d))) => self.dims.equal(&a, &c) && self.dims.equal(&b, &d),
+            _ => false,
+        }
+    }
+
+    /// Absorbs `id` and, recursively, its operands, as far as nothing else reads them.
+    fn absorb_tree(&mut self, id: ValueId) {
+        if self.free(id) {
+            self.absorbed[id] = true;
+            for a in self.args(id).to_vec() {
+                self.absorb_tree(a);
             }
         }
     }
@@ -527,15 +717,15 @@ impl Decider<'_> {
         }
         let pat = self.softmax(p);
         let scores = pat.x;
-        let ok = matches!(self.op(scores), Op::MatMul) && self.free(scores);
-        let &[q, kt] = self.args(scores) else {
-            return None;
+        let operands = match (self.op(scores), self.args(scores)) {
+            (Op::MatMul, &[q, kt]) if self.free(scores) && rank(q) >= 2 && rank(kt) >= 2 => Some((q, kt)),
+            _ => None,
         };
-        if !ok || rank(q) < 2 || rank(kt) < 2 {
+        let Some((q, kt)) = operands else {
             // Not attention after all: the softmax keeps what it absorbed.
             self.fused.insert(p, Fused::Softmax(pat));
             return None;
-        }
+        };
         self.absorbed[p] = true;
         self.absorbed[scores] = true;
         Some(Fused::Attention {

@@ -24,20 +24,23 @@ impl Lowerer<'_> {
         let r = out_shape.len();
         let batch = out_shape[..r - 2].to_vec();
         let q = self.view(args[0])?;
-        // Keys and values from a cache and a tail that fusion left uncopied.
-        let parts = |l: &mut Self, x: ValueId| -> Result<(View, Option<View>), PlanError> {
-            let cat = l.program.node(x).args.clone();
-            match (l.fusion.absorbed[x], cat.as_slice()) {
-                (true, &[head, tail]) => Ok((l.view(head)?, Some(l.view(tail)?))),
-                _ => Ok((l.view(x)?, None)),
+        // Keys and values joined from a cache: the first parts are `k` and `v`, the second
+        // the tail (see `fuse`).
+        let ((k, v), joined) = match self.fusion.tails.get(&id).copied() {
+            Some([kc, vc]) => {
+                let ((k0, k1), (v0, v1)) = (self.cat_parts(kc)?, self.cat_parts(vc)?);
+                ((k0, v0), Some((k1, v1)))
             }
+            None => ((self.view(args[1])?, self.view(args[2])?), None),
         };
-        let ((k, k_tail), (v, v_tail)) = (parts(self, args[1])?, parts(self, args[2])?);
         let scale = self.constant(args[3])?;
         let (n, dv) = (out_shape[r - 2], out_shape[r - 1]);
         let dk = *q.shape.last().ok_or_else(bad)?;
-        let m = *self.shape(args[1])?.iter().rev().nth(1).ok_or_else(bad)?;
-        let tail_len = k_tail.as_ref().map_or(0, |t| t.shape[t.shape.len() - 2]);
+        let head = *k.shape.iter().rev().nth(1).ok_or_else(bad)?;
+        let tail_len = joined
+            .as_ref()
+            .map_or(Some(0), |(k1, _)| k1.shape.iter().rev().nth(1).copied());
+        let m = head + tail_len.ok_or_else(bad)?;
         let heads = |x: &View| x.shape.iter().rev().nth(2).copied();
         let kv_group = match gqa {
             true => heads(&q)
@@ -52,26 +55,27 @@ impl Lowerer<'_> {
         }
         let with = |b: &[usize], tail: [usize; 2]| [b, &tail].concat();
         let q = q.expand(&with(&batch, [n, dk])).ok_or_else(bad)?;
-        let head = m - tail_len;
         let k = k.expand(&with(&kv_batch, [head, dk])).ok_or_else(bad)?;
         let v = v.expand(&with(&kv_batch, [head, dv])).ok_or_else(bad)?;
-        let tail = match (k_tail, v_tail) {
-            (Some(kt), Some(vt)) if tail_len > 0 => Some(KeyTail {
-                k: kt
-                    .expand(&with(&kv_batch, [tail_len, dk]))
+        let tail = match joined {
+            Some((k1, v1)) => Some(KeyTail {
+                k: k1
+                    .expand(&with(&kv_batch, [m - head, dk]))
                     .ok_or_else(bad)?
                     .operand(),
-                v: vt
-                    .expand(&with(&kv_batch, [tail_len, dv]))
+                v: v1
+                    .expand(&with(&kv_batch, [m - head, dv]))
                     .ok_or_else(bad)?
                     .operand(),
-                len: tail_len,
+                len: m - head,
             }),
-            _ => None,
+            None => None,
         };
+        // A boolean mask of positions is computed in the kernel, not read.
+        let keep = self.fusion.positions.get(&id).cloned();
         let scores = with(&batch, [n, m]);
         let (mut mask, mut score) = (None, None);
-        if let Some(&mid) = args.get(4) {
+        if let Some(&mid) = args.get(4).filter(|_| keep.is_none()) {
             match self.program.tensor_type(mid).dtype {
                 // A boolean mask keeps where it holds: the rest is filled with -inf.
                 DType::Bool => {
@@ -95,8 +99,13 @@ impl Lowerer<'_> {
             }
         }
         // `is_causal` keeps j <= i: i - j >= 0.
-        let positions = causal.then_some(IndexMask {
-            keep: Keep::Atom(Affine { ci: 1, cj: -1, c: 0 }),
+        let causal = causal.then_some(Keep::Atom(Affine { ci: 1, cj: -1, c: 0 }));
+        let keep = match (causal, keep) {
+            (Some(a), Some(b)) => Some(Keep::And(Box::new(a), Box::new(b))),
+            (a, b) => a.or(b),
+        };
+        let positions = keep.map(|keep| IndexMask {
+            keep,
             fill: f32::NEG_INFINITY,
         });
         let out = self.temp(out_shape.clone());
@@ -117,12 +126,12 @@ impl Lowerer<'_> {
             out: out.operand(),
             scale,
             mask,
+            block: attention_blocks(n, m, positions.is_some()),
             positions,
             kv_group,
             score,
             tail,
             zero_empty_rows: true,
-            block: attention_blocks(n, m),
         };
         let a = a.fold_query_groups().unwrap_or(a);
         self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));

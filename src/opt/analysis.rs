@@ -515,6 +515,13 @@ impl Ctx {
                 self.mask_fits(k[3], &scores)?;
                 value(self.gemm_shape(&scores, shape(2)?, false, false)?)
             }
+            T::ScoredAttention(_) => {
+                (k[3].float().is_some() && k[4].float().is_some()).then_some(())?;
+                let scores = shape(0)?;
+                (scores.len() >= 2).then_some(())?;
+                self.mask_fits(k[2], scores)?;
+                value(self.gemm_shape(scores, shape(1)?, false, false)?)
+            }
             T::Sdpa(_) => {
                 let gqa = k[6].int()? == 1;
                 k[5].int()?;

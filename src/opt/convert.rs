@@ -176,6 +176,10 @@ impl Into<'_> {
                 let m = opt(self, 3);
                 Tensor::Attention([a[0], a[1], a[2], m, self.float(*scale), self.float(*fill)])
             }
+            Op::ScoredAttention { scale, fill } => {
+                let m = opt(self, 2);
+                Tensor::ScoredAttention([a[0], a[1], m, self.float(*scale), self.float(*fill)])
+            }
             Op::Sdpa { causal, gqa } => {
                 let m = opt(self, 4);
                 let (c, g) = (self.int(usize::from(*causal)), self.int(usize::from(*gqa)));
@@ -459,6 +463,13 @@ impl Out<'_> {
                     fill: float(c[5])?,
                 },
                 present(&c[..4]),
+            ),
+            Tensor::ScoredAttention(c) => (
+                Op::ScoredAttention {
+                    scale: float(c[3])?,
+                    fill: float(c[4])?,
+                },
+                present(&c[..3]),
             ),
             Tensor::Sdpa(c) => (
                 Op::Sdpa {

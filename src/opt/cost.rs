@@ -198,6 +198,19 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
             let reads: &[usize] = if mask { &[0, 1, 2, 3] } else { &[0, 1, 2] };
             Cost::kernel(flops, io(reads))
         }
+        Tensor::ScoredAttention(c) => {
+            let (s, v) = (kid(0), kid(1));
+            let last = v.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
+            // The scores are read here (or computed in the kernel), the probabilities
+            // never stored: one kernel where the unfused form has two.
+            let scores = n(s);
+            let mask = !kid(2).is_none();
+            let scaled = eg[c[3]].data.float() != Some(1.0);
+            let flops =
+                2 * scores * last + SOFTMAX * scores + unless(!mask, scores) + unless(!scaled, scores);
+            let reads: &[usize] = if mask { &[0, 1, 2] } else { &[0, 1] };
+            Cost::kernel(flops, io(reads))
+        }
         _ => Cost::default(),
     }
 }

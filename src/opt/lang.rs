@@ -58,6 +58,7 @@ define_language! {
         "gemm" = Gemm([Id; 6]),              // a, b, bias?, trans_a, trans_b, alpha
         "masked_softmax" = MaskedSoftmax([Id; 4]), // x, mask?, scale, fill
         "attention" = Attention([Id; 6]),    // q, k, v, mask?, scale, fill
+        "scored_attention" = ScoredAttention([Id; 5]), // scores, v, mask?, scale, fill
         "sdpa" = Sdpa([Id; 7]),              // q, k, v, scale (a value), mask?, causal (0 or 1), gqa (0 or 1)
         "cat" = Cat(Box<[Id]>),              // axis, then the parts
         "outputs" = Outputs(Box<[Id]>),      // the program's outputs, in order

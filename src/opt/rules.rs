@@ -66,6 +66,11 @@ pub fn rules() -> Vec<Rw> {
         rw!("fuse-scale-softmax";  "(masked_softmax (scale ?x ?s) ?m ?t ?f)"      => { Computed(fuse_scale_softmax) }),
         rw!("fuse-attention";      "(gemm (masked_softmax (gemm ?q ?k none 0 1 ?al) ?m ?s ?f) ?v none 0 0 1.0)"
                                                                                   => { Computed(fuse_attention) }),
+        // Scores changed elementwise before the softmax (soft-capping `c * tanh(s / c)`, a
+        // position bias `s + slope_h * (j - i)`): attention over the changed scores, which
+        // the backend computes tile by tile inside its kernel.
+        rw!("fuse-scored-attention"; "(gemm (masked_softmax ?s ?m ?sc ?f) ?v none 0 0 1.0)"
+                                                                                  => { Computed(fuse_scored_attention) }),
 
         // Heads. A per-head value is `select(X, axis, h)` of a batched X with a head axis;
         // these rules move each op of a loop body under the select, then the loop's
@@ -133,6 +138,10 @@ pub fn rules() -> Vec<Rw> {
         let applier = Checked { rhs, scalar: Some("?f".parse().unwrap()) };
         rules.push(Rewrite::new(format!("where-{op}-masked-fill"), lhs, applier).unwrap());
     }
+    // Any other condition: `where(c, a, f)` is `a.masked_fill(~c, f)`, so a mask of positions
+    // written as FlexAttention's `mask_mod` keeps (`where(j <= i, s, -inf)`) fuses too.
+    let applier = Checked { rhs: "(masked_fill ?a (not ?c) ?f)".parse().unwrap(), scalar: Some("?f".parse().unwrap()) };
+    rules.push(Rewrite::new("where-masked-fill", "(where ?c ?a ?f)".parse::<egg::Pattern<Tensor>>().unwrap(), applier).unwrap());
     rules
 }
 
@@ -579,6 +588,54 @@ fn fuse_attention(m: &Match, r: &mut Rhs) -> Option<()> {
     let (scale, fill) = (r.float(scale), r.var("?f"));
     r.node(Tensor::Attention([ids[0], ids[1], ids[2], ids[3], scale, fill]));
     Some(())
+}
+
+fn fuse_scored_attention(m: &Match, r: &mut Rhs) -> Option<()> {
+    let s = m.subst[Match::var("?s")];
+    let shape = m.data("?s").shape()?;
+    let direct = m.eg[s].nodes.iter().any(|n| matches!(n, Tensor::Gemm(_)));
+    (!direct && changes_scores(m.eg, s, shape, SCORE_DEPTH)).then_some(())?;
+    let ids = [r.var("?s"), r.var("?v"), r.var("?m"), r.var("?sc"), r.var("?f")];
+    r.node(Tensor::ScoredAttention(ids));
+    Some(())
+}
+
+/// How many elementwise ops deep a score change may be.
+const SCORE_DEPTH: usize = 8;
+
+/// Whether class `id` holds an elementwise function of a GEMM `q @ kᵀ` (or `q @ kt`) of the
+/// scores' `shape`: an elementwise node one of whose operands of that shape is such a
+/// function or the GEMM itself, within `depth` ops.
+fn changes_scores(eg: &EG, id: Id, shape: &[Poly], depth: usize) -> bool {
+    let full = |c: Id| {
+        eg[c]
+            .data
+            .shape()
+            .is_some_and(|s| eg.analysis.same_shape(s, shape))
+    };
+    let scores = |c: Id| {
+        eg[c].nodes.iter().any(|n| match n {
+            Tensor::Gemm(g) => eg[g[3]].data.int() == Some(0) && eg[g[2]].data.is_none(),
+            _ => false,
+        })
+    };
+    let operands: Vec<Id> = eg[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Tensor::Unary(_, [a]) | Tensor::Scale([a, _]) => Some(vec![*a]),
+            Tensor::Binary(_, a) => Some(a.to_vec()),
+            Tensor::Where([_, a, b]) => Some(vec![*a, *b]),
+            Tensor::MaskedFill([a, _, _]) => Some(vec![*a]),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    depth > 0
+        && operands
+            .into_iter()
+            .filter(|&c| full(c))
+            .any(|c| scores(c) || changes_scores(eg, c, shape, depth - 1))
 }
 
 /// The loop variable of a head index `?h`, when `vars` do not depend on it.

@@ -196,6 +196,13 @@ impl<'p> Interp<'p> {
                 };
                 ops::attention([arg(0)?, arg(1)?, arg(2)?], mask, *scale, *fill)
             }
+            Op::ScoredAttention { scale, fill } => {
+                let mask = match node.args.len() {
+                    2 => None,
+                    _ => Some(arg(2)?),
+                };
+                ops::scored_attention([arg(0)?, arg(1)?], mask, *scale, *fill)
+            }
             Op::Cat(axis) => {
                 let parts: Option<Vec<Strided>> = (0..node.args.len()).map(|i| arg(i).cloned()).collect();
                 ops::concat(&parts?, *axis)

@@ -213,6 +213,17 @@ pub fn attention([q, k, v]: [&Strided; 3], mask: Option<&Strided>, scale: f64, f
     batched_gemm(&p, v, (false, false), None, 1.0)
 }
 
+/// `masked_softmax(s, mask, scale, fill) @ v` over scores the program computed.
+pub fn scored_attention(
+    [s, v]: [&Strided; 2],
+    mask: Option<&Strided>,
+    scale: f64,
+    fill: f64,
+) -> Option<Strided> {
+    let p = masked_softmax(s, mask, scale, fill)?;
+    batched_gemm(&p, v, (false, false), None, 1.0)
+}
+
 /// `scaled_dot_product_attention` as PyTorch's math path computes it: with `gqa`, each key
 /// and value head repeated for the query heads that read it (`repeat_interleave`), then
 /// `scale * q @ kᵀ`, the causal mask (`-inf` where `j > i`), a boolean mask (`-inf` where
