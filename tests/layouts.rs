@@ -14,12 +14,13 @@ mod torch_model;
 use common::Rng;
 use torch_model::{elementwise, fresh, T};
 
-/// A factor of a size: `B` and `N` free, `U = 1` and `D = 12` constant, a number, or a
-/// free dim less one (a slice `1:` of it).
+/// A factor of a size: `B`, `N` and `E` free, `U = 1` and `D = 12` constant, a number, or
+/// a free dim less one (a slice `1:` of it).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Atom {
     B,
     N,
+    E,
     U,
     D,
     K(i64),
@@ -32,6 +33,7 @@ impl Atom {
         match self {
             Atom::B => "B".into(),
             Atom::N => "N".into(),
+            Atom::E => "E".into(),
             Atom::U => "U".into(),
             Atom::D => "D".into(),
             Atom::K(k) => k.to_string(),
@@ -40,10 +42,11 @@ impl Atom {
         }
     }
 
-    fn value(self, b: i64, n: i64) -> i64 {
+    fn value(self, &Sizes { b, n, e }: &Sizes) -> i64 {
         match self {
             Atom::B => b,
             Atom::N => n,
+            Atom::E => e,
             Atom::U => 1,
             Atom::D => 12,
             Atom::K(k) => k,
@@ -74,8 +77,16 @@ fn size_text(axis: &Axis) -> String {
     }
 }
 
-fn size_value(axis: &Axis, b: i64, n: i64) -> i64 {
-    axis.iter().map(|a| a.value(b, n)).product()
+/// Values of the free dims.
+#[derive(Clone, Copy, Debug)]
+struct Sizes {
+    b: i64,
+    n: i64,
+    e: i64,
+}
+
+fn size_value(axis: &Axis, at: &Sizes) -> i64 {
+    axis.iter().map(|a| a.value(at)).product()
 }
 
 /// A tensor operand beside the chain: a declared input, transposed in the expression
@@ -95,8 +106,8 @@ impl Operand {
         }
     }
 
-    fn model(&self, b: i64, n: i64) -> T {
-        let t = T::row_major(self.declared.iter().map(|a| size_value(a, b, n)).collect());
+    fn model(&self, at: &Sizes) -> T {
+        let t = T::row_major(self.declared.iter().map(|a| size_value(a, at)).collect());
         match self.swap {
             Some((i, j)) => t.transpose(i, j),
             None => t,
@@ -119,6 +130,8 @@ enum Step {
     Binary(Operand, bool),
     Scalar,
     Exp,
+    /// `chain / (chain * chain + 1.0)`.
+    Rational,
     Softmax(usize),
     MaskedFill(Operand),
 }
@@ -132,8 +145,10 @@ struct Chain {
 
 /// Draws a chain of `len` steps, tracking the symbolic shape so that most steps fit.
 fn draw(rng: &mut Rng, len: usize) -> Chain {
-    let starts: [Vec<Axis>; 4] = [
+    let starts: [Vec<Axis>; 6] = [
         vec![vec![Atom::B], vec![Atom::N], vec![Atom::K(4)]],
+        vec![vec![Atom::B], vec![Atom::N], vec![Atom::E]],
+        vec![vec![Atom::E], vec![Atom::B], vec![Atom::U], vec![Atom::N]],
         vec![vec![Atom::N], vec![Atom::B], vec![Atom::D]],
         vec![vec![Atom::B], vec![Atom::N], vec![Atom::U], vec![Atom::K(3)]],
         vec![vec![Atom::N], vec![Atom::K(2)], vec![Atom::B], vec![Atom::K(3)]],
@@ -175,9 +190,10 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
                 decls.push(format!("input {}: {}", o.name, shape_text(&o.declared)));
                 Step::Binary(o, rng.below(2) == 0)
             }
-            11 => match rng.below(3) {
+            11 => match rng.below(4) {
                 0 => Step::Scalar,
                 1 => Step::Exp,
+                2 => Step::Rational,
                 _ if rank >= 1 => Step::Softmax(rng.below(rank)),
                 _ => Step::Exp,
             },
@@ -294,6 +310,7 @@ fn apply_text(expr: &str, step: &Step, shape: &[Axis]) -> String {
         Step::Binary(o, true) => format!("{} + {e}", o.text()),
         Step::Scalar => format!("{e} * 0.5"),
         Step::Exp => format!("exp({expr})"),
+        Step::Rational => format!("{e} / ({e} * {e} + 1.0)"),
         Step::Softmax(d) => format!("{e}.softmax({d})"),
         Step::MaskedFill(o) => format!("{e}.masked_fill({} > 0, 0.0)", o.text()),
     }
@@ -340,14 +357,14 @@ fn apply_shape(shape: &[Axis], step: &Step) -> Vec<Axis> {
                 }
             }
         }
-        Step::Contiguous | Step::Scalar | Step::Exp | Step::Softmax(_) => {}
+        Step::Contiguous | Step::Scalar | Step::Exp | Step::Rational | Step::Softmax(_) => {}
     }
     s
 }
 
-/// The chain run through the model at `B = b`, `N = n`.
-fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
-    let mut t = T::row_major(chain.start.iter().map(|a| size_value(a, b, n)).collect());
+/// The chain run through the model at the sizes `at`.
+fn run_model(chain: &Chain, at: &Sizes) -> Result<T, String> {
+    let mut t = T::row_major(chain.start.iter().map(|a| size_value(a, at)).collect());
     for step in &chain.steps {
         t = match step {
             Step::Transpose(i, j) => t.transpose(*i, *j),
@@ -355,7 +372,7 @@ fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
             Step::View(sizes, reshape) => {
                 let sizes: Vec<Option<i64>> = sizes
                     .iter()
-                    .map(|s| s.as_ref().map(|a| size_value(a, b, n)))
+                    .map(|s| s.as_ref().map(|a| size_value(a, at)))
                     .collect();
                 match reshape {
                     true => t.reshape(&sizes)?,
@@ -367,13 +384,18 @@ fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
             Step::Squeeze(d) => t.squeeze(*d),
             Step::Slice(a) => t.slice(*a, 1, t.shape[*a])?,
             Step::Select(a) => t.select(*a, 0)?,
-            Step::Binary(o, false) => elementwise(&[&t, &o.model(b, n)])?,
-            Step::Binary(o, true) => elementwise(&[&o.model(b, n), &t])?,
+            Step::Binary(o, false) => elementwise(&[&t, &o.model(at)])?,
+            Step::Binary(o, true) => elementwise(&[&o.model(at), &t])?,
             Step::Scalar => elementwise(&[&t, &T::row_major(vec![])])?,
             Step::Exp => elementwise(&[&t])?,
+            Step::Rational => {
+                let square = elementwise(&[&t, &t])?;
+                let denominator = elementwise(&[&square, &T::row_major(vec![])])?;
+                elementwise(&[&t, &denominator])?
+            }
             Step::Softmax(_) => fresh(t.shape.clone()),
             Step::MaskedFill(o) => {
-                let m = elementwise(&[&o.model(b, n), &T::row_major(vec![])])?;
+                let m = elementwise(&[&o.model(at), &T::row_major(vec![])])?;
                 fresh(torch_model::broadcast(&[&t.shape, &m.shape])?)
             }
         };
@@ -381,6 +403,7 @@ fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
     Ok(t)
 }
 
+/// `(B, N)` pairs, each tried with every value of `E` in [`E_SIZES`].
 const SIZES: &[(i64, i64)] = &[
     (1, 1),
     (1, 2),
@@ -398,16 +421,24 @@ const SIZES: &[(i64, i64)] = &[
     (6, 6),
 ];
 
+const E_SIZES: &[i64] = &[1, 2, 3, 4, 12];
+
+fn all_sizes() -> impl Iterator<Item = Sizes> {
+    SIZES
+        .iter()
+        .flat_map(|&(b, n)| E_SIZES.iter().map(move |&e| Sizes { b, n, e }))
+}
 /// The checker's strides of output `out` at the sizes, where it claims to know them.
-fn checked_strides(prog: &Program, b: i64, n: i64) -> Option<(Vec<i64>, Vec<i64>)> {
+fn checked_strides(prog: &Program, at: &Sizes) -> Option<(Vec<i64>, Vec<i64>)> {
     let binding = prog.bindings.iter().find(|x| x.name == "out")?;
     let t = prog.tensor_type(binding.value);
     if t.varies {
         return None;
     }
     let value = |s: usize| match prog.dims.info(s).name.as_str() {
-        "B" => Some(b),
-        "N" => Some(n),
+        "B" => Some(at.b),
+        "N" => Some(at.n),
+        "E" => Some(at.e),
         _ => None,
     };
     let eval = |ps: &[attnc::dims::Poly]| -> Option<Vec<i64>> {
@@ -425,7 +456,7 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
         let len = 1 + rng.below(8);
         let chain = draw(&mut rng, len);
         let src = format!(
-            "dim B, N\ndim U = 1, D = 12\n{}\noutput out = {}\n",
+            "dim B, N, E\ndim U = 1, D = 12\n{}\noutput out = {}\n",
             chain.decls.join("\n"),
             chain.expr
         );
@@ -435,24 +466,22 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
             continue;
         }
         accepted += 1;
-        for &(b, n) in SIZES {
-            let t = match run_model(&chain, b, n) {
+        for at in all_sizes() {
+            let t = match run_model(&chain, &at) {
                 Ok(t) => t,
-                Err(why) => {
-                    panic!("case {case}: accepted, but PyTorch raises at B = {b}, N = {n}: {why}\n{src}")
-                }
+                Err(why) => panic!("case {case}: accepted, but PyTorch raises at {at:?}: {why}\n{src}"),
             };
-            let Some((shape, strides)) = checked_strides(&checked.program, b, n) else {
+            let Some((shape, strides)) = checked_strides(&checked.program, &at) else {
                 continue;
             };
-            assert_eq!(shape, t.shape, "case {case}: shape at B = {b}, N = {n}\n{src}");
+            assert_eq!(shape, t.shape, "case {case}: shape at {at:?}\n{src}");
             if t.shape.iter().product::<i64>() == 0 {
                 continue;
             }
             for (i, &size) in t.shape.iter().enumerate() {
                 assert!(
                     size == 1 || strides[i] == t.strides[i],
-                    "case {case}: strides {strides:?}, PyTorch's {:?} at B = {b}, N = {n}\n{src}",
+                    "case {case}: strides {strides:?}, PyTorch's {:?} at {at:?}\n{src}",
                     t.strides
                 );
             }
@@ -496,7 +525,7 @@ fn issue_programs_run_on_both_backends_at_sizes_one_and_zero() {
     sources.extend(files.iter().map(|f| std::fs::read_to_string(f).unwrap()));
     for src in &sources {
         for (b, n) in [(1, 1), (2, 1), (1, 3), (2, 3)] {
-            let program = common::program(src, &[("B", b), ("N", n)]);
+            let program = common::program(src, &[("B", b), ("N", n), ("E", 3 - b)]);
             let bound = bind(&program, &RunOptions::default()).unwrap();
             let want = interpret(&program, &bound).unwrap();
             let optimized = attnc::opt::optimize(&program).program;

@@ -68,42 +68,78 @@ pub fn contiguous(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> 
 /// strides, broadcast operands included (`reorder_dimensions` in ATen's
 /// `TensorIterator.cpp`). Operands of rank 0 never decide anything.
 pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    let (perm, decided) = iterator_order(dims, operands, shape);
-    let strides = dense_in_order(shape, &perm);
+    let orders = iterator_orders(dims, operands, shape);
+    let general: Vec<usize> = (0..shape.len()).rev().collect();
+    let perm = orders.as_ref().map_or(&general, |o| &o[0]);
+    let strides = dense_in_order(shape, perm);
+    let decided = orders.as_ref().is_some_and(|orders| {
+        orders
+            .iter()
+            .all(|o| (0..shape.len()).all(|i| dims.equal(&dense_in_order(shape, o)[i], &strides[i])))
+    });
     let varies = !decided
         || operands.iter().any(|t| t.varies)
-        || !same_where_dims_are_one(dims, operands, shape, &perm);
+        || !same_where_dims_are_one(dims, operands, shape, perm);
     Layout { strides, varies }
 }
 
-/// TensorIterator's order of the axes, innermost first, and whether it holds for every
-/// size. TensorIterator starts from the reversed order and insertion-sorts with a
-/// comparison that may abstain (broadcast axes, equal strides).
-fn iterator_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> (Vec<usize>, bool) {
+/// At most this many orders are followed when comparisons depend on the sizes.
+const ORDERS_TRIED: usize = 64;
+
+/// Every order TensorIterator may give the axes, innermost first: one for each outcome of
+/// the comparisons that depend on the sizes, the first taking the smaller stride inside
+/// wherever it has a choice. TensorIterator starts from the reversed order and
+/// insertion-sorts with a comparison that may abstain (broadcast axes, equal strides), so
+/// an undecided comparison of an axis of size 1, whose position does not matter, can still
+/// stop or let through the comparisons of the others. `None` beyond [`ORDERS_TRIED`].
+fn iterator_orders(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Option<Vec<Vec<usize>>> {
     let strides: Vec<Vec<Option<Poly>>> = operands
         .iter()
         .map(|t| broadcast_strides(dims, t, shape))
         .collect();
-    let mut decided = true;
-    let mut perm: Vec<usize> = (0..shape.len()).rev().collect();
-    for i in 1..perm.len() {
-        let mut dim1 = i;
-        for dim0 in (0..i).rev() {
-            match should_swap(dims, &strides, shape, perm[dim0], perm[dim1]) {
-                Some(Ordering::Greater) => {
-                    perm.swap(dim0, dim1);
-                    dim1 = dim0;
-                }
-                Some(Ordering::Less) => break,
-                Some(Ordering::Equal) => {}
-                None => {
-                    decided = false;
+    let mut orders = Vec::new();
+    // An insertion sort in progress: the order, the axis being inserted (`i`, now at
+    // `dim1`), and how many positions before `dim1` remain to compare with.
+    let mut sorts = vec![(Vec::from_iter((0..shape.len()).rev()), 0, 0, 0)];
+    while let Some((mut perm, mut i, mut dim1, mut left)) = sorts.pop() {
+        loop {
+            if left == 0 {
+                i += 1;
+                if i >= perm.len() {
+                    orders.push(perm);
                     break;
                 }
+                (dim1, left) = (i, i);
+                continue;
+            }
+            let dim0 = left - 1;
+            let outcomes = should_swap(dims, &strides, shape, perm[dim0], perm[dim1]);
+            for &outcome in &outcomes[1..] {
+                let mut perm = perm.clone();
+                let (dim1, left) = sort_step(outcome, &mut perm, dim0, dim1);
+                sorts.push((perm, i, dim1, left));
+            }
+            (dim1, left) = sort_step(outcomes[0], &mut perm, dim0, dim1);
+            if orders.len() + sorts.len() > ORDERS_TRIED {
+                return None;
             }
         }
     }
-    (perm, decided)
+    Some(orders)
+}
+
+/// One step of TensorIterator's insertion sort after `should_swap(perm[dim0], perm[dim1])`
+/// answered `outcome`: the inserted axis's new position and how many positions remain
+/// before it to compare with.
+fn sort_step(outcome: Ordering, perm: &mut [usize], dim0: usize, dim1: usize) -> (usize, usize) {
+    match outcome {
+        Ordering::Greater => {
+            perm.swap(dim0, dim1);
+            (dim0, dim0)
+        }
+        Ordering::Less => (dim1, 0),
+        Ordering::Equal => (dim1, dim0),
+    }
 }
 
 /// At most this many free dims, and then this many other axes that may be 1, are set to 1
@@ -210,8 +246,9 @@ fn unknown_strides(
     Some(variants)
 }
 
-/// Whether TensorIterator's order, with the result's `axes` (and the operands' axes
-/// aligned to them) of size 1, lays out the axes not of size 1 as `perm` does.
+/// Whether every order TensorIterator may take, with the result's `axes` (and the
+/// operands' axes aligned to them) of size 1, lays out the axes not of size 1 as `perm`
+/// does.
 fn same_order(
     dims: &DimTable,
     operands: &[TensorType],
@@ -235,9 +272,14 @@ fn same_order(
         })
         .collect();
     let refs: Vec<&TensorType> = operands.iter().collect();
-    let (there, decided) = iterator_order(dims, &refs, &shape);
-    let (general, there) = (dense_in_order(&shape, perm), dense_in_order(&shape, &there));
-    decided && (0..shape.len()).all(|i| dims.is_one(&shape[i]) || dims.equal(&there[i], &general[i]))
+    let Some(orders) = iterator_orders(dims, &refs, &shape) else {
+        return false;
+    };
+    let general = dense_in_order(&shape, perm);
+    orders.iter().all(|order| {
+        let there = dense_in_order(&shape, order);
+        (0..shape.len()).all(|i| dims.is_one(&shape[i]) || dims.equal(&there[i], &general[i]))
+    })
 }
 
 /// Whether `p` is a product of free dims (`N`, `B * N`).
@@ -496,30 +538,59 @@ fn broadcast_strides(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> Vec<Opt
         .collect()
 }
 
-/// TensorIterator's `should_swap(dim0, dim1)`: `Greater` to swap, `Less` to stop, `Equal`
-/// when every operand abstains; `None` when the answer depends on the sizes.
+/// TensorIterator's `should_swap(dim0, dim1)`, each answer it may give: `Greater` to swap,
+/// `Less` to stop, `Equal` when every operand abstains. More than one where the answer
+/// depends on the sizes; the first is then the one `compare` would take in general.
 fn should_swap(
     dims: &DimTable,
     strides: &[Vec<Option<Poly>>],
     shape: &[Poly],
     dim0: usize,
     dim1: usize,
-) -> Option<Ordering> {
+) -> Vec<Ordering> {
+    let mut answers = Vec::new();
     for s in strides {
         let (Some(s0), Some(s1)) = (&s[dim0], &s[dim1]) else {
             continue;
         };
-        match compare(dims, s0, s1)? {
-            Ordering::Equal => {}
-            decided => return Some(decided),
+        let by_stride = possible_orders(dims, s0, s1);
+        answers.extend(by_stride.iter().filter(|o| o.is_ne()));
+        if !by_stride.contains(&Ordering::Equal) {
+            return dedup(answers);
         }
         // Equal strides: the larger axis goes outside; otherwise the next operand decides.
-        match compare(dims, &shape[dim0], &shape[dim1])? {
-            Ordering::Greater => return Some(Ordering::Greater),
-            Ordering::Less | Ordering::Equal => {}
+        let by_size = possible_orders(dims, &shape[dim0], &shape[dim1]);
+        if by_size.contains(&Ordering::Greater) {
+            answers.push(Ordering::Greater);
+        }
+        if by_size == [Ordering::Greater] {
+            return dedup(answers);
         }
     }
-    Some(Ordering::Equal)
+    answers.push(Ordering::Equal);
+    dedup(answers)
+}
+
+/// `orders` without repeats, in their first order.
+fn dedup(orders: Vec<Ordering>) -> Vec<Ordering> {
+    let mut out = Vec::with_capacity(orders.len());
+    for o in orders {
+        if !out.contains(&o) {
+            out.push(o);
+        }
+    }
+    out
+}
+
+/// The orders two sizes or strides may have: the one `compare` proves, else all three
+/// (`Less` first, as TensorIterator's general case keeps a smaller stride inside).
+fn possible_orders(dims: &DimTable, a: &Poly, b: &Poly) -> &'static [Ordering] {
+    match compare(dims, a, b) {
+        Some(Ordering::Less) => &[Ordering::Less],
+        Some(Ordering::Equal) => &[Ordering::Equal],
+        Some(Ordering::Greater) => &[Ordering::Greater],
+        None => &[Ordering::Less, Ordering::Equal, Ordering::Greater],
+    }
 }
 
 /// The order of two sizes or strides at the sizes where it matters, or `None` when it
