@@ -108,6 +108,9 @@ pub enum Op {
     /// As `View`, but copies into row-major order where a view is impossible.
     Reshape(Vec<Poly>),
     Contiguous,
+    /// PyTorch's `expand` to these sizes (the `-1` already solved): axes of size 1 and
+    /// new leading axes repeat, a view with stride 0 there; arg `[x]`.
+    Expand(Vec<Poly>),
     Unsqueeze(usize),
     Squeeze(usize),
     Softmax(usize),

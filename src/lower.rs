@@ -354,6 +354,10 @@ impl<'p> Lowerer<'p> {
             Op::Transpose(a, b) => tensor(self.view(arg(0))?.transpose(*a, *b)),
             Op::Permute(perm) => tensor(self.view(arg(0))?.permute(perm)),
             Op::Unsqueeze(a) => tensor(self.view(arg(0))?.unsqueeze(*a)),
+            Op::Expand(sizes) => {
+                let sizes = self.sizes(sizes)?;
+                tensor(self.view(arg(0))?.expand(&sizes))
+            }
             Op::Squeeze(a) => tensor(self.view(arg(0))?.squeeze(*a)),
             Op::Slice { axis, start, end } => {
                 let (s, e) = (self.size(start)?, self.size(end)?);

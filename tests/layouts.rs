@@ -122,6 +122,8 @@ enum Step {
     /// Sizes (`None` is `-1`), and whether it is `reshape`.
     View(Vec<Option<Axis>>, bool),
     Contiguous,
+    /// Sizes (`None` is `-1`), new leading axes first.
+    Expand(Vec<Option<Axis>>),
     Unsqueeze(usize),
     Squeeze(usize),
     Slice(usize),
@@ -160,7 +162,7 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
     let mut steps = Vec::new();
     for _ in 0..len {
         let rank = shape.len();
-        let step = match rng.below(13) {
+        let step = match rng.below(14) {
             0 | 1 if rank >= 2 => {
                 let a = rng.below(rank);
                 let b = (a + 1 + rng.below(rank - 1)) % rank;
@@ -203,6 +205,7 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
                 decls.push(format!("input {}: {}", o.name, shape_text(&o.declared)));
                 Step::MaskedFill(o)
             }
+            13 => Step::Expand(expanded(rng, &shape)),
             _ => Step::Contiguous,
         };
         expr = apply_text(&expr, &step, &shape);
@@ -242,6 +245,33 @@ fn regroup(rng: &mut Rng, shape: &[Axis]) -> Vec<Option<Axis>> {
     if rng.below(3) == 0 {
         let at = rng.below(sizes.len());
         sizes[at] = None;
+    }
+    sizes
+}
+
+/// `expand` sizes for `shape`: axes of size 1 repeat now and then, the others are kept
+/// (written out or as `-1`), and sometimes a new leading axis comes first.
+fn expanded(rng: &mut Rng, shape: &[Axis]) -> Vec<Option<Axis>> {
+    let repeats = [
+        vec![Atom::B],
+        vec![Atom::N],
+        vec![Atom::K(3)],
+        vec![],
+        vec![Atom::U],
+    ];
+    let mut sizes: Vec<Option<Axis>> = shape
+        .iter()
+        .map(|a| {
+            let one = a.iter().all(|x| matches!(x, Atom::U | Atom::K(1)));
+            match rng.below(3) {
+                0 if one => Some(repeats[rng.below(repeats.len())].clone()),
+                1 => None,
+                _ => Some(a.clone()),
+            }
+        })
+        .collect();
+    if rng.below(3) == 0 {
+        sizes.insert(0, Some(repeats[rng.below(repeats.len())].clone()));
     }
     sizes
 }
@@ -302,6 +332,13 @@ fn apply_text(expr: &str, step: &Step, shape: &[Axis]) -> String {
             format!("{e}.{op}({})", parts.join(", "))
         }
         Step::Contiguous => format!("{e}.contiguous()"),
+        Step::Expand(sizes) => {
+            let parts: Vec<String> = sizes
+                .iter()
+                .map(|s| s.as_ref().map_or("-1".into(), size_text))
+                .collect();
+            format!("{e}.expand({})", parts.join(", "))
+        }
         Step::Unsqueeze(d) => format!("{e}.unsqueeze({d})"),
         Step::Squeeze(d) => format!("{e}.squeeze({d})"),
         Step::Slice(a) => index(*a, &format!("1 : {}", size_text(&shape[*a]))),
@@ -332,6 +369,12 @@ fn apply_shape(shape: &[Axis], step: &Step) -> Vec<Axis> {
             s = sizes
                 .iter()
                 .map(|x| x.clone().unwrap_or_else(|| rest.clone()))
+                .collect();
+        }
+        Step::Expand(sizes) => {
+            let pad = sizes.len() - s.len();
+            s = (0..sizes.len())
+                .map(|i| sizes[i].clone().unwrap_or_else(|| shape[i - pad].clone()))
                 .collect();
         }
         Step::Unsqueeze(d) => s.insert(*d, vec![]),
@@ -380,6 +423,13 @@ fn run_model(chain: &Chain, at: &Sizes) -> Result<T, String> {
                 }
             }
             Step::Contiguous => t.contiguous(),
+            Step::Expand(sizes) => {
+                let sizes: Vec<Option<i64>> = sizes
+                    .iter()
+                    .map(|s| s.as_ref().map(|a| size_value(a, b, n)))
+                    .collect();
+                t.expand(&sizes)?
+            }
             Step::Unsqueeze(d) => t.unsqueeze(*d),
             Step::Squeeze(d) => t.squeeze(*d),
             Step::Slice(a) => t.slice(*a, 1, t.shape[*a])?,

@@ -348,6 +348,33 @@ pub fn reshape(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
     }
 }
 
+/// `x.expand(shape)` (ATen's `inferExpandGeometry`): an axis keeps its stride where its size
+/// is the requested one, and an axis of size 1 expanded to another size gets stride 0. A new
+/// leading axis gets stride 0, or, where it is of size 1, the extent of the axes inside it.
+/// A rank-0 operand expands with every stride 0. Where a requested size may be 1 without
+/// provably being 1, the general case is stride 0: PyTorch keeps the operand's stride there,
+/// on an axis of size 1, which no view or order of the axes not of size 1 reads. The caller
+/// has already proved that each axis keeps its size or is 1.
+pub fn expand(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
+    let pad = shape.len() - x.rank();
+    let mut strides = vec![Poly::int(0); shape.len()];
+    if x.rank() == 0 {
+        return Layout::exact(strides);
+    }
+    for i in (0..shape.len()).rev() {
+        strides[i] = match i.checked_sub(pad) {
+            Some(j) if dims.equal(&x.shape[j], &shape[i]) => x.strides[j].clone(),
+            Some(_) => Poly::int(0),
+            None if dims.is_one(&shape[i]) => shape[i + 1].mul(&strides[i + 1]),
+            None => Poly::int(0),
+        };
+    }
+    Layout {
+        strides,
+        varies: x.varies,
+    }
+}
+
 /// The free dims that occur in `sizes`, each once, in index order: the dims a size-1 scenario
 /// may set to 1.
 fn free_dims<'a>(dims: &DimTable, sizes: impl Iterator<Item = &'a Poly>) -> Vec<Sym> {

@@ -10,6 +10,7 @@
 mod args;
 mod dim_expr;
 mod items;
+mod movement;
 pub(crate) mod layout;
 mod ops;
 mod rules;
@@ -290,6 +291,7 @@ fn mark_mask_inputs(prog: &mut Program) {
                 | Op::Reshape(_)
                 | Op::Contiguous
                 | Op::Unsqueeze(_)
+                | Op::Expand(_)
                 | Op::Squeeze(_)
                 | Op::Slice { .. }
                 | Op::Select { .. } => only_masks(prog, users, u),

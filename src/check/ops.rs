@@ -987,6 +987,6 @@ fn broadcasts_to(dims: &DimTable, from: &Poly, to: &Poly) -> bool {
 }
 
 /// The literal `-1` of a view's sizes.
-fn is_minus_one(e: &Expr) -> bool {
+pub(super) fn is_minus_one(e: &Expr) -> bool {
     matches!(&e.kind, ExprKind::Neg(x) if matches!(x.kind, ExprKind::Int(1)))
 }

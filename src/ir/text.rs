@@ -142,6 +142,7 @@ impl Program {
             Op::View(s) => ("view", vec![self.shape_text(s)]),
             Op::Reshape(s) => ("reshape", vec![self.shape_text(s)]),
             Op::Contiguous => ("contiguous", vec![]),
+            Op::Expand(s) => ("expand", vec![self.shape_text(s)]),
             Op::Unsqueeze(a) => ("unsqueeze", vec![a.to_string()]),
             Op::Squeeze(a) => ("squeeze", vec![a.to_string()]),
             Op::Softmax(a) => ("softmax", vec![a.to_string()]),

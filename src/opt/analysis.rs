@@ -362,6 +362,16 @@ impl Ctx {
                 }))
             }
             T::Contiguous(_) => Some(Kind::Value(ty(0)?.clone())),
+            T::Expand(_) => {
+                let (s, new) = (shape(0)?, k[1].shape_attr()?);
+                let pad = new.len().checked_sub(s.len())?;
+                let fits = |(a, b): (&Poly, &Poly)| self.equal(a, b) || self.const_of(a) == Some(1);
+                s.iter().zip(&new[pad..]).all(fits).then_some(())?;
+                Some(Kind::Value(Ty {
+                    shape: new.to_vec(),
+                    dtype: ty(0)?.dtype,
+                }))
+            }
             T::Unsqueeze(_) => {
                 let mut t = ty(0)?.clone();
                 let a = k[1].axis()?;

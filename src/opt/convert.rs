@@ -108,6 +108,7 @@ impl Into<'_> {
             }
             Op::View(s) | Op::Reshape(s) => Tensor::Reshape([a[0], self.shape(s)]),
             Op::Contiguous => Tensor::Contiguous(a[0]),
+            Op::Expand(s) => Tensor::Expand([a[0], self.shape(s)]),
             Op::Unsqueeze(d) => Tensor::Unsqueeze([a[0], self.int(*d)]),
             Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
             Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
@@ -367,6 +368,10 @@ impl Out<'_> {
                 (Op::Permute(axes), vec![c[0]])
             }
             Tensor::Contiguous(c) => (Op::Contiguous, vec![*c]),
+            Tensor::Expand(c) => {
+                let sizes = d(c[1]).shape_attr().ok_or("expand sizes")?.to_vec();
+                (Op::Expand(sizes), vec![c[0]])
+            }
             Tensor::Unsqueeze(c) => (Op::Unsqueeze(axis(c[1])?), vec![c[0]]),
             Tensor::Squeeze(c) => (Op::Squeeze(axis(c[1])?), vec![c[0]]),
             Tensor::Softmax(c) => (Op::Softmax(axis(c[1])?), vec![c[0]]),

@@ -30,6 +30,7 @@ define_language! {
         "permute" = Permute([Id; 2]),        // x, axes
         "reshape" = Reshape([Id; 2]),        // x, shape: `view` and `reshape` alike
         "contiguous" = Contiguous(Id),       // x
+        "expand" = Expand([Id; 2]),          // x, shape
         "unsqueeze" = Unsqueeze([Id; 2]),    // x, axis
         "squeeze" = Squeeze([Id; 2]),        // x, axis
         "softmax" = Softmax([Id; 2]),        // x, axis

@@ -60,6 +60,7 @@ pub fn lay_out(
                 }
             }
         }
+        Tensor::Expand(_) => layout::expand(dims, kid(0)?, &shape),
         Tensor::Unsqueeze(_) => {
             let x = kid(0)?;
             let d = attrs.get(1)?.axis()?;

@@ -364,7 +364,7 @@ fn needed_syms(program: &Program) -> Vec<Sym> {
         }
         match &node.op {
             Op::DimValue(p) | Op::Select { index: p, .. } => polys.push(p),
-            Op::View(sizes) | Op::Reshape(sizes) => polys.extend(sizes),
+            Op::View(sizes) | Op::Reshape(sizes) | Op::Expand(sizes) => polys.extend(sizes),
             Op::Slice { start, end, .. } | Op::For { start, end, .. } => polys.extend([start, end]),
             _ => {}
         }

@@ -133,6 +133,7 @@ impl<'p> Interp<'p> {
             // The checker proved the view legal, so its values are those of a reshape.
             Op::View(sizes) | Op::Reshape(sizes) => arg(0)?.reshape(self.sizes(sizes)?),
             Op::Contiguous => Some(arg(0)?.contiguous()),
+            Op::Expand(sizes) => arg(0)?.expand(&self.sizes(sizes)?),
             Op::Unsqueeze(axis) => arg(0)?.unsqueeze(*axis),
             Op::Squeeze(axis) => arg(0)?.squeeze(*axis),
             Op::Softmax(axis) => ops::softmax(arg(0)?, *axis),

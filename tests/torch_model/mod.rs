@@ -75,6 +75,43 @@ impl T {
         t
     }
 
+    /// `expand(sizes)`, a `None` size being `-1` (ATen's `inferExpandGeometry`): an axis
+    /// keeps its stride where it keeps its size, an axis of size 1 that repeats gets stride
+    /// 0, a new leading axis gets stride 0 or, at size 1, `size * stride` of the next axis;
+    /// a rank-0 tensor expands with every stride 0.
+    pub fn expand(&self, sizes: &[Option<i64>]) -> Result<T, Refusal> {
+        let rank = self.shape.len();
+        let pad = sizes.len().checked_sub(rank).ok_or("expand to fewer axes")?;
+        let mut t = T {
+            shape: vec![0; sizes.len()],
+            strides: vec![0; sizes.len()],
+        };
+        for i in (0..sizes.len()).rev() {
+            let (mut size, mut stride) = match i.checked_sub(pad) {
+                Some(j) => (self.shape[j], self.strides[j]),
+                None if i + 1 < sizes.len() => (1, t.shape[i + 1] * t.strides[i + 1]),
+                None => (1, 1),
+            };
+            let target = match sizes[i] {
+                Some(s) => s,
+                None if i >= pad => size,
+                None => return Err("-1 in a new leading axis of expand".into()),
+            };
+            if target != size {
+                if size != 1 {
+                    return Err(format!("expand of size {size} to {target}"));
+                }
+                (size, stride) = (target, 0);
+            }
+            t.shape[i] = size;
+            t.strides[i] = stride;
+        }
+        if rank == 0 {
+            t.strides.fill(0);
+        }
+        Ok(t)
+    }
+
     /// `squeeze(d)` removes the axis only where its size is 1.
     pub fn squeeze(&self, d: usize) -> T {
         let mut t = self.clone();
