@@ -136,10 +136,28 @@ enum Step {
     Rational,
     Softmax(usize),
     MaskedFill(Operand),
+    /// `sum`, `mean`, `amax` or `var` over an axis, with `keepdim` or not.
+    Reduce(&'static str, usize, bool),
+    LogSoftmax(usize),
+    /// `layer_norm` (true) or `rms_norm` over the last axis.
+    Norm(bool),
+    /// `where(operand > 0, chain, 0.0)`.
+    Where(Operand),
+    /// `clamp(chain, min=0.0)`.
+    Clamp,
+    /// `cat([chain, chain], dim)`.
+    Cat(usize),
+    /// The second part of `chunk(chain, 2, dim)` (true, on an even constant axis) or of
+    /// `split(chain, [1, size - 1], dim)`, bound by a `let`.
+    Part(usize, bool),
+    /// `tril` (true) or `triu(.., 1)`.
+    Triangle(bool),
 }
 
 struct Chain {
     decls: Vec<String>,
+    /// `let` lines binding the parts of `split` and `chunk`, after every input.
+    lets: Vec<String>,
     expr: String,
     steps: Vec<Step>,
     start: Vec<Axis>,
@@ -159,10 +177,11 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
     let mut shape = start.clone();
     let mut decls = vec![format!("input x: {}", shape_text(&shape))];
     let mut expr = "x".to_string();
+    let mut lets = Vec::new();
     let mut steps = Vec::new();
     for _ in 0..len {
         let rank = shape.len();
-        let step = match rng.below(14) {
+        let step = match rng.below(20) {
             0 | 1 if rank >= 2 => {
                 let a = rng.below(rank);
                 let b = (a + 1 + rng.below(rank - 1)) % rank;
@@ -206,14 +225,48 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
                 Step::MaskedFill(o)
             }
             13 => Step::Expand(expanded(rng, &shape)),
+            14 if rank >= 1 => {
+                let op = ["sum", "mean", "amax", "var"][rng.below(4)];
+                Step::Reduce(op, rng.below(rank), rng.below(2) == 0)
+            }
+            15 if rank >= 1 => match rng.below(2) {
+                0 => Step::LogSoftmax(rng.below(rank)),
+                _ => Step::Norm(rng.below(2) == 0),
+            },
+            16 => {
+                let name = format!("w{}", decls.len());
+                let o = operand(rng, &shape, name);
+                decls.push(format!("input {}: {}", o.name, shape_text(&o.declared)));
+                Step::Where(o)
+            }
+            17 if rank >= 1 => match rng.below(2) {
+                0 => Step::Clamp,
+                _ => Step::Cat(rng.below(rank)),
+            },
+            18 if rank >= 1 => {
+                let a = rng.below(rank);
+                match shape[a].as_slice() {
+                    [Atom::K(k)] if k % 2 == 0 => Step::Part(a, true),
+                    [Atom::D] => Step::Part(a, true),
+                    [x] if x.less_one().is_some() => Step::Part(a, false),
+                    _ => Step::Clamp,
+                }
+            }
+            19 if rank >= 2 => Step::Triangle(rng.below(2) == 0),
             _ => Step::Contiguous,
         };
         expr = apply_text(&expr, &step, &shape);
+        if let Step::Part(..) = step {
+            let name = format!("p{}", lets.len());
+            lets.push(format!("let (_{name}, {name}) = {expr}"));
+            expr = name;
+        }
         shape = apply_shape(&shape, &step);
         steps.push(step);
     }
     Chain {
         decls,
+        lets,
         expr,
         steps,
         start,
@@ -255,6 +308,7 @@ fn expanded(rng: &mut Rng, shape: &[Axis]) -> Vec<Option<Axis>> {
     let repeats = [
         vec![Atom::B],
         vec![Atom::N],
+        vec![Atom::E],
         vec![Atom::K(3)],
         vec![],
         vec![Atom::U],
@@ -350,6 +404,25 @@ fn apply_text(expr: &str, step: &Step, shape: &[Axis]) -> String {
         Step::Rational => format!("{e} / ({e} * {e} + 1.0)"),
         Step::Softmax(d) => format!("{e}.softmax({d})"),
         Step::MaskedFill(o) => format!("{e}.masked_fill({} > 0, 0.0)", o.text()),
+        Step::Reduce(op, d, keepdim) => {
+            let keep = if *keepdim { ", keepdim=True" } else { "" };
+            format!("{e}.{op}({d}{keep})")
+        }
+        Step::LogSoftmax(d) => format!("{e}.log_softmax({d})"),
+        Step::Norm(layer) => {
+            let op = if *layer { "layer_norm" } else { "rms_norm" };
+            format!("{op}({expr}, [{}])", size_text(&shape[shape.len() - 1]))
+        }
+        Step::Where(o) => format!("where({} > 0, {expr}, 0.0)", o.text()),
+        Step::Clamp => format!("clamp({expr}, min=0.0)"),
+        Step::Cat(d) => format!("cat([{expr}, {expr}], dim={d})"),
+        Step::Part(d, true) => format!("chunk({expr}, 2, dim={d})"),
+        Step::Part(d, false) => {
+            let rest = shape[*d][0].less_one().expect("drawn for a sliceable axis");
+            format!("split({expr}, [1, {}], dim={d})", rest.text())
+        }
+        Step::Triangle(true) => format!("{e}.tril()"),
+        Step::Triangle(false) => format!("triu({expr}, 1)"),
     }
 }
 
@@ -388,7 +461,7 @@ fn apply_shape(shape: &[Axis], step: &Step) -> Vec<Axis> {
         Step::Select(a) => {
             s.remove(*a);
         }
-        Step::Binary(o, _) | Step::MaskedFill(o) => {
+        Step::Binary(o, _) | Step::MaskedFill(o) | Step::Where(o) => {
             let pad = s.len().saturating_sub(o.declared.len());
             for (i, axis) in s.iter_mut().enumerate().skip(pad) {
                 let mut theirs = o.declared.clone();
@@ -400,9 +473,33 @@ fn apply_shape(shape: &[Axis], step: &Step) -> Vec<Axis> {
                 }
             }
         }
-        Step::Contiguous | Step::Scalar | Step::Exp | Step::Rational | Step::Softmax(_) => {}
+        Step::Reduce(_, d, true) => s[*d] = vec![],
+        Step::Reduce(_, d, false) => {
+            s.remove(*d);
+        }
+        Step::Cat(d) => s[*d] = [s[*d].clone(), vec![Atom::K(2)]].concat(),
+        Step::Part(d, true) => s[*d] = halved(&s[*d]),
+        Step::Part(d, false) => s[*d] = vec![s[*d][0].less_one().expect("drawn for a sliceable axis")],
+        Step::Contiguous
+        | Step::Scalar
+        | Step::Exp
+        | Step::Rational
+        | Step::Softmax(_)
+        | Step::LogSoftmax(_)
+        | Step::Norm(_)
+        | Step::Clamp
+        | Step::Triangle(_) => {}
     }
     s
+}
+
+/// Half of an even constant axis.
+fn halved(axis: &Axis) -> Axis {
+    match axis.as_slice() {
+        [Atom::K(k)] => vec![Atom::K(k / 2)],
+        [Atom::D] => vec![Atom::K(6)],
+        _ => unreachable!("chunk is drawn for even constant axes"),
+    }
 }
 
 /// The chain run through the model at the sizes `at`.
@@ -426,7 +523,7 @@ fn run_model(chain: &Chain, at: &Sizes) -> Result<T, String> {
             Step::Expand(sizes) => {
                 let sizes: Vec<Option<i64>> = sizes
                     .iter()
-                    .map(|s| s.as_ref().map(|a| size_value(a, b, n)))
+                    .map(|s| s.as_ref().map(|a| size_value(a, at)))
                     .collect();
                 t.expand(&sizes)?
             }
@@ -448,6 +545,28 @@ fn run_model(chain: &Chain, at: &Sizes) -> Result<T, String> {
                 let m = elementwise(&[&o.model(at), &T::row_major(vec![])])?;
                 fresh(torch_model::broadcast(&[&t.shape, &m.shape])?)
             }
+            Step::Reduce(_, d, keepdim) => {
+                let mut shape = t.shape.clone();
+                match keepdim {
+                    true => shape[*d] = 1,
+                    false => _ = shape.remove(*d),
+                }
+                fresh(shape)
+            }
+            Step::LogSoftmax(_) | Step::Norm(true) | Step::Triangle(_) => fresh(t.shape.clone()),
+            Step::Norm(false) => {
+                let mut reduced = t.shape.clone();
+                *reduced.last_mut().expect("drawn for rank 1 or more") = 1;
+                elementwise(&[&t.contiguous_as_suggested(), &fresh(reduced)])?
+            }
+            Step::Where(o) => {
+                let condition = elementwise(&[&o.model(at), &T::row_major(vec![])])?;
+                elementwise(&[&condition, &t, &T::row_major(vec![])])?
+            }
+            Step::Clamp => elementwise(&[&t])?,
+            Step::Cat(d) => torch_model::cat(&[&t, &t], *d),
+            Step::Part(d, true) => t.slice(*d, t.shape[*d] / 2, t.shape[*d])?,
+            Step::Part(d, false) => t.slice(*d, 1, t.shape[*d])?,
         };
     }
     Ok(t)
@@ -506,8 +625,9 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
         let len = 1 + rng.below(8);
         let chain = draw(&mut rng, len);
         let src = format!(
-            "dim B, N, E\ndim U = 1, D = 12\n{}\noutput out = {}\n",
+            "dim B, N, E\ndim U = 1, D = 12\n{}\n{}\noutput out = {}\n",
             chain.decls.join("\n"),
+            chain.lets.iter().map(|l| format!("{l}\n")).collect::<String>(),
             chain.expr
         );
         let checked = check_source(&src, &[]).expect("no overrides");

@@ -310,24 +310,45 @@ fn subsets<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
 
 /// `cat` and `stack` of items of one type: row-major, except that PyTorch keeps a
 /// channels-last format of 4-d and 5-d results (`cat_compute_output_memory_format`), which
-/// attnc does not model: such results vary unless channels-last is ruled out. It is where
-/// the items' last axis is the only one of stride 1 and is never of size 1 (then no axis,
-/// inserted by `stack` or not, can have a smaller stride than the last, as channels-last
-/// needs), or the items are contiguous.
+/// attnc does not model: such results vary unless channels-last is ruled out (see
+/// `may_be_channels_last`; `stack` of items of a lower rank always varies at 4-d and 5-d).
 pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    let formats_apply = matches!(shape.len(), 4 | 5);
-    let plain = |t: &TensorType| {
-        let Some((last, rest)) = t.strides.split_last() else {
-            return true;
-        };
-        let inner = dims.is_one(last) && dims.never_one(&t.shape[t.rank() - 1]);
-        let outer = rest.iter().all(|s| dims.provably_nonneg(&s.sub(&Poly::int(2))));
-        t.is_contiguous(dims) || (!t.varies && inner && outer)
-    };
     Layout {
         strides: row_major_strides(shape),
-        varies: formats_apply && !operands.iter().all(|t| plain(t)),
+        varies: operands.iter().any(|t| may_be_channels_last(dims, t, shape)),
     }
+}
+
+/// `x.contiguous(memory_format=x.suggest_memory_format())`, as `rms_norm` copies its
+/// input: `contiguous`, except that a 4-d or 5-d input whose strides may be channels-last
+/// keeps that format, which attnc does not model: such results vary.
+pub fn contiguous_as_suggested(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+    let laid = contiguous(dims, operands, shape);
+    Layout {
+        varies: laid.varies || operands.iter().any(|t| may_be_channels_last(dims, t, shape)),
+        ..laid
+    }
+}
+
+/// Whether PyTorch's `suggest_memory_format` may call `t` channels-last where that gives a
+/// result of `shape` (4-d or 5-d) other strides than row-major on its axes not of size 1.
+/// Channels-last needs axis 1 innermost: it is ruled out where the last axis is never of
+/// size 1 and has stride 1 and axis 1 is never of size 1, for then axis 1's stride times
+/// its size exceeds the last axis's. Where axis 1 is 1 in the result wherever it is in `t`,
+/// the two layouts agree anyway. Being contiguous rules out nothing: the stride of an axis
+/// of size 1 is whatever a view made it (`[1, 2, 1, 1]` with strides `[2, 1, 2, 2]` is
+/// contiguous and channels-last, and `cat` of it along the last axis is laid out so).
+fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> bool {
+    if !matches!(shape.len(), 4 | 5) {
+        return false;
+    }
+    if t.rank() != shape.len() || t.varies {
+        return true;
+    }
+    let last = t.rank() - 1;
+    let inner = dims.is_one(&t.strides[last]) && dims.never_one(&t.shape[last]);
+    let channels = dims.never_one(&t.shape[1]) || dims.equal(&t.shape[1], &shape[1]);
+    !(inner && channels)
 }
 
 /// `x.reshape(shape)`: a view where PyTorch's `view` succeeds, a row-major copy where it
