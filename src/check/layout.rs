@@ -73,9 +73,10 @@ pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Pol
     let perm = orders.as_ref().map_or(&general, |o| &o[0]);
     let strides = dense_in_order(shape, perm);
     let decided = orders.as_ref().is_some_and(|orders| {
-        orders
-            .iter()
-            .all(|o| (0..shape.len()).all(|i| dims.equal(&dense_in_order(shape, o)[i], &strides[i])))
+        orders.iter().all(|o| {
+            let there = dense_in_order(shape, o);
+            (0..shape.len()).all(|i| dims.equal(&there[i], &strides[i]))
+        })
     });
     let varies = !decided
         || operands.iter().any(|t| t.varies)
@@ -166,6 +167,10 @@ fn same_where_dims_are_one(
         let sub = |p: &Poly| p.substitute(&|s| ones.contains(&s).then(|| Poly::int(1)));
         let subs = |ps: &[Poly]| ps.iter().map(sub).collect::<Vec<_>>();
         let shape_at = subs(shape);
+        if shape_at.iter().filter(|d| !dims.is_one(d)).count() < 2 {
+            // One axis not of size 1 has stride 1 in every order.
+            return true;
+        }
         let at_ones: Vec<TensorType> = operands
             .iter()
             .map(|t| TensorType {
