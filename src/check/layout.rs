@@ -68,6 +68,9 @@ pub fn contiguous(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> 
 /// strides, broadcast operands included (`reorder_dimensions` in ATen's
 /// `TensorIterator.cpp`). Operands of rank 0 never decide anything.
 pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+    if let Some(laid) = over_one_row_major(dims, operands, shape) {
+        return laid;
+    }
     let orders = iterator_orders(dims, operands, shape);
     let general: Vec<usize> = (0..shape.len()).rev().collect();
     let perm = orders.as_ref().map_or(&general, |o| &o[0]);
@@ -82,6 +85,25 @@ pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Pol
         || operands.iter().any(|t| t.varies)
         || !same_where_dims_are_one(dims, operands, shape, perm);
     Layout { strides, varies }
+}
+
+/// The common case quickly: one tensor operand, of the result's shape and row-major for
+/// every size, beside scalars. TensorIterator keeps its order, which holds at every size
+/// (row-major strides stay row-major wherever dims are 1, and a lone operand has no
+/// broadcast axes to reorder), so the result is row-major too. This skips the size-1
+/// scenarios, which a chain of 10,000 `x * 1.0 + 0.0` statements otherwise pays for twice
+/// (checking, and laying out the optimizer's choices).
+fn over_one_row_major(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Option<Layout> {
+    let mut tensors = operands.iter().filter(|t| t.rank() > 0);
+    let (Some(t), None) = (tensors.next(), tensors.next()) else {
+        return None;
+    };
+    let row_major = row_major_strides(shape);
+    let same = t.rank() == shape.len()
+        && !t.varies
+        && (0..shape.len())
+            .all(|i| dims.equal(&t.shape[i], &shape[i]) && dims.equal(&t.strides[i], &row_major[i]));
+    same.then(|| Layout::exact(row_major))
 }
 
 /// At most this many orders are followed when comparisons depend on the sizes.
