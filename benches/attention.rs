@@ -122,6 +122,7 @@ impl Case {
             kv_group: 1,
             score: None,
             tail: None,
+            zero_empty_rows: false,
             block: self.block,
         };
         let plan = Plan {

@@ -253,6 +253,11 @@ pub enum ExprKind {
         args: Vec<Expr>,
         kwargs: Vec<Kwarg>,
     },
+    /// `x.name`: an attribute (`x.shape`, whose `x.shape[d]` is `x.size(d)`).
+    Attribute {
+        receiver: Box<Expr>,
+        name: Ident,
+    },
     /// `x[i, a : b, :]`
     Index {
         base: Box<Expr>,

@@ -132,8 +132,23 @@ pub enum Op {
     /// A fresh tensor of the node's shape, every element `value` (`ones`, `zeros`,
     /// `full`); no args.
     Fill(f64),
+    /// `arange`: the rank-1 tensor `start + i * step` for `i` below its length (the
+    /// node's shape), in float32; no args.
+    Arange {
+        start: Poly,
+        step: Poly,
+    },
     /// args `[x, mask, value]`: where the boolean mask holds, the result is `value`.
     MaskedFill,
+    /// `scaled_dot_product_attention`: args `[q, k, v, scale]` or `[q, k, v, scale, mask]`,
+    /// `q [.., Hq, L, E]`, `k [.., Hk, S, E]`, `v [.., Hk, S, Ev]`, `scale` rank 0, a
+    /// boolean mask keeping where it holds or a float mask added, broadcast to the scores
+    /// `[.., Hq, L, S]`. `causal` keeps `j <= i`; with `gqa`, query head `h` reads key head
+    /// `h / (Hq / Hk)`. A row whose every score is `-inf` is 0. Result `[.., Hq, L, Ev]`.
+    Sdpa {
+        causal: bool,
+        gqa: bool,
+    },
     Unary(UnaryOp),
     /// args `[a, b]`.
     Binary(BinaryOp),

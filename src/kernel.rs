@@ -167,6 +167,9 @@ pub struct Attention {
     /// Where the last keys come from another pair of operands (a decode step's new key and
     /// value after its cache): `k` and `v` then hold the first `m - tail.len` keys.
     pub tail: Option<KeyTail>,
+    /// A row whose every score is `-inf` gives 0 rather than NaN: PyTorch's
+    /// `scaled_dot_product_attention` (its safe softmax), where `softmax` alone gives NaN.
+    pub zero_empty_rows: bool,
     pub block: (usize, usize),
 }
 

@@ -22,6 +22,7 @@ mod flops;
 mod fuse;
 mod memory;
 mod relayout;
+mod sdpa;
 mod tiling;
 mod view;
 
@@ -52,6 +53,7 @@ fn unary(op: UnaryOp) -> Unary {
         UnaryOp::Erf => Unary::Erf,
         UnaryOp::Sin => Unary::Sin,
         UnaryOp::Cos => Unary::Cos,
+        UnaryOp::Not => Unary::Not,
     }
 }
 
@@ -64,6 +66,8 @@ fn binary(op: BinaryOp) -> Binary {
         BinaryOp::Pow => Binary::Pow,
         BinaryOp::Maximum => Binary::Maximum,
         BinaryOp::Minimum => Binary::Minimum,
+        BinaryOp::And => Binary::And,
+        BinaryOp::Or => Binary::Or,
     }
 }
 
@@ -195,11 +199,22 @@ impl<'p> Lowerer<'p> {
     }
 
     fn size(&self, p: &Poly) -> Result<usize, PlanError> {
+        let v = self.int(p).ok();
+        v.and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
+            internal(format!(
+                "the size `{}` has no value",
+                self.program.dims.display(p)
+            ))
+        })
+    }
+
+    /// The value of a dim expression that may be negative (`arange`'s start).
+    fn int(&self, p: &Poly) -> Result<i64, PlanError> {
         let v = self
             .program
             .dims
             .eval(p, &|s| self.dims.get(s).copied().flatten());
-        v.and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
+        v.ok_or_else(|| {
             internal(format!(
                 "the size `{}` has no value",
                 self.program.dims.display(p)
@@ -289,10 +304,12 @@ impl<'p> Lowerer<'p> {
             Op::Concat(_) => "concat",
             Op::Stack(_) => "stack",
             Op::MaskedFill => "masked_fill",
+            Op::Arange { .. } => "arange",
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => "elementwise",
             Op::Gemm { .. } => "gemm",
             Op::MaskedSoftmax { .. } => "masked_softmax",
             Op::Attention { .. } => "attention",
+            Op::Sdpa { .. } => "scaled_dot_product_attention",
             Op::Cat(_) => "cat",
             _ => "value",
         };
@@ -398,6 +415,20 @@ impl<'p> Lowerer<'p> {
                 self.map(vec![], vec![Expr::Const(*v as f32)], &out, self.label(id));
                 Ok(Val::Tensor(out))
             }
+            // `start + i * step` from the element's index: exact below 2^24, as PyTorch's.
+            Op::Arange { start, step } => {
+                let (start, step) = (self.int(start)?, self.size(step)?);
+                let out = self.temp(self.shape(id)?);
+                let expr = vec![
+                    Expr::Index(0),
+                    Expr::Const(step as f32),
+                    Expr::Binary(Binary::Mul, 0, 1),
+                    Expr::Const(start as f32),
+                    Expr::Binary(Binary::Add, 2, 3),
+                ];
+                self.map(vec![], expr, &out, self.label(id));
+                Ok(Val::Tensor(out))
+            }
             Op::Softmax(axis) => {
                 let pat = match self.fusion.fused.get(&id) {
                     Some(Fused::Softmax(p)) => *p,
@@ -462,6 +493,7 @@ impl<'p> Lowerer<'p> {
                 self.attention(id, [arg(0), arg(2)], k, *scale as f32, mask)
                     .map(Val::Tensor)
             }
+            Op::Sdpa { causal, gqa } => self.sdpa(id, &args, *causal, *gqa).map(Val::Tensor),
             Op::Cat(axis) => {
                 let items = args
                     .iter()
@@ -954,6 +986,7 @@ impl<'p> Lowerer<'p> {
             kv_group: 1,
             score: None,
             tail: None,
+            zero_empty_rows: false,
             block: attention_blocks(n, m),
         };
         let a = a.fold_query_groups().unwrap_or(a);

@@ -1,7 +1,8 @@
-//! The activations, reductions and norms of section 7.2 on the interpreter, against values
-//! PyTorch 2.15 gives for the same input (float32, CPU), written with the digits it prints.
+//! The activations, reductions and norms of section 7.2 against values PyTorch 2.15 gives
+//! for the same input (float32, CPU), written with the digits it prints.
 #![allow(clippy::excessive_precision)]
 
+use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind_dims, interpret, Bound, Tensor};
 
 mod common;
@@ -49,6 +50,43 @@ fn activations_reductions_and_norms_match_pytorch() {
                 (g - w).abs() <= 1e-5 * scale + 1e-6,
                 "{name}[{i}] = {g}, PyTorch gives {w}"
             );
+        }
+    }
+}
+
+/// GELU where float32 ends, on both backends, as PyTorch's vectorized CPU kernel gives it
+/// (a tensor of 9: the first 8 take the vector path): the erf form is NaN at both
+/// infinities and overflows above `f32::MAX / 2`; the tanh form keeps `+inf` and
+/// `f32::MAX`; large negative arguments give -0.0.
+#[test]
+fn gelu_at_the_ends_of_float32_matches_pytorch_on_both_backends() {
+    const SRC: &str =
+        "dim N = 9\ninput x: [N]\noutput g = gelu(x)\noutput t = gelu(x, approximate=\"tanh\")\n";
+    const INF: f32 = f32::INFINITY;
+    const NAN: f32 = f32::NAN;
+    let x = vec![INF, -INF, NAN, 1e30, -1e30, 3.4e38, -3.4e38, 10.0, -10.0];
+    let pytorch: [(&str, [f32; 9]); 2] = [
+        ("g", [NAN, NAN, NAN, 1e30, -0.0, INF, -0.0, 10.0, -0.0]),
+        ("t", [INF, NAN, NAN, 1e30, -0.0, 3.4e38, -0.0, 10.0, -0.0]),
+    ];
+    let prog = program(SRC, &[]);
+    let bound = Bound {
+        params: vec![],
+        inputs: vec![Tensor::new(vec![9], x)],
+        dims: bind_dims(&prog).unwrap(),
+    };
+    let jit = Executable::compile(&prog, &bound.dims)
+        .unwrap()
+        .run(&bound, &pool(1).unwrap())
+        .unwrap();
+    for (backend, outputs) in [("interp", interpret(&prog, &bound).unwrap()), ("jit", jit)] {
+        for (name, want) in &pytorch {
+            let got = &outputs.iter().find(|(n, _)| n == name).unwrap().1;
+            for (i, (&g, &w)) in got.data.iter().zip(want).enumerate() {
+                let same =
+                    (g.is_nan() && w.is_nan()) || (g == w && g.is_sign_negative() == w.is_sign_negative());
+                assert!(same, "{backend}: {name}[{i}] = {g:e}, PyTorch gives {w:e}");
+            }
         }
     }
 }

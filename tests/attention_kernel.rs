@@ -29,6 +29,8 @@ struct Case {
     score: Option<Score>,
     /// The last `tail` keys come from a second pair of buffers (a cache and the new keys).
     tail: usize,
+    /// A row without keys gives 0 (`scaled_dot_product_attention`), not NaN.
+    zero_rows: bool,
     block: (usize, usize),
 }
 
@@ -109,6 +111,7 @@ fn case(n: usize, m: usize, keep: Option<Keep>, fill: f32, block: (usize, usize)
         kv_group: 1,
         score: None,
         tail: 0,
+        zero_rows: false,
         block,
     }
 }
@@ -172,6 +175,7 @@ impl Case {
                 v: operand(7, &[hk * t * dv, t * dv, dv, 1]),
                 len: t,
             }),
+            zero_empty_rows: self.zero_rows,
             block: self.block,
         }
     }
@@ -277,6 +281,9 @@ impl Case {
                     })
                     .collect();
                 let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                if self.zero_rows && max == f64::NEG_INFINITY {
+                    continue;
+                }
                 s.iter_mut().for_each(|x| *x = (*x - max).exp());
                 let sum: f64 = s.iter().sum();
                 for c in 0..dv {
@@ -362,6 +369,27 @@ fn rows_without_keys_keep_pytorch_meaning() {
     let last_row = |t: &Tensor, bh: usize| t.data[(bh * 9 + 8) * 7..(bh * 9 + 9) * 7].to_vec();
     assert!(last_row(&got, 0).iter().all(|x| x.is_nan()));
     nan.check(3);
+}
+
+#[test]
+fn rows_without_keys_are_zero_where_the_kernel_says_so() {
+    // As `scaled_dot_product_attention`: the last row keeps no key and is 0, whether the
+    // positions or a tensor mask remove its keys; the other rows are unchanged.
+    let not_causal = || Some(Keep::Not(Box::new(causal())));
+    let mut c = case(9, 9, not_causal(), f32::NEG_INFINITY, (4, 4));
+    c.zero_rows = true;
+    let got = c.run(&c.inputs(5), 1);
+    for bh in 0..6 {
+        let last = &got.data[(bh * 9 + 8) * 7..(bh * 9 + 9) * 7];
+        assert!(last.iter().all(|&x| x == 0.0), "head {bh}: {last:?}");
+    }
+    c.check(5);
+    let mut c = case(6, 10, None, 0.0, (4, 4));
+    c.key_mask = Some((10, f32::NEG_INFINITY));
+    c.zero_rows = true;
+    let got = c.run(&c.inputs(6), 2);
+    assert!(got.data.iter().all(|&x| x == 0.0));
+    c.check(6);
 }
 
 #[test]

@@ -111,3 +111,58 @@ fn llama_layer_reproduces_hugging_face() {
         );
     }
 }
+
+#[test]
+fn causal_mask_from_positions_reproduces_pytorch() {
+    let dims = ["D=16", "H=4"];
+    for backend in ["interp", "jit"] {
+        reproduce(
+            "examples/causal_from_positions.attn",
+            "causal_b2_n9_d16_h4",
+            &dims,
+            backend,
+        );
+    }
+}
+
+#[test]
+fn sliding_window_reproduces_pytorch() {
+    let dims = ["D=16", "H=2", "W=4"];
+    for backend in ["interp", "jit"] {
+        reproduce(
+            "examples/sliding_window.attn",
+            "window_b1_n20_d16_h2_w4",
+            &dims,
+            backend,
+        );
+    }
+}
+
+#[test]
+fn alibi_reproduces_pytorch_with_slopes_computed_from_the_heads() {
+    let dims = ["D=32", "H=8"];
+    for backend in ["interp", "jit"] {
+        reproduce("examples/alibi.attn", "alibi_b1_n15_d32_h8", &dims, backend);
+    }
+}
+
+#[test]
+fn softcap_reproduces_pytorch() {
+    let dims = ["D=16", "H=2"];
+    for backend in ["interp", "jit"] {
+        reproduce("examples/softcap.attn", "softcap_b2_n10_d16_h2", &dims, backend);
+    }
+}
+
+#[test]
+fn gqa_decode_reproduces_pytorch() {
+    let dims = ["D=32", "H=8", "Hkv=2"];
+    for backend in ["interp", "jit"] {
+        reproduce(
+            "examples/gqa_decode.attn",
+            "decode_b1_m11_d32_h8_kv2",
+            &dims,
+            backend,
+        );
+    }
+}

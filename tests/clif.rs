@@ -113,6 +113,7 @@ fn attention_keeps_a_running_max_and_sum() {
         kv_group: 1,
         score: None,
         tail: None,
+        zero_empty_rows: false,
         block: (2, 4),
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));
@@ -140,6 +141,7 @@ fn attention_decides_each_tile_of_a_causal_mask_from_its_corners() {
         kv_group: 1,
         score: None,
         tail: None,
+        zero_empty_rows: false,
         block: (2, 4),
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));

@@ -170,6 +170,26 @@ const OPS: &[(&str, OpGen)] = &[
         };
         Some((format!("{scores}.softmax(-1) @ y"), q.shape, true))
     }),
+    ("arange", |g| {
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| named(d)))?;
+        let e = format!("{} + arange({})", a.name, a.shape.last().unwrap());
+        Some((e, a.shape, a.contiguous))
+    }),
+    ("position_mask", |g| {
+        // A causal window from positions, combined with a mask of values.
+        let a = g.pick(|v| v.shape.ends_with(&["N".to_string(), "N".to_string()]))?;
+        let (i, j) = ("arange(N)[:, None]", "arange(N)[None, :]");
+        let keep = format!("(({j} <= {i}) & ({j} > {i} - 2)) | ~({} > 0.5)", a.name);
+        let e = format!("{}.masked_fill(~({keep}), -1e9)", a.name);
+        Some((e, a.shape, a.contiguous))
+    }),
+    ("sdpa", |g| {
+        // Keys and values `y`; causal, a boolean mask (rows without keys: 0) or a float one.
+        let q = g.pick(|v| v.shape.ends_with(&["N".to_string(), "D".to_string()]))?;
+        let extra = ["is_causal=True", "attn_mask=m > 0.5", "attn_mask=m", "scale=0.5"][g.rng.below(4)];
+        let e = format!("scaled_dot_product_attention({}, y, y, {extra})", q.name);
+        Some((e, q.shape, true))
+    }),
     ("linear", |g| {
         let a = g.pick(|v| v.shape.last().is_some_and(|d| d == "D"))?;
         Some((format!("linear({}, W, c)", a.name), a.shape, true))
@@ -185,8 +205,183 @@ const OPS: &[(&str, OpGen)] = &[
         let a = g.pick(|v| v.shape.last().is_some_and(|d| named(d)))?;
         let e = format!("{}[{}]", a.name, index_last(a.shape.len(), "0 : 0"));
         Some((e, with_last(&a.shape, "0".into()), false))
+    }), // The ops of section 7.2 (issue 10).
+    ("reduce", |g| {
+        let a = g.pick(|v| v.shape.len() >= 2)?;
+        let op = ["sum", "mean", "amax", "amin"][g.rng.below(4)];
+        let r = a.shape.len();
+        Some(match g.rng.below(3) {
+            0 => (
+                format!("{}.{op}(-1, keepdim=True)", a.name),
+                with_last(&a.shape, "1".into()),
+                true,
+            ),
+            // Axes that no view merges into one: reduced one at a time, natively too.
+            1 => {
+                let mut shape = with_last(&a.shape, "1".into());
+                shape[0] = "1".into();
+                (format!("{}.{op}(dim=(0, -1), keepdim=True)", a.name), shape, true)
+            }
+            _ => (
+                format!("{op}({}, dim={})", a.name, r - 2),
+                [&a.shape[..r - 2], &a.shape[r - 1..]].concat(),
+                true,
+            ),
+        })
+    }),
+    ("var", |g| {
+        // Over an axis of 1 (N = 1), the unbiased variance divides 0 by 0: NaN on both.
+        let a = g.pick(|v| v.shape.len() >= 2)?;
+        let e = match g.rng.below(3) {
+            0 => format!("{}.var(-1, keepdim=True)", a.name),
+            1 => format!("{}.std(-1, keepdim=True, unbiased=False)", a.name),
+            _ => format!("var({}, dim=-1, correction=0, keepdim=True)", a.name),
+        };
+        Some((e, with_last(&a.shape, "1".into()), true))
+    }),
+    ("activation", |g| {
+        let a = g.any()?;
+        let f = [
+            "relu({})",
+            "gelu({})",
+            "{}.gelu(approximate=\"tanh\")",
+            "silu({})",
+            "sigmoid({})",
+            "tanh({})",
+            "erf({})",
+            "abs({})",
+            "sin({})",
+            "cos({})",
+            "log({0} * {0} + 0.5)",
+            "rsqrt({0} * {0} + 1.0)",
+        ][g.rng.below(12)];
+        Some((
+            f.replace("{0}", &a.name).replace("{}", &a.name),
+            a.shape,
+            a.contiguous,
+        ))
+    }),
+    ("norm", |g| {
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| d == "D"))?;
+        let e = match g.rng.below(3) {
+            0 => format!("layer_norm({}, [D], z, z)", a.name),
+            1 => format!("layer_norm({}, (D,), eps=1e-6)", a.name),
+            _ => format!("rms_norm({}, [D], z)", a.name),
+        };
+        Some((e, a.shape, true))
+    }),
+    ("log_softmax", |g| {
+        let a = g.any()?;
+        Some((format!("{}.log_softmax(dim=-1)", a.name), a.shape, true))
+    }),
+    ("where", |g| {
+        let a = g.any()?;
+        let b = g.pick(|b| b.shape.len() <= a.shape.len() && a.shape.ends_with(&b.shape))?;
+        let e = format!("where({1} > 0.0, {0}, {0} * 2.0)", a.name, b.name);
+        Some((e, a.shape, a.contiguous && b.contiguous))
+    }),
+    ("clamp", |g| {
+        let a = g.any()?;
+        let e = match g.rng.below(3) {
+            0 => format!("{}.clamp(-0.5, 0.5)", a.name),
+            1 => format!("clamp({}, min=0.0)", a.name),
+            _ => format!("{}.clamp(max=-inf)", a.name),
+        };
+        Some((e, a.shape, a.contiguous))
+    }),
+    ("pow", |g| {
+        // A negative base to a fractional power is NaN on both backends.
+        let a = g.any()?;
+        let b = g.pick(|b| b.shape.len() <= a.shape.len() && a.shape.ends_with(&b.shape))?;
+        let e = match g.rng.below(3) {
+            0 => format!("{} ** 2", a.name),
+            1 => format!("({0} * {0} + 1.0) ** -0.5", a.name),
+            _ => format!("pow({}, {})", a.name, b.name),
+        };
+        Some((e, a.shape, a.contiguous && b.contiguous))
+    }),
+    ("maximum", |g| {
+        let a = g.any()?;
+        let b = g.pick(|b| b.shape.len() <= a.shape.len() && a.shape.ends_with(&b.shape))?;
+        let op = ["maximum", "minimum"][g.rng.below(2)];
+        Some((
+            format!("{op}({}, {})", a.name, b.name),
+            a.shape,
+            a.contiguous && b.contiguous,
+        ))
+    }),
+    ("tri", |g| {
+        let a = g.pick(|v| v.shape.len() >= 2)?;
+        let e = match g.rng.below(3) {
+            0 => format!("{}.tril()", a.name),
+            1 => format!("{}.triu(1)", a.name),
+            _ => format!("tril({}, diagonal=-1)", a.name),
+        };
+        Some((e, a.shape, true))
+    }),
+    ("cat", |g| {
+        let a = g.any()?;
+        let b = g.pick(|b| b.shape == a.shape)?;
+        let last = a.shape.last()?;
+        let e = format!("cat([{}, -{}], dim=-1)", a.name, b.name);
+        Some((e, with_last(&a.shape, format!("2 * {last}")), true))
+    }),
+    ("chunk", |g| {
+        // Two equal parts of an axis made twice as long by `cat`; the first is `-a`.
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| named(d)))?;
+        let r = a.shape.len();
+        let e = match g.rng.below(2) {
+            0 => format!("{FIRST_OF}cat([-{0}, {0}], dim=-1).chunk(2, dim=-1)", a.name),
+            _ => format!(
+                "{FIRST_OF}cat([-{0}, {0}], dim={1}).split({0}.shape[{1}], {1})",
+                a.name,
+                r - 1
+            ),
+        };
+        Some((e, a.shape, false))
+    }),
+    ("expand", |g| {
+        // A new leading axis, and an axis of 1 (a kept reduction) repeated N times.
+        let a = g.pick(|v| !v.shape.is_empty())?;
+        let r = a.shape.len();
+        let repeat = a.shape[r - 1] == "1";
+        let mut sizes = vec!["-1".to_string(); r];
+        let mut shape = a.shape.clone();
+        if repeat {
+            sizes[r - 1] = "N".into();
+            shape[r - 1] = "N".into();
+        }
+        if !repeat || g.rng.below(2) == 0 {
+            sizes.insert(0, "B".into());
+            shape.insert(0, "B".into());
+        }
+        Some((format!("{}.expand({})", a.name, sizes.join(", ")), shape, false))
+    }),
+    ("repeat_interleave", |g| {
+        let a = g.pick(|v| !v.shape.is_empty())?;
+        let last = a.shape.last()?;
+        let e = format!("{}.repeat_interleave(2, dim=-1)", a.name);
+        Some((e, with_last(&a.shape, format!("2 * {last}")), true))
+    }),
+    ("flatten", |g| {
+        let a = g.pick(|v| v.shape.len() >= 2)?;
+        let merged = format!("{} * {}", a.shape[0], a.shape[1]);
+        let mut shape = vec![merged];
+        shape.extend_from_slice(&a.shape[2..]);
+        Some((format!("{}.flatten(0, 1)", a.name), shape, a.contiguous))
+    }),
+    ("size", |g| {
+        let a = g.any()?;
+        let e = match a.shape.len() {
+            0 => format!("{} * 0.5", a.name),
+            _ => format!("{0} / {0}.shape[-1] + {0}.size(0)", a.name),
+        };
+        Some((e, a.shape, a.contiguous))
     }),
 ];
+
+/// Marks an expression whose value is a tuple of two parts: the new value is the first.
+const FIRST_OF: &str = "first of ";
 
 /// The declarations every generated program starts from.
 const PRELUDE: &str = "dim B, N, D
@@ -241,7 +436,10 @@ fn program_text(seed: u64, statements: usize) -> String {
             continue;
         };
         let name = format!("v{made}");
-        src.push_str(&format!("let {name} = {expr}\n"));
+        match expr.strip_prefix(FIRST_OF) {
+            Some(parts) => src.push_str(&format!("let ({name}, rest_{name}) = {parts}\n")),
+            None => src.push_str(&format!("let {name} = {expr}\n")),
+        }
         g.vals.push(Val {
             name,
             shape,

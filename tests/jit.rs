@@ -61,6 +61,10 @@ fn every_example_agrees_with_the_interpreter_at_odd_shapes() {
         "self_attention.attn",
         "causal.attn",
         "encoder_layer.attn",
+        "causal_from_positions.attn",
+        "sliding_window.attn",
+        "alibi.attn",
+        "softcap.attn",
     ] {
         let src = example(name);
         for (i, dims) in SHAPES.iter().enumerate() {
@@ -81,6 +85,22 @@ fn long_sequences_use_several_row_and_key_blocks() {
         &program(&example("self_attention.attn"), &dims),
         8,
     );
+}
+
+#[test]
+fn a_grouped_query_decode_step_agrees_at_odd_shapes() {
+    // One query row: the query heads of a key head fold into the rows of one task.
+    for dims in [
+        [("B", 1), ("M", 1), ("D", 12), ("H", 3), ("Hkv", 1)],
+        [("B", 2), ("M", 33), ("D", 32), ("H", 8), ("Hkv", 2)],
+        [("B", 3), ("M", 300), ("D", 16), ("H", 4), ("Hkv", 4)],
+    ] {
+        differential(
+            &format!("gqa_decode {dims:?}"),
+            &program(&example("gqa_decode.attn"), &dims),
+            5,
+        );
+    }
 }
 
 #[test]

@@ -194,6 +194,17 @@ fn sweep() -> Vec<f32> {
     v
 }
 
+/// Beyond 9.01, tanh rounds to ±1 exactly, so tanh-GELU of a large negative argument
+/// (`0.5 x (1 + tanh(..))`) is -0.0 as in PyTorch, not a tiny multiple of `x`.
+#[test]
+fn tanh_saturates_to_exactly_one() {
+    let xs: Vec<f32> = [9.02f32, 9.5, 10.0, 20.0, 43.6, 1e30, f32::MAX, f32::INFINITY]
+        .iter()
+        .flat_map(|&x| [x, -x])
+        .collect();
+    check_unary(Unary::Tanh, &xs, f64::tanh, 0.0);
+}
+
 #[test]
 fn tanh_and_erf_polynomials_stay_within_a_relative_epsilon_everywhere() {
     let xs = sweep();

@@ -124,6 +124,10 @@ enum Step {
     Contiguous,
     /// Sizes (`None` is `-1`), new leading axes first.
     Expand(Vec<Option<Axis>>),
+    /// `flatten(start, end)`.
+    Flatten(usize, usize),
+    /// `repeat_interleave(2, dim)`.
+    RepeatInterleave(usize),
     Unsqueeze(usize),
     Squeeze(usize),
     Slice(usize),
@@ -181,7 +185,7 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
     let mut steps = Vec::new();
     for _ in 0..len {
         let rank = shape.len();
-        let step = match rng.below(20) {
+        let step = match rng.below(22) {
             0 | 1 if rank >= 2 => {
                 let a = rng.below(rank);
                 let b = (a + 1 + rng.below(rank - 1)) % rank;
@@ -253,6 +257,11 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
                 }
             }
             19 if rank >= 2 => Step::Triangle(rng.below(2) == 0),
+            20 if rank >= 1 => {
+                let a = rng.below(rank);
+                Step::Flatten(a, a + rng.below(rank - a))
+            }
+            21 if rank >= 1 => Step::RepeatInterleave(rng.below(rank)),
             _ => Step::Contiguous,
         };
         expr = apply_text(&expr, &step, &shape);
@@ -393,6 +402,8 @@ fn apply_text(expr: &str, step: &Step, shape: &[Axis]) -> String {
                 .collect();
             format!("{e}.expand({})", parts.join(", "))
         }
+        Step::Flatten(a, b) => format!("{e}.flatten({a}, {b})"),
+        Step::RepeatInterleave(d) => format!("{e}.repeat_interleave(2, dim={d})"),
         Step::Unsqueeze(d) => format!("{e}.unsqueeze({d})"),
         Step::Squeeze(d) => format!("{e}.squeeze({d})"),
         Step::Slice(a) => index(*a, &format!("1 : {}", size_text(&shape[*a]))),
@@ -450,6 +461,11 @@ fn apply_shape(shape: &[Axis], step: &Step) -> Vec<Axis> {
                 .map(|i| sizes[i].clone().unwrap_or_else(|| shape[i - pad].clone()))
                 .collect();
         }
+        Step::Flatten(a, b) => {
+            let merged: Axis = s[*a..=*b].concat();
+            s.splice(*a..=*b, [merged]);
+        }
+        Step::RepeatInterleave(d) => s[*d].push(Atom::K(2)),
         Step::Unsqueeze(d) => s.insert(*d, vec![]),
         Step::Squeeze(d) => {
             let ones = s[*d].iter().all(|a| matches!(a, Atom::U | Atom::K(1)));
@@ -526,6 +542,21 @@ fn run_model(chain: &Chain, at: &Sizes) -> Result<T, String> {
                     .map(|s| s.as_ref().map(|a| size_value(a, at)))
                     .collect();
                 t.expand(&sizes)?
+            }
+            Step::Flatten(a, b) => {
+                let mut sizes: Vec<Option<i64>> = t.shape.iter().map(|&n| Some(n)).collect();
+                let merged = t.shape[*a..=*b].iter().product();
+                sizes.splice(*a..=*b, [Some(merged)]);
+                match a == b {
+                    true => t,
+                    false => t.reshape(&sizes)?,
+                }
+            }
+            // ATen: unsqueeze, expand, a contiguous clone, then a view.
+            Step::RepeatInterleave(d) => {
+                let mut shape = t.shape.clone();
+                shape[*d] *= 2;
+                fresh(shape)
             }
             Step::Unsqueeze(d) => t.unsqueeze(*d),
             Step::Squeeze(d) => t.squeeze(*d),

@@ -200,6 +200,13 @@ fn an_editor_session() {
         Some("masked_fill(input, mask, value)")
     );
     assert_eq!(detail("softmax").as_deref(), Some("softmax(input, dim)"));
+    // Straight from the op table: an alias, and the ops added with issue 10.
+    assert_eq!(detail("cat").as_deref(), Some("concat(tensors, dim=0)"));
+    assert_eq!(detail("expand").as_deref(), Some("expand(input, *size)"));
+    assert_eq!(
+        detail("repeat_interleave").as_deref(),
+        Some("repeat_interleave(input, repeats, dim=None)")
+    );
     assert!(
         detail("query").is_some_and(|d| d.contains("[B, N, D]")),
         "{items:?}"

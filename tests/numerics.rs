@@ -16,11 +16,13 @@ const SIZES: &[&[(&str, i64)]] = &[
 ];
 
 /// Sizes for examples whose dims need more than `SIZES` gives: the Llama layer's head
-/// dim is halved by rotate_half and its query heads are a multiple of its key heads.
-const LLAMA_SIZES: &[&[(&str, i64)]] = &[
-    &[("B", 2), ("N", 5), ("D", 32), ("H", 4), ("Hkv", 2), ("F", 48)],
-    &[("B", 1), ("N", 1), ("D", 12), ("H", 3), ("Hkv", 1), ("F", 8)],
-    &[("B", 1), ("N", 7), ("D", 16), ("H", 4), ("Hkv", 4), ("F", 20)],
+/// dim is halved by rotate_half, and its (and the decode step's) query heads are a
+/// multiple of its key heads.
+#[rustfmt::skip]
+const GQA_SIZES: &[&[(&str, i64)]] = &[
+    &[("B", 2), ("N", 5), ("M", 6), ("D", 32), ("H", 4), ("Hkv", 2), ("F", 48)],
+    &[("B", 1), ("N", 1), ("M", 1), ("D", 12), ("H", 3), ("Hkv", 1), ("F", 8)],
+    &[("B", 1), ("N", 7), ("M", 9), ("D", 16), ("H", 4), ("Hkv", 4), ("F", 20)],
 ];
 
 fn examples() -> Vec<(String, String)> {
@@ -44,8 +46,8 @@ fn examples() -> Vec<(String, String)> {
 #[test]
 fn optimized_programs_compute_what_their_sources_compute() {
     for (name, src) in examples() {
-        let sizes_of = if name == "llama_layer.attn" {
-            LLAMA_SIZES
+        let sizes_of = if name == "llama_layer.attn" || name == "gqa_decode.attn" {
+            GQA_SIZES
         } else {
             SIZES
         };

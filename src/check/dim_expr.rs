@@ -8,6 +8,9 @@ use crate::dims::{DivError, Poly};
 impl Checker {
     /// The normal form of a dim expression, or `None` after reporting why there is none.
     pub(super) fn dim_expr(&mut self, e: &Expr) -> Option<Poly> {
+        if let Some((x, d)) = shape_index(e) {
+            return self.size_of(x, d);
+        }
         match &e.kind {
             ExprKind::Int(n) => match i64::try_from(*n) {
                 Ok(n) => Some(Poly::int(n)),
@@ -58,6 +61,9 @@ impl Checker {
     /// Whether `e` is made only of dims, integers, `size` and `+ - * // %`: a `let` of
     /// it binds a dim, usable wherever a dim is.
     pub(super) fn is_dim_only(&self, e: &Expr) -> bool {
+        if shape_index(e).is_some() {
+            return true;
+        }
         match &e.kind {
             ExprKind::Int(_) => true,
             ExprKind::Name(n) => matches!(self.lookup(n), Some(Entry::Dim(_))),
@@ -228,6 +234,20 @@ impl Checker {
             return None;
         }
         Some(if a < 0 { (a + n) as usize } else { a as usize })
+    }
+}
+
+/// `x.shape[d]` as its tensor and axis, when `e` is one: the dim `x.size(d)`.
+pub(super) fn shape_index(e: &Expr) -> Option<(&Expr, &Expr)> {
+    let ExprKind::Index { base, indices } = &e.kind else {
+        return None;
+    };
+    let ExprKind::Attribute { receiver, name } = &base.kind else {
+        return None;
+    };
+    match indices.as_slice() {
+        [d] if name.name == "shape" && !matches!(d.kind, ExprKind::Range(..)) => Some((receiver, d)),
+        _ => None,
     }
 }
 

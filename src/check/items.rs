@@ -259,6 +259,16 @@ impl Checker {
 
     /// Bind a name in the current scope, and list it for `check` when it is a top-level
     /// tensor.
+    /// A top-level `let` of a dim is listed among the bindings as the scalar it is in value
+    /// position (shape `[]`), as `check` shows every top-level `let`.
+    fn list_dim_let(&mut self, name: &Ident, p: &Poly, span: Span) {
+        if self.scopes.len() == 1 && self.calls.is_empty() {
+            let ty = TensorType::row_major(Vec::new(), DType::F32);
+            let value = self.push(Op::DimValue(p.clone()), vec![], ty, span);
+            self.bind_top(name, BindingKind::Let, value);
+        }
+    }
+
     fn bind_top(&mut self, name: &Ident, kind: BindingKind, value: Value) {
         if let (Value::Tensor(id), true) = (&value, self.scopes.len() == 1 && self.calls.is_empty()) {
             self.prog.bindings.push(Binding {
@@ -296,7 +306,10 @@ impl Checker {
         if let (ast::Pattern::Name(n), None) = (&l.pattern, &l.ty) {
             if self.is_dim_only(&l.value) {
                 let entry = match self.dim_expr(&l.value) {
-                    Some(p) => Entry::Dim(p),
+                    Some(p) => {
+                        self.list_dim_let(n, &p, l.value.span);
+                        Entry::Dim(p)
+                    }
                     None => Entry::Value(Value::Error),
                 };
                 self.bind(&n.name, entry);

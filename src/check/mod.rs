@@ -8,6 +8,7 @@
 //! `dim_expr`, declarations and statements in `items`.
 
 mod args;
+mod attention;
 mod dim_expr;
 mod items;
 mod movement;
@@ -28,12 +29,6 @@ pub use items::dim_override_error;
 /// The names of the built-in ops (`linear`, `view`, ..), for completion and help.
 pub fn op_names() -> impl Iterator<Item = &'static str> {
     crate::ops::signatures().flat_map(|op| std::iter::once(op.name).chain(op.aliases.iter().copied()))
-}
-
-/// Every op with its call form in PyTorch's parameter names (`softmax(input, dim)`): what
-/// the language server completes. The one place that reads the op table for it.
-pub fn op_signatures() -> impl Iterator<Item = (&'static str, String)> {
-    crate::ops::signatures().map(|op| (op.name, op.signature()))
 }
 
 /// A value as the checker sees it: IR tensors plus the compile-time-only kinds.

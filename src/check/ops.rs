@@ -1,5 +1,6 @@
 //! Expressions and the shape rules of every op, with PyTorch's semantics.
 
+use super::dim_expr::shape_index;
 use super::layout::{self, view_strides};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
@@ -44,13 +45,9 @@ impl Checker {
                 self.call(method, args, kwargs, Span::new(method.span.start, e.span.end))
             }
             ExprKind::Inf => self.literal(f64::INFINITY, e.span),
-            ExprKind::Not(_) => {
-                self.error(
-                    Code::E0208,
-                    e.span,
-                    "`~` applies to boolean tensors, which this program cannot build yet",
-                );
-                Value::Error
+            ExprKind::Not(x) => {
+                let v = self.expr(x);
+                self.unary(UnaryOp::Not, &v, x.span, e.span)
             }
             ExprKind::Bool(_)
             | ExprKind::NoneLit
@@ -67,7 +64,24 @@ impl Checker {
                 self.error(Code::E0208, e.span, format!("not a value here: {what}"));
                 Value::Error
             }
+            ExprKind::Index { .. } if shape_index(e).is_some() => match self.dim_expr(e) {
+                Some(p) => self.push(Op::DimValue(p), vec![], scalar(), e.span),
+                None => Value::Error,
+            },
             ExprKind::Index { base, indices } => self.index(base, indices, e.span),
+            ExprKind::Attribute { name, .. } => {
+                let msg = match name.name.as_str() {
+                    "shape" => "`x.shape` is a shape, not a value: index it, `x.shape[-1]`".to_string(),
+                    other => {
+                        let msg =
+                            format!("no attribute `{other}`: the one attribute is `shape` (`x.shape[d]`)");
+                        self.error(Code::E0101, name.span, msg);
+                        return Value::Error;
+                    }
+                };
+                self.error(Code::E0208, e.span, msg);
+                Value::Error
+            }
             ExprKind::Tuple(items) => Value::Tuple(items.iter().map(|x| self.expr(x)).collect()),
             ExprKind::For {
                 var,
@@ -260,12 +274,28 @@ impl Checker {
         self.join("stack", args, span)
     }
 
+    /// A unary primitive: `~` takes a boolean and gives one; `-` refuses a boolean (as
+    /// PyTorch does); every other op reads a boolean as 0.0/1.0.
     pub(super) fn unary(&mut self, op: UnaryOp, x: &Value, xspan: Span, span: Span) -> Value {
         let Some(x) = self.expect_tensor(x, xspan, "an operand of arithmetic") else {
             return Value::Error;
         };
+        let is_bool = self.ty(x).dtype == DType::Bool;
+        if op.is_logical() && !is_bool {
+            let d = Diagnostic::error(Code::E0208, span, "`~` applies to boolean tensors only")
+                .with_hint("compare to make a boolean (`x == 0`), or write `1.0 - x` for a float");
+            self.report(d);
+            return Value::Error;
+        }
+        if op == UnaryOp::Neg && is_bool {
+            let d = Diagnostic::error(Code::E0208, span, "`-` of a boolean tensor")
+                .with_hint("use `~` to invert a boolean");
+            self.report(d);
+            return Value::Error;
+        }
+        let dtype = if op.is_logical() { DType::Bool } else { DType::F32 };
         let shape = self.ty(x).shape.clone();
-        let ty = self.laid_out(layout::elementwise_order, &[x], shape, DType::F32);
+        let ty = self.laid_out(layout::elementwise_order, &[x], shape, dtype);
         self.push(Op::Unary(op), vec![x], ty, span)
     }
 
@@ -303,11 +333,21 @@ impl Checker {
                 return Value::Error;
             }
             BinOp::And | BinOp::Or => {
-                let sym = op.symbol();
-                let msg =
-                    format!("`{sym}` applies to boolean tensors, which this program cannot combine yet");
-                self.error(Code::E0208, span, msg);
-                return Value::Error;
+                let logical = if op == BinOp::And {
+                    BinaryOp::And
+                } else {
+                    BinaryOp::Or
+                };
+                for (v, e) in [(x, a), (y, b)] {
+                    if self.ty(v).dtype != DType::Bool {
+                        let msg = format!("`{}` applies to boolean tensors only", op.symbol());
+                        let d = Diagnostic::error(Code::E0208, e.span, msg)
+                            .with_hint("compare to make a boolean (`j <= i`), and parenthesize comparisons: `(a > b) & (c > d)`");
+                        self.report(d);
+                        return Value::Error;
+                    }
+                }
+                (Op::Binary(logical), DType::Bool)
             }
         };
         match self.elementwise(op, dtype, x, y, span) {
@@ -436,7 +476,14 @@ impl Checker {
 
     /// `torch.matmul`: vectors are promoted and their axis removed again, batch dims
     /// broadcast.
-    fn matmul(&mut self, a: &Value, b: &Value, aspan: Span, bspan: Span, span: Span) -> Option<Value> {
+    pub(super) fn matmul(
+        &mut self,
+        a: &Value,
+        b: &Value,
+        aspan: Span,
+        bspan: Span,
+        span: Span,
+    ) -> Option<Value> {
         let x = self.expect_tensor(a, aspan, "an operand of `@`");
         let y = self.expect_tensor(b, bspan, "an operand of `@`");
         let (x, y) = (x?, y?);
@@ -747,7 +794,7 @@ impl Checker {
         Some(self.push(Op::MaskedFill, vec![x, m, v], ty, span))
     }
 
-    fn expect_scalar(&mut self, v: &Value, span: Span, what: &str) -> Option<ValueId> {
+    pub(super) fn expect_scalar(&mut self, v: &Value, span: Span, what: &str) -> Option<ValueId> {
         let id = self.expect_tensor(v, span, what)?;
         let rank = self.ty(id).rank();
         if rank != 0 {
@@ -840,7 +887,7 @@ impl Checker {
     }
 
     /// `x[.., None, ..]`: a new axis of size 1 at `axis`, as `unsqueeze`.
-    fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
+    pub(super) fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
         let mut t = self.ty(x).clone();
         let stride = match axis < t.rank() {
             true => t.strides[axis].mul(&t.shape[axis]),

@@ -9,33 +9,33 @@ use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::Code;
 use crate::dims::Poly;
-use crate::ir::{BinaryOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
 use crate::source::Span;
 
 /// The argument at `i`, unless it is absent or `None`.
-fn given<'a>(args: &[&'a Expr], i: usize) -> Option<&'a Expr> {
+pub(super) fn given<'a>(args: &[&'a Expr], i: usize) -> Option<&'a Expr> {
     args.get(i).copied().filter(|e| !is_none(e))
 }
 
 impl Checker {
     // ---- building blocks ----------------------------------------------------------------
 
-    fn literal_id(&mut self, v: f64, span: Span) -> ValueId {
+    pub(super) fn literal_id(&mut self, v: f64, span: Span) -> ValueId {
         self.push_id(Op::Literal(v), vec![], scalar(), span)
     }
 
-    fn dim_id(&mut self, p: Poly, span: Span) -> ValueId {
+    pub(super) fn dim_id(&mut self, p: Poly, span: Span) -> ValueId {
         self.push_id(Op::DimValue(p), vec![], scalar(), span)
     }
 
-    fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
+    pub(super) fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
         match self.push(op, args, ty, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("push makes a tensor"),
         }
     }
 
-    fn unary_id(&mut self, op: UnaryOp, x: ValueId, span: Span) -> ValueId {
+    pub(super) fn unary_id(&mut self, op: UnaryOp, x: ValueId, span: Span) -> ValueId {
         match self.unary(op, &Value::Tensor(x), span, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("a unary op of a tensor is a tensor"),
@@ -58,14 +58,21 @@ impl Checker {
         }
     }
 
-    fn bin(&mut self, op: BinaryOp, x: ValueId, y: ValueId, span: Span) -> Option<ValueId> {
+    pub(super) fn bin(&mut self, op: BinaryOp, x: ValueId, y: ValueId, span: Span) -> Option<ValueId> {
         self.elementwise(Op::Binary(op), DType::F32, x, y, span)
     }
 
     /// `op` of `x` over `axes`; row-major, as PyTorch's reductions return. Several axes
     /// reduce one at a time (the last first, keeping each as size 1), so every backend
     /// needs only single-axis reductions; then a view drops them unless `keepdim`.
-    fn reduce_id(&mut self, op: ReduceOp, x: ValueId, axes: &[usize], keepdim: bool, span: Span) -> ValueId {
+    pub(super) fn reduce_id(
+        &mut self,
+        op: ReduceOp,
+        x: ValueId,
+        axes: &[usize],
+        keepdim: bool,
+        span: Span,
+    ) -> ValueId {
         let [.., last] = axes else {
             return x;
         };
@@ -130,7 +137,7 @@ impl Checker {
     }
 
     /// A boolean parameter: `True` or `False` only.
-    fn bool_param(&mut self, e: &Expr, what: &str) -> Option<bool> {
+    pub(super) fn bool_param(&mut self, e: &Expr, what: &str) -> Option<bool> {
         match &e.kind {
             ExprKind::Bool(b) => Some(*b),
             ExprKind::Error => None,
@@ -388,8 +395,25 @@ impl Checker {
             }
         };
         let one_plus = self.bin(BinaryOp::Add, one, inner, span)?;
-        let half_x = self.bin(BinaryOp::Mul, x, half, span)?;
-        Some(Value::Tensor(self.bin(BinaryOp::Mul, half_x, one_plus, span)?))
+        if tanh {
+            let half_x = self.bin(BinaryOp::Mul, x, half, span)?;
+            return Some(Value::Tensor(self.bin(BinaryOp::Mul, half_x, one_plus, span)?));
+        }
+        // PyTorch's vectorized CPU kernel: `x * (1 + erf) * 0.5` in that order (so above
+        // `f32::MAX / 2` it overflows to inf), and NaN at +inf as at -inf.
+        let scaled = self.bin(BinaryOp::Mul, x, one_plus, span)?;
+        let value = self.bin(BinaryOp::Mul, scaled, half, span)?;
+        let inf = self.literal_id(f64::INFINITY, span);
+        let at_inf = self.elementwise(Op::Compare(CmpOp::Eq), DType::Bool, x, inf, span)?;
+        let nan = self.literal_id(f64::NAN, span);
+        let t = self.ty(value).clone();
+        let ty = self.laid_out(
+            super::layout::elementwise_order,
+            &[at_inf, nan, value],
+            t.shape,
+            t.dtype,
+        );
+        Some(self.push(Op::Where, vec![at_inf, nan, value], ty, span))
     }
 
     /// `silu(x) = x * sigmoid(x)`.
@@ -427,9 +451,10 @@ impl Checker {
             return None;
         }
         let ca = self.broadcast(c, a, span)?;
-        let t = TensorType::row_major(ca, DType::F32);
-        let shape = self.broadcast_shapes(&t.shape, &self.ty(b).shape.clone(), span)?;
-        let ty = self.laid_out(super::layout::elementwise_order, &[c, a, b], shape, DType::F32);
+        let shape = self.broadcast_shapes(&ca, &self.ty(b).shape.clone(), span)?;
+        let both_bool = self.ty(a).dtype == DType::Bool && self.ty(b).dtype == DType::Bool;
+        let dtype = if both_bool { DType::Bool } else { DType::F32 };
+        let ty = self.laid_out(super::layout::elementwise_order, &[c, a, b], shape, dtype);
         Some(self.push(Op::Where, vec![c, a, b], ty, span))
     }
 
@@ -479,6 +504,64 @@ impl Checker {
         let sizes = self.sizes(&args[..1])?;
         let value = self.float_param(args[1], "the fill value of `full`")?;
         Some(self.fill(sizes, value, span))
+    }
+
+    /// `arange(end)` or `arange(start, end, step=1)`: the float32 values `start + i * step`.
+    /// Bounds and step are dim expressions; the step must be positive, the length
+    /// `(end - start) / step` proved exact (E0205) and never negative, so the result's
+    /// size is a dim like any other (`arange(N)` is `[N]`).
+    pub(crate) fn arange(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+        let (start, end) = match (given(args, 0), given(args, 1)) {
+            (Some(end), None) | (None, Some(end)) => (None, end),
+            (Some(start), Some(end)) => (Some(start), end),
+            (None, None) => {
+                self.error(Code::E0206, span, "`arange` needs its `end`");
+                return None;
+            }
+        };
+        let start_dim = match start {
+            Some(e) => self.dim_expr(e)?,
+            None => Poly::int(0),
+        };
+        let end_dim = self.dim_expr(end)?;
+        let step_expr = given(args, 2);
+        let step = match step_expr {
+            Some(e) => self.dim_expr(e)?,
+            None => Poly::int(1),
+        };
+        let step_span = step_expr.map_or(span, |e| e.span);
+        if !self.prog.dims.provably_positive(&step) {
+            let msg = format!(
+                "the step of `arange` must be positive, found `{}`",
+                self.dim_text(&step)
+            );
+            self.error(Code::E0208, step_span, msg);
+            return None;
+        }
+        let diff = end_dim.sub(&start_dim);
+        let len = match self.prog.dims.div(&diff, &step) {
+            Ok(len) => len,
+            Err(err) => {
+                let at = step_expr.unwrap_or(end);
+                let d = self.division_error(err, &diff, &step, at);
+                self.report(d);
+                return None;
+            }
+        };
+        if !self.prog.dims.provably_nonneg(&len) {
+            let msg = format!(
+                "`arange` from `{}` to `{}` may have a negative length",
+                self.dim_text(&start_dim),
+                self.dim_text(&end_dim)
+            );
+            self.error(Code::E0208, span, msg);
+            return None;
+        }
+        let op = Op::Arange {
+            start: start_dim,
+            step,
+        };
+        Some(self.push(op, vec![], TensorType::row_major(vec![len], DType::F32), span))
     }
 
     pub(crate) fn tril(&mut self, args: &[&Expr], span: Span) -> Option<Value> {

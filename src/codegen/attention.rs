@@ -225,7 +225,13 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             let s_at = e.step(sum_row, i, 1);
             let l = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
             let one = e.f32(1.0);
-            let inv = e.b.ins().fdiv(one, l);
+            let mut inv = e.b.ins().fdiv(one, l);
+            if a.zero_empty_rows {
+                // Every score was -inf: the sum is exactly 0, and the row is 0, not NaN.
+                let z = e.f32(0.0);
+                let empty = e.cmp(FloatCC::Equal, l, z);
+                inv = e.pick(empty, z, inv);
+            }
             let orow = e.step(out, i, os[r]);
             let dv = e.int(a.dv as i64);
             scale_row(e, orow, dv, os[r + 1], inv);

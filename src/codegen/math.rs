@@ -246,7 +246,8 @@ fn at_most(e: &mut Emit, a: Value, hi: f32) -> Value {
 }
 
 /// Cephes' `tanhf` on f32x4: `x + x³ P(x²)` below 0.625, `1 - 2 / (e^2|x| + 1)` with the
-/// sign of `x` above (|x| clamped at 9, where the result is ±1 in float32). Within
+/// sign of `x` above (|x| clamped at 10; beyond 9.01 the result rounds to ±1 in float32,
+/// so `1 + tanh` of a large negative argument is exactly 0, as PyTorch's). Within
 /// `2^-23 |tanh x|` of the true value (`tests/kernels.rs` sweeps every magnitude); NaN
 /// stays NaN, a subnormal or signed zero comes back unchanged.
 fn tanh4(e: &mut Emit, x: Value) -> Value {
@@ -262,7 +263,7 @@ fn tanh4(e: &mut Emit, x: Value) -> Value {
     let zx = e.b.ins().fmul(z, x);
     let small = e.b.ins().fma(zx, p, x);
     let a = e.b.ins().fabs(x);
-    let a = at_most(e, a, 9.0);
+    let a = at_most(e, a, 10.0);
     let two_a = e.b.ins().fadd(a, a);
     let ex = e.exp4(two_a);
     let one = e.splat(1.0, 4);

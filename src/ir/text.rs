@@ -149,6 +149,7 @@ impl Program {
             Op::Where => ("where", vec![]),
             Op::Tri { upper, diagonal } => (if *upper { "triu" } else { "tril" }, vec![diagonal.to_string()]),
             Op::Fill(v) => ("fill", vec![format!("{v:?}")]),
+            Op::Arange { start, step } => ("arange", vec![d(start), format!("step={}", d(step))]),
             Op::Reduce { op, axes, keepdim } => {
                 let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
                 (
@@ -157,6 +158,10 @@ impl Program {
                 )
             }
             Op::MaskedFill => ("masked_fill", vec![]),
+            Op::Sdpa { causal, gqa } => (
+                "scaled_dot_product_attention",
+                vec![format!("is_causal={causal}"), format!("enable_gqa={gqa}")],
+            ),
             Op::Unary(u) => (u.name(), vec![]),
             Op::Binary(b) => (b.name(), vec![]),
             Op::Compare(c) => (cmp_name(*c), vec![]),

@@ -168,6 +168,9 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 }
                 mask(out, &a.mask);
                 positions(out, a);
+                if a.zero_empty_rows {
+                    let _ = writeln!(out, "      a row without keys is 0");
+                }
             }
             KernelOp::Map(m) => {
                 let _ = writeln!(

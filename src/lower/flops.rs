@@ -3,7 +3,8 @@
 use crate::dims::Poly;
 use crate::ir::{Op, Program, ValueId};
 
-/// 2·m·n·k summed over every `matmul` and `linear` of `program` (per loop iteration), what
+/// 2·m·n·k summed over every `matmul` and `linear` of `program` (and the two products of
+/// each `scaled_dot_product_attention`; per loop iteration), what
 /// `attnc bench` divides by the time. Give it the source program, not the optimized one.
 pub fn source_flops(program: &Program, dims: &[Option<i64>]) -> f64 {
     fn walk(program: &Program, body: &[ValueId], dims: &mut Vec<Option<i64>>) -> f64 {
@@ -26,6 +27,17 @@ pub fn source_flops(program: &Program, dims: &[Option<i64>]) -> f64 {
             match &node.op {
                 // Every output element is a dot product over the inner dim.
                 Op::Linear | Op::MatMul => total += 2.0 * numel(dims, id) * last(dims, node.args[0]),
+                // Its two products, dense: `[.., L, S]` scores over `E`, then over `Ev`.
+                Op::Sdpa { .. } => {
+                    let k = &program.tensor_type(node.args[1]).shape;
+                    let keys = k
+                        .iter()
+                        .rev()
+                        .nth(1)
+                        .map_or(0.0, |p| eval(dims, p).unwrap_or(0) as f64);
+                    let rows = numel(dims, id) / last(dims, id).max(1.0);
+                    total += 2.0 * rows * keys * (last(dims, node.args[0]) + last(dims, id));
+                }
                 Op::For {
                     var,
                     start,

@@ -9,6 +9,7 @@ use crate::dims::DimKind;
 use crate::driver::{check_source, Checked};
 use crate::ir::{Program, Type};
 use crate::lexer::{self, Token};
+use crate::ops;
 use crate::source::Span;
 use lsp_types::{
     CompletionItem, CompletionItemKind, Diagnostic, DiagnosticSeverity, NumberOrString, Position, Range,
@@ -155,8 +156,8 @@ impl Document {
         let (id, span) = self.node_at(offset)?;
         let mut text = self.type_text(id)?;
         if let Some((name, _)) = &ident {
-            if let Some((_, form)) = check::op_signatures().find(|(op, _)| op == name) {
-                text = format!("{form}\n{text}");
+            if let Some(op) = ops::table::find(name) {
+                text = format!("{}\n{text}", op.signature());
             }
         }
         Some((code_block(&text), index.range(span)))
@@ -218,11 +219,16 @@ impl Document {
     /// The ops, with their PyTorch parameters, and the names visible at `position`.
     pub fn completions(&self, position: Position) -> Vec<CompletionItem> {
         let offset = LineIndex::new(&self.text).offset(position);
-        let ops = check::op_signatures().map(|(name, form)| CompletionItem {
-            label: name.to_string(),
-            kind: Some(CompletionItemKind::FUNCTION),
-            detail: Some(form.to_string()),
-            ..CompletionItem::default()
+        // Every name of every op in the table, aliases included (`cat` as well as `concat`).
+        let ops = ops::signatures().flat_map(|op| {
+            std::iter::once(op.name)
+                .chain(op.aliases.iter().copied())
+                .map(move |name| CompletionItem {
+                    label: name.to_string(),
+                    kind: Some(CompletionItemKind::FUNCTION),
+                    detail: Some(op.signature()),
+                    ..CompletionItem::default()
+                })
         });
         let mut names: Vec<CompletionItem> = Vec::new();
         for d in &self.defs {
@@ -393,6 +399,7 @@ impl Defs<'_> {
                 args.iter().for_each(|a| self.expr(a));
                 kwargs.iter().for_each(|k| self.expr(&k.value));
             }
+            ExprKind::Attribute { receiver, .. } => self.expr(receiver),
             ExprKind::Index { base, indices } => {
                 self.expr(base);
                 indices.iter().for_each(|a| self.expr(a));

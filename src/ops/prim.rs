@@ -78,6 +78,8 @@ primitives! {
         Erf "erf" => libm::erff(x),
         Sin "sin" => x.sin(),
         Cos "cos" => x.cos(),
+        /// `~` on a boolean (stored as 0.0/1.0): 1.0 where `x` is 0, else 0.0.
+        Not "not" => f32::from(u8::from(x == 0.0)),
     }
 }
 
@@ -94,6 +96,24 @@ primitives! {
         Maximum "maximum" => if a.is_nan() || b.is_nan() { f32::NAN } else if a >= b { a } else { b },
         /// `torch.minimum`: NaN if either side is NaN; of two zeros, the left one.
         Minimum "minimum" => if a.is_nan() || b.is_nan() { f32::NAN } else if a <= b { a } else { b },
+        /// `&` of booleans (stored as 0.0/1.0; anything but 0 counts as true).
+        And "and" => f32::from(u8::from(a != 0.0 && b != 0.0)),
+        /// `|` of booleans.
+        Or "or" => f32::from(u8::from(a != 0.0 || b != 0.0)),
+    }
+}
+
+impl UnaryOp {
+    /// Whether the op takes and gives booleans (`~`) rather than floats.
+    pub fn is_logical(self) -> bool {
+        self == UnaryOp::Not
+    }
+}
+
+impl BinaryOp {
+    /// Whether the op takes and gives booleans (`&`, `|`) rather than floats.
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or)
     }
 }
 

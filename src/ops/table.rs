@@ -145,6 +145,10 @@ pub static OPS: &[OpDef] = &[
     op!("stack",       &[p("tensors"), opt("dim", Default::Int(0))],            Layout, Check(Checker::stack)),
     // special
     op!("masked_fill", &[p("input"), p("mask"), p("value")],                    Special, Check(Checker::masked_fill)),
+    op!("scaled_dot_product_attention",
+        &[p("query"), p("key"), p("value"), opt("attn_mask", Default::None), opt("dropout_p", Default::Float(0.0)),
+          opt("is_causal", Default::Bool(false)), opt("scale", Default::None), opt("enable_gqa", Default::Bool(false))],
+                                                                                Special, Check(Checker::scaled_dot_product_attention)),
     op!("dropout",     &[p("input"), opt("p", Default::Float(0.5))],            Special, Check(Checker::dropout)),
     // elementwise primitives
     op!("neg",         INPUT, Elementwise, Unary(UnaryOp::Neg)),
@@ -172,6 +176,8 @@ pub static OPS: &[OpDef] = &[
     op!("ones",        &[rest("size")],                                         Special, Check(Checker::ones)),
     op!("zeros",       &[rest("size")],                                         Special, Check(Checker::zeros)),
     op!("full",        &[p("size"), p("fill_value")],                           Special, Check(Checker::full)),
+    op!("arange",      &[opt("start", Default::None), opt("end", Default::None), opt("step", Default::Int(1))],
+                                                                                Special, Check(Checker::arange)),
     op!("tril",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::tril)),
     op!("triu",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::triu)),
     // several results

@@ -392,14 +392,18 @@ impl Ctx {
                 let s = self.broadcast(shape(0)?, shape(1)?)?;
                 Some(Kind::Value(Ty {
                     shape: self.broadcast(&s, shape(2)?)?,
-                    dtype: DType::F32,
+                    dtype: logical_dtype(ty(1)?.dtype == DType::Bool && ty(2)?.dtype == DType::Bool),
                 }))
             }
-            T::Tri(_) => (shape(0)?.len() >= 2).then(|| same(0))?,
+            T::Tri(_) => (shape(0)?.len() >= 2).then(|| Some(Kind::Value(ty(0)?.clone())))?,
             T::Fill(_) => Some(Kind::Value(Ty {
                 shape: k[1].shape_attr()?.to_vec(),
                 dtype: DType::F32,
             })),
+            T::Arange(_) => {
+                (k[0].dim().is_some() && k[1].dim().is_some()).then_some(())?;
+                value(k[2].shape_attr()?.to_vec())
+            }
             T::Reduce(..) => {
                 let t = ty(0)?;
                 let axes = k[1].shape_attr()?;
@@ -430,8 +434,14 @@ impl Ctx {
                     dtype: ty(0)?.dtype,
                 }))
             }
-            T::Unary(..) => same(0),
-            T::Binary(..) => value(self.broadcast(shape(0)?, shape(1)?)?),
+            T::Unary(op, _) => Some(Kind::Value(Ty {
+                shape: shape(0)?.to_vec(),
+                dtype: logical_dtype(op.is_logical()),
+            })),
+            T::Binary(op, _) => Some(Kind::Value(Ty {
+                shape: self.broadcast(shape(0)?, shape(1)?)?,
+                dtype: logical_dtype(op.is_logical()),
+            })),
             T::Eq(_) | T::Ne(_) | T::Lt(_) | T::Le(_) | T::Gt(_) | T::Ge(_) => Some(Kind::Value(Ty {
                 shape: self.broadcast(shape(0)?, shape(1)?)?,
                 dtype: DType::Bool,
@@ -504,6 +514,26 @@ impl Ctx {
                 let scores = self.gemm_shape(shape(0)?, shape(1)?, false, true)?;
                 self.mask_fits(k[3], &scores)?;
                 value(self.gemm_shape(&scores, shape(2)?, false, false)?)
+            }
+            T::Sdpa(_) => {
+                let gqa = k[6].int()? == 1;
+                k[5].int()?;
+                let (q, kk, v) = (shape(0)?, shape(1)?, shape(2)?);
+                let (rq, rk, rv) = (q.len(), kk.len(), v.len());
+                (rq >= 2 && rk >= 2 && rv >= 2 && shape(3)?.is_empty()).then_some(())?;
+                // Key and value heads as the query heads read them.
+                let seen = |x: &[Poly]| {
+                    let mut b = x[..x.len() - 2].to_vec();
+                    if gqa {
+                        *b.last_mut()? = q[rq - 3].clone();
+                    }
+                    Some(b)
+                };
+                let batch = self.broadcast(&q[..rq - 2], &seen(kk)?)?;
+                let batch = self.broadcast(&batch, &seen(v)?)?;
+                let mut out = batch;
+                out.extend([q[rq - 2].clone(), v[rv - 1].clone()]);
+                value(out)
             }
             T::Cat(_) => {
                 let a = k[0].axis()?;
@@ -607,5 +637,14 @@ impl Analysis<Tensor> for Ctx {
         let changed_a = *a != before;
         let changed_b = a.konst != b.konst || a.deps != b.deps || a.load_time != b.load_time;
         DidMerge(changed_a, changed_b)
+    }
+}
+
+/// The dtype of a result that is boolean when `logical` holds, float32 otherwise.
+fn logical_dtype(logical: bool) -> DType {
+    if logical {
+        DType::Bool
+    } else {
+        DType::F32
     }
 }

@@ -122,6 +122,10 @@ impl Into<'_> {
                 let shape = self.prog.tensor_type(id).shape.clone();
                 Tensor::Fill([self.float(*v), self.shape(&shape)])
             }
+            Op::Arange { start, step } => {
+                let shape = self.prog.tensor_type(id).shape.clone();
+                Tensor::Arange([self.dim(start), self.dim(step), self.shape(&shape)])
+            }
             Op::Reduce { op, axes, keepdim } => {
                 let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
                 Tensor::Reduce(*op, [a[0], self.shape(&p), self.int(usize::from(*keepdim))])
@@ -171,6 +175,11 @@ impl Into<'_> {
             Op::Attention { scale, fill } => {
                 let m = opt(self, 3);
                 Tensor::Attention([a[0], a[1], a[2], m, self.float(*scale), self.float(*fill)])
+            }
+            Op::Sdpa { causal, gqa } => {
+                let m = opt(self, 4);
+                let (c, g) = (self.int(usize::from(*causal)), self.int(usize::from(*gqa)));
+                Tensor::Sdpa([a[0], a[1], a[2], a[3], m, c, g])
             }
             Op::Cat(d) => {
                 let mut ids = vec![self.int(*d)];
@@ -382,6 +391,13 @@ impl Out<'_> {
                 (Op::Tri { upper, diagonal }, vec![c[0]])
             }
             Tensor::Fill(c) => (Op::Fill(d(c[0]).float().ok_or("fill value")?), vec![]),
+            Tensor::Arange(c) => (
+                Op::Arange {
+                    start: dim(c[0])?,
+                    step: dim(c[1])?,
+                },
+                vec![],
+            ),
             Tensor::Reduce(op, c) => {
                 let axes = d(c[1]).shape_attr().ok_or("axes")?;
                 let axes: Option<Vec<usize>> =
@@ -443,6 +459,13 @@ impl Out<'_> {
                     fill: float(c[5])?,
                 },
                 present(&c[..4]),
+            ),
+            Tensor::Sdpa(c) => (
+                Op::Sdpa {
+                    causal: flag(c[5])?,
+                    gqa: flag(c[6])?,
+                },
+                present(&c[..5]),
             ),
             Tensor::Cat(c) => (Op::Cat(axis(c[0])?), c[1..].to_vec()),
             other => return Err(format!("`{other}` is not a value")),

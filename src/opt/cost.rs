@@ -125,6 +125,7 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
         Tensor::Where(_) => Cost::kernel(out, io(&[0, 1, 2])),
         Tensor::Tri(_) => Cost::kernel(out, io(&[0])),
         Tensor::Fill(_) => Cost::kernel(0, 4 * out),
+        Tensor::Arange(_) => Cost::kernel(2 * out, 4 * out),
         Tensor::Reduce(..) => Cost::kernel(n(kid(0)), 4 * (n(kid(0)) + out)),
         Tensor::Linear(_) => {
             let inner = kid(0).shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
@@ -164,6 +165,19 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
                 SOFTMAX * out + unless(!mask, out) + unless(!scaled, out),
                 io(reads),
             )
+        }
+        Tensor::Sdpa(_) => {
+            let (q, k, v) = (kid(0), kid(1), kid(2));
+            let last = |d: &Data| d.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
+            let keys = k
+                .shape()
+                .and_then(|s| s.iter().rev().nth(1))
+                .map_or(1, |p| size(eg, p));
+            let scores = out / last(v).max(1) * keys;
+            let mask = !kid(4).is_none();
+            let flops = 2 * scores * (last(q) + last(v)) + SOFTMAX * scores + unless(!mask, scores);
+            let reads: &[usize] = if mask { &[0, 1, 2, 4] } else { &[0, 1, 2] };
+            Cost::kernel(flops, io(reads))
         }
         Tensor::Attention(c) => {
             let (q, k, v) = (kid(0), kid(1), kid(2));

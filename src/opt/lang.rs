@@ -42,6 +42,7 @@ define_language! {
         "where" = Where([Id; 3]),            // cond, a, b
         "tri" = Tri([Id; 3]),                // x, upper (0 or 1), diagonal
         "fill" = Fill([Id; 2]),              // float, shape           // x, axes (a shape of integers), keepdim (0 or 1)
+        "arange" = Arange([Id; 3]),          // start (a dim), step (a dim), shape
         "eq" = Eq([Id; 2]),
         "ne" = Ne([Id; 2]),
         "lt" = Lt([Id; 2]),
@@ -57,6 +58,7 @@ define_language! {
         "gemm" = Gemm([Id; 6]),              // a, b, bias?, trans_a, trans_b, alpha
         "masked_softmax" = MaskedSoftmax([Id; 4]), // x, mask?, scale, fill
         "attention" = Attention([Id; 6]),    // q, k, v, mask?, scale, fill
+        "sdpa" = Sdpa([Id; 7]),              // q, k, v, scale (a value), mask?, causal (0 or 1), gqa (0 or 1)
         "cat" = Cat(Box<[Id]>),              // axis, then the parts
         "outputs" = Outputs(Box<[Id]>),      // the program's outputs, in order
         Int(i64),

@@ -185,12 +185,20 @@ impl Parser<'_> {
         expr
     }
 
-    /// method = "." name "(" args ")"
+    /// method = "." name [ "(" args ")" ]  (without the call, an attribute: `x.shape`)
     fn parse_method(&mut self, receiver: Expr) -> Expr {
         let dot = self.bump();
         let Some(method) = self.expect_name() else {
             return self.error_node(receiver.span.to(dot));
         };
+        if self.peek() != LeftParen {
+            let span = receiver.span.to(method.span);
+            let kind = ExprKind::Attribute {
+                receiver: boxed(receiver),
+                name: method,
+            };
+            return Expr { kind, span };
+        }
         let Some(open) = self.expect_one(LeftParen) else {
             return self.error_node(receiver.span.to(method.span));
         };

@@ -176,6 +176,7 @@ fn show(e: &Expr) -> String {
         ExprKind::Not(x) => format!("(~ {})", show(x)),
         ExprKind::List(items) => list("list".to_string(), items),
         ExprKind::Index { base, indices } => list(format!("[] {}", show(base)), indices),
+        ExprKind::Attribute { receiver, name } => format!("(.{} {})", name.name, show(receiver)),
         ExprKind::Tuple(items) => list("tuple".to_string(), items),
         ExprKind::For {
             var,
@@ -453,8 +454,10 @@ fn items_are_not_statements() {
 }
 
 #[test]
-fn method_needs_parentheses() {
-    assert_eq!(messages("x.T"), ["expected `(`, found end of file"]);
+fn a_name_after_a_dot_without_a_call_is_an_attribute() {
+    assert_eq!(expr("x.shape[-1]"), "([] (.shape x) (- 1))");
+    assert_eq!(expr("x.view(B, -1).shape"), "(.shape (.view x B (- 1)))");
+    assert_eq!(messages("x."), ["expected name, found end of file"]);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use super::ops;
 use super::tensor::{numel, Strided, Tensor};
 use super::{Bound, RunError};
 use crate::dims::{Poly, Sym};
-use crate::ir::{BinaryOp, Node, Op, Program, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, DType, Node, Op, Program, UnaryOp, ValueId};
 
 /// Runs `program` on `bound`; one contiguous tensor per output, in declaration order.
 pub fn interpret(program: &Program, bound: &Bound) -> Result<Vec<(String, Tensor)>, RunError> {
@@ -140,8 +140,24 @@ impl<'p> Interp<'p> {
             Op::Where => ops::masked_fill(arg(2)?, arg(0)?, arg(1)?),
             Op::Tri { upper, diagonal } => ops::tri(arg(0)?, *upper, *diagonal),
             Op::Fill(v) => Some(Tensor::new(expected.to_vec(), vec![*v as f32; numel(expected)]).into()),
+            Op::Arange { start, step } => {
+                let (start, step) = (self.int(start)?, self.int(step)?);
+                let values = (0..numel(expected)).map(|i| (start as f64 + i as f64 * step as f64) as f32);
+                Some(Tensor::new(expected.to_vec(), values.collect()).into())
+            }
             Op::Reduce { op, axes, keepdim } => ops::reduce(arg(0)?, *op, axes, *keepdim),
             Op::MaskedFill => ops::masked_fill(arg(0)?, arg(1)?, arg(2)?),
+            Op::Sdpa { causal, gqa } => {
+                let scale = arg(3)?.to_vec().first().copied()?;
+                let mask = match node.args.len() {
+                    4 => None,
+                    _ => Some((
+                        arg(4)?,
+                        self.program.tensor_type(node.args[4]).dtype == DType::Bool,
+                    )),
+                };
+                ops::sdpa([arg(0)?, arg(1)?, arg(2)?], scale, mask, *causal, *gqa)
+            }
             Op::Unary(op) => Some(unary(*op, arg(0)?)),
             Op::Binary(op) => binary(*op, arg(0)?, arg(1)?),
             Op::Compare(op) => ops::zip_with(arg(0)?, arg(1)?, |a, b| {

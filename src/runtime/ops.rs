@@ -213,6 +213,64 @@ pub fn attention([q, k, v]: [&Strided; 3], mask: Option<&Strided>, scale: f64, f
     batched_gemm(&p, v, (false, false), None, 1.0)
 }
 
+/// `scaled_dot_product_attention` as PyTorch's math path computes it: with `gqa`, each key
+/// and value head repeated for the query heads that read it (`repeat_interleave`), then
+/// `scale * q @ kᵀ`, the causal mask (`-inf` where `j > i`), a boolean mask (`-inf` where
+/// it is false, `mask.1`) or a float one added, softmax, 0 on a row whose every score is
+/// `-inf`, and `@ v`.
+pub fn sdpa(
+    [q, k, v]: [&Strided; 3],
+    scale: f32,
+    mask: Option<(&Strided, bool)>,
+    causal: bool,
+    gqa: bool,
+) -> Option<Strided> {
+    let heads = |x: &Strided| x.shape.get(x.rank().checked_sub(3)?).copied();
+    let (k, v) = match gqa {
+        true => (repeat_heads(k, heads(q)?)?, repeat_heads(v, heads(q)?)?),
+        false => (k.clone(), v.clone()),
+    };
+    let rk = k.rank();
+    let scores = matmul(q, &k.transpose(rk.checked_sub(2)?, rk - 1)?)?;
+    let mut s = map(&scores, |x| x * scale);
+    let removed: Strided = Tensor::scalar(f32::NEG_INFINITY).into();
+    let (rows, row) = (s.shape[s.rank() - 2], s.shape[s.rank() - 1]);
+    if causal {
+        let above = (0..rows * row).map(|e| f32::from(u8::from(e % row > e / row)));
+        let above: Strided = Tensor::new(vec![rows, row], above.collect()).into();
+        s = masked_fill(&s, &above, &removed)?;
+    }
+    s = match mask {
+        Some((m, true)) => masked_fill(&s, &map(m, |x| f32::from(u8::from(x == 0.0))), &removed)?,
+        Some((m, false)) => zip_with(&s, m, |a, b| a + b)?,
+        None => s,
+    };
+    let p = softmax(&s, s.rank() - 1)?;
+    let mut probs = p.to_vec();
+    if row > 0 {
+        let scores = s.to_vec();
+        for (srow, prow) in scores.chunks(row).zip(probs.chunks_mut(row)) {
+            if srow.iter().all(|&x| x == f32::NEG_INFINITY) {
+                prow.fill(0.0);
+            }
+        }
+    }
+    matmul(&Tensor::new(p.shape.clone(), probs).into(), &v)
+}
+
+/// `x [.., h, s, e]` with each head repeated `heads / h` times in place (head `i` of the
+/// result is head `i / (heads / h)` of `x`), as `repeat_interleave` on the head axis.
+fn repeat_heads(x: &Strided, heads: usize) -> Option<Strided> {
+    let r = x.rank();
+    let h = *x.shape.get(r.checked_sub(3)?)?;
+    let group = heads.checked_div(h)?;
+    let mut wide = x.shape.clone();
+    wide.insert(r - 2, group);
+    let mut shape = x.shape.clone();
+    shape[r - 3] = heads;
+    x.unsqueeze(r - 2)?.expand(&wide)?.contiguous().reshape(shape)
+}
+
 /// `torch.cat(items, axis)`; `None` for an empty list (the caller knows the shape).
 pub fn concat(items: &[Strided], axis: usize) -> Option<Strided> {
     let first = items.first()?;

@@ -110,3 +110,22 @@ fn names_parse_back() {
     }
     assert!("exp".parse::<BinaryOp>().is_err());
 }
+
+#[test]
+fn logical_ops_read_zero_as_false_and_give_zero_or_one() {
+    // Booleans are stored as 0.0/1.0; anything else but 0 counts as true, as `bool(x)`.
+    for (x, want) in [(0.0, 1.0), (-0.0, 1.0), (1.0, 0.0), (NAN, 0.0), (-INF, 0.0)] {
+        assert_eq!(UnaryOp::Not.eval(x), want, "not({x})");
+    }
+    for (a, b, and, or) in [
+        (0.0, 0.0, 0.0, 0.0),
+        (1.0, 0.0, 0.0, 1.0),
+        (0.0, 1.0, 0.0, 1.0),
+        (1.0, 1.0, 1.0, 1.0),
+    ] {
+        assert_eq!(BinaryOp::And.eval(a, b), and, "and({a}, {b})");
+        assert_eq!(BinaryOp::Or.eval(a, b), or, "or({a}, {b})");
+    }
+    assert!(UnaryOp::Not.is_logical() && BinaryOp::And.is_logical() && BinaryOp::Or.is_logical());
+    assert!(!UnaryOp::Neg.is_logical() && !BinaryOp::Mul.is_logical());
+}
