@@ -139,6 +139,7 @@ fn gemm_kernel(m: usize, n: usize, k: usize, block: (usize, usize), threads: usi
                 c: op(3, &[n, 1]),
                 alpha: 1.0,
                 bias: Some(op(2, &[1])),
+                epilogue: None,
                 block,
             }),
         }],

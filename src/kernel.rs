@@ -12,7 +12,7 @@
 //! thread count gives the same bits.
 //!
 //! Five kernel kinds cover the typed IR and the optimizer's fused ops:
-//! [`Gemm`] (batched, any strides, `alpha`, a bias epilogue), [`Softmax`] (fused scale, mask
+//! [`Gemm`] (batched, any strides, `alpha`, a bias, an elementwise [`Epilogue`]), [`Softmax`] (fused scale, mask
 //! fill and a numerically safe softmax along the last axis), [`Attention`] (flash style:
 //! blocked over keys with a running max and sum), [`Map`] (a fused elementwise
 //! expression, which also does every layout copy) and [`Row`] (reductions along one axis and
@@ -106,8 +106,69 @@ pub struct Gemm {
     pub c: Operand,
     pub alpha: f32,
     pub bias: Option<Operand>,
+    /// Elementwise work on each tile once its product is written, while it is in cache.
+    pub epilogue: Option<Epilogue>,
     /// Rows and columns of `c` per task.
     pub block: (usize, usize),
+}
+
+/// What a [`Gemm`] applies to each element of a tile after the product (and `alpha` and
+/// the bias): `c[i, j] = expr(..)`, where [`Expr::Input`] 0 is the element of `c` and
+/// `1 + k` the element of `inputs[k]`, strided over `[batch.., m, n]` (ReLU, GELU, SiLU, a
+/// residual add, a scale): the elementwise op that follows a `linear` costs no pass over
+/// memory of its own.
+///
+/// With `pair`, the last batch axis has size 2 and one task computes both of its products
+/// for its tile: input 0 is the element of the first, 1 the element of the second, `2 + k`
+/// the element of `inputs[k]`, and the result overwrites the first (SwiGLU's
+/// `silu(gate) * up` over the two halves of one GEMM of concatenated weights).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Epilogue {
+    pub inputs: Vec<Operand>,
+    pub expr: Vec<Expr>,
+    pub pair: bool,
+}
+
+impl Epilogue {
+    /// The formula's inputs before `inputs`: the element of `c`, and of the second product
+    /// with `pair`.
+    pub fn leaves(&self) -> usize {
+        1 + usize::from(self.pair)
+    }
+
+    /// This epilogue followed by `next` (not a pair), which reads this one's result as its
+    /// element of `c`: one formula over both's inputs.
+    pub fn then(&self, next: &Epilogue) -> Epilogue {
+        let (base, last) = (self.expr.len(), self.expr.len() - 1);
+        let at = |a: usize| match next.expr[a] {
+            Expr::Input(0) => last,
+            _ => base + a,
+        };
+        let expr = next.expr.iter().map(|e| match *e {
+            // Never read: `at` sends its readers to this epilogue's result.
+            Expr::Input(0) => Expr::Const(0.0),
+            Expr::Input(i) => Expr::Input(self.leaves() + self.inputs.len() + i - 1),
+            Expr::Const(c) => Expr::Const(c),
+            Expr::Reduced(k) => Expr::Reduced(k),
+            Expr::Index(a) => Expr::Index(a),
+            Expr::Unary(op, a) => Expr::Unary(op, at(a)),
+            Expr::Binary(op, a, b) => Expr::Binary(op, at(a), at(b)),
+            Expr::Compare(op, a, b) => Expr::Compare(op, at(a), at(b)),
+            Expr::Select(c, a, b) => Expr::Select(at(c), at(a), at(b)),
+        });
+        Epilogue {
+            inputs: [self.inputs.as_slice(), &next.inputs].concat(),
+            expr: self.expr.iter().cloned().chain(expr).collect(),
+            pair: self.pair,
+        }
+    }
+}
+
+impl Gemm {
+    /// Whether one task computes both products of the last batch axis ([`Epilogue::pair`]).
+    pub fn paired(&self) -> bool {
+        self.epilogue.as_ref().is_some_and(|e| e.pair) && !self.batch.is_empty()
+    }
 }
 
 /// Which elements a mask removes: where `mask op rhs` holds, the score becomes `fill`.
@@ -497,7 +558,7 @@ impl KernelOp {
     /// The number of independent tasks.
     pub fn tasks(&self) -> usize {
         match self {
-            KernelOp::Gemm(g) => product(&g.batch)
+            KernelOp::Gemm(g) => product(&g.batch[..g.batch.len() - usize::from(g.paired())])
                 .saturating_mul(ceil_div(g.m, g.block.0))
                 .saturating_mul(ceil_div(g.n, g.block.1)),
             KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
@@ -575,6 +636,9 @@ impl KernelOp {
                 if let Some(bias) = &g.bias {
                     v.push((bias, vec![g.n], false));
                 }
+                for input in g.epilogue.iter().flat_map(|e| &e.inputs) {
+                    v.push((input, with([g.m, g.n]), false));
+                }
                 v
             }
             KernelOp::Softmax(s) => {
@@ -633,6 +697,9 @@ impl KernelOp {
             KernelOp::Gemm(g) => {
                 [&mut g.a, &mut g.b, &mut g.c].into_iter().for_each(clear);
                 g.bias.iter_mut().for_each(clear);
+                g.epilogue
+                    .iter_mut()
+                    .for_each(|e| e.inputs.iter_mut().for_each(clear));
             }
             KernelOp::Softmax(s) => {
                 [&mut s.x, &mut s.out].into_iter().for_each(clear);
@@ -725,6 +792,15 @@ fn formulas(op: &KernelOp) -> Result<(), String> {
         KernelOp::Map(m) if !well_formed(&m.expr, m.inputs.len(), 0, m.shape.len()) => {
             Err("malformed expression".into())
         }
+        KernelOp::Gemm(g) => match &g.epilogue {
+            Some(e) if !well_formed(&e.expr, e.leaves() + e.inputs.len(), 0, 0) => {
+                Err("malformed epilogue expression".into())
+            }
+            Some(e) if e.pair && (g.batch.last() != Some(&2) || g.bias.is_some()) => {
+                Err("a paired epilogue without a last batch axis of 2, or with a bias".into())
+            }
+            _ => Ok(()),
+        },
         KernelOp::Attention(a) => match &a.score {
             Some(s) if !well_formed(&s.expr, ScoreMod::LEAVES + s.inputs.len(), 0, 0) => {
                 Err("malformed score expression".into())

@@ -29,8 +29,8 @@ mod view;
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, Op, Program, ReduceOp, UnaryOp, ValueId};
 use crate::kernel::{
-    Attention, Binary, BufId, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan,
-    PlanError, Reduce, Row, Softmax, Stage, Unary,
+    Attention, Binary, BufId, Buffer, BufferKind, Epilogue, Expr, Gemm, Kernel, KernelOp, Map, MaskFill,
+    Operand, Plan, PlanError, Reduce, Row, Softmax, Stage, Unary,
 };
 use crate::size;
 pub use flops::source_flops;
@@ -55,6 +55,18 @@ fn unary(op: UnaryOp) -> Unary {
         UnaryOp::Cos => Unary::Cos,
         UnaryOp::Not => Unary::Not,
     }
+}
+
+/// The formula node of elementwise op `op` (of node `id`) over the formula nodes `a`.
+fn map_node(id: ValueId, op: &Op, a: &[usize]) -> Result<Expr, PlanError> {
+    Ok(match (op, a) {
+        (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
+        (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
+        (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
+        (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
+        (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
+        _ => return Err(internal(format!("node {id} is not elementwise"))),
+    })
 }
 
 fn binary(op: BinaryOp) -> Binary {
@@ -104,6 +116,17 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
     memory::plan(&mut l.plan);
     l.plan.validate()?;
     Ok(l.plan)
+}
+
+/// What the formulas of one row kernel are built from: its root and the nodes it computes,
+/// the stage each reduction is, and the inputs read so far, strided over `shape`
+/// (`[rows.., n]`).
+struct RowFormula {
+    root: ValueId,
+    shape: Vec<usize>,
+    nodes: std::collections::HashSet<ValueId>,
+    stages: HashMap<ValueId, usize>,
+    inputs: Vec<Operand>,
 }
 
 /// What a mask does to scores: where `mask op rhs` holds, the score becomes `fill`.
@@ -441,6 +464,7 @@ impl<'p> Lowerer<'p> {
                 let (x, scale, mask) = self.resolve(pat)?;
                 self.softmax(id, *axis, x, scale, mask).map(Val::Tensor)
             }
+            op if fuse::is_map(op) && self.fusion.rows.contains_key(&id) => self.row(id).map(Val::Tensor),
             op if fuse::is_map(op) => match self.fusion.fused.get(&id).copied() {
                 Some(Fused::GemmAlpha { matmul, scale }) => {
                     let alpha = self.scale(scale)?;
@@ -651,15 +675,202 @@ impl<'p> Lowerer<'p> {
         Ok(out)
     }
 
+    /// An elementwise root and the reductions along the last axis and elementwise ops that
+    /// fusion gave it, as one row kernel: each reduction a stage (in evaluation order, so a
+    /// stage reads only earlier ones), the root the write. Each row is read from memory
+    /// once; its later passes find it in cache.
+    fn row(&mut self, id: ValueId) -> Result<View, PlanError> {
+        let shape = self.shape(id)?;
+        let nodes = self.fusion.rows.get(&id).cloned().unwrap_or_default();
+        let mut formula = RowFormula {
+            root: id,
+            shape: shape.clone(),
+            nodes: nodes.iter().copied().collect(),
+            stages: HashMap::new(),
+            inputs: Vec::new(),
+        };
+        let mut stages = Vec::new();
+        for &r in &nodes {
+            if let Op::Reduce { op, .. } = self.program.node(r).op {
+                let x = self.program.node(r).args[0];
+                let expr = self.row_formula(&mut formula, x)?;
+                formula.stages.insert(r, stages.len());
+                stages.push(Stage {
+                    reduce: reduce(op),
+                    expr,
+                });
+            }
+        }
+        let write = self.row_formula(&mut formula, id)?;
+        let (&n, rows) = shape
+            .split_last()
+            .ok_or_else(|| internal(format!("node {id}: a row kernel of rank 0")))?;
+        let out = self.temp(shape.clone());
+        let row = Row {
+            rows: rows.to_vec(),
+            n,
+            inputs: formula.inputs,
+            stages,
+            write,
+            out: out.operand(),
+            rows_per_task: (8192 / n.max(1)).max(16),
+        };
+        self.kernel(self.label(id), KernelOp::Row(row));
+        Ok(out)
+    }
+
+    /// The formula of node `id` inside a row kernel, each node once.
+    fn row_formula(&mut self, f: &mut RowFormula, id: ValueId) -> Result<Vec<Expr>, PlanError> {
+        let mut expr = Vec::new();
+        let mut at = HashMap::new();
+        self.row_node(f, id, &mut expr, &mut at)?;
+        Ok(expr)
+    }
+
+    fn row_node(
+        &mut self,
+        f: &mut RowFormula,
+        id: ValueId,
+        expr: &mut Vec<Expr>,
+        at: &mut HashMap<ValueId, usize>,
+    ) -> Result<usize, PlanError> {
+        if let Some(&i) = at.get(&id) {
+            return Ok(i);
+        }
+        let node = self.program.node(id);
+        let inline = f.nodes.contains(&id) || id == f.root;
+        let e = if self.fusion.constant[id] {
+            Expr::Const(self.constant(id)?)
+        } else if let Some(&k) = f.stages.get(&id) {
+            Expr::Reduced(k)
+        } else if inline && fuse::is_map(&node.op) {
+            let args = node.args.clone();
+            let mut a = Vec::new();
+            for &x in &args {
+                a.push(self.row_node(f, x, expr, at)?);
+            }
+            map_node(id, &node.op, &a)?
+        } else {
+            let v = self.view(id)?;
+            let op = v
+                .expand(&f.shape)
+                .ok_or_else(|| internal(format!("node {id} does not broadcast to {:?}", f.shape)))?
+                .operand();
+            let i = match f.inputs.iter().position(|o| *o == op) {
+                Some(i) => i,
+                None => {
+                    f.inputs.push(op);
+                    f.inputs.len() - 1
+                }
+            };
+            Expr::Input(i)
+        };
+        expr.push(e);
+        at.insert(id, expr.len() - 1);
+        Ok(expr.len() - 1)
+    }
+
     /// An elementwise root and every elementwise producer fusion gave it, as one map.
     fn elementwise(&mut self, id: ValueId) -> Result<View, PlanError> {
         let shape = self.shape(id)?;
         let mut inputs: Vec<Operand> = Vec::new();
         let mut expr = Vec::new();
         self.expr(id, id, &shape, &mut inputs, &mut expr)?;
+        if let Some(v) = self.epilogue(id, &shape, &inputs, &expr) {
+            return Ok(v);
+        }
         let out = self.temp(shape);
         self.map(inputs, expr, &out, self.label(id));
         Ok(out)
+    }
+
+    /// The map `expr` over `inputs` made the epilogue of the GEMM that writes the leaf
+    /// fusion chose for root `id`, its result in the GEMM's buffer; `None` (a map of its
+    /// own) where the plan does not allow it: the leaf is not the GEMM's whole result in
+    /// its order (or its two halves, for a paired epilogue), a kernel after the GEMM writes
+    /// what the epilogue reads, or an input does not reshape to the GEMM's iteration space.
+    fn epilogue(&mut self, id: ValueId, shape: &[usize], inputs: &[Operand], expr: &[Expr]) -> Option<View> {
+        let leaf = *self.fusion.epilogue.get(&id)?;
+        let Some(Val::Tensor(c)) = self.vals.get(&leaf).cloned() else {
+            return None;
+        };
+        let buf = &self.plan.buffers[c.buf];
+        let whole = c.offset == 0 && c.is_contiguous() && c.numel() == buf.len;
+        let temp = matches!(buf.kind, BufferKind::Temp { .. }) && !self.derived.contains(&c.buf);
+        if !whole || !temp || expr.iter().any(|e| matches!(e, Expr::Index(_))) {
+            return None;
+        }
+        let writes = |k: &Kernel, b: BufId| k.op.operands().iter().any(|o| o.2 && o.0.buf == b);
+        let k = self.plan.kernels.iter().rposition(|k| writes(k, c.buf))?;
+        let KernelOp::Gemm(g) = &self.plan.kernels[k].op else {
+            return None;
+        };
+        let space = [g.batch.as_slice(), &[g.m, g.n]].concat();
+        if g.c.offset != 0 || g.c.strides != view::row_major(&space) {
+            return None;
+        }
+        let paired = c.shape != shape;
+        // The leaves the GEMM's elements stand for, and the value the epilogue leaves.
+        let (leaves, out, mut g) = match paired {
+            false => (vec![c.expand(shape)?.operand()], c.clone(), g.clone()),
+            true => {
+                let last = shape.len().checked_sub(1)?;
+                let half = shape[last];
+                let (first, second) = (c.slice(last, 0, half)?, c.slice(last, half, 2 * half)?);
+                let halves = [first.expand(shape)?.operand(), second.expand(shape)?.operand()];
+                (halves.to_vec(), first, pair(g, half)?)
+            }
+        };
+        let space = [&g.batch[..g.batch.len() - usize::from(paired)], &[g.m, g.n]].concat();
+        let at = |o: &Operand| inputs.iter().position(|i| i == o);
+        let leads = leaves.iter().map(at).collect::<Option<Vec<usize>>>()?;
+        let later = &self.plan.kernels[k + 1..];
+        let mut moved = Vec::new();
+        for (_, o) in inputs.iter().enumerate().filter(|(i, _)| !leads.contains(i)) {
+            if o.buf == c.buf || later.iter().any(|k| writes(k, o.buf)) {
+                return None;
+            }
+            let v = View {
+                buf: o.buf,
+                offset: o.offset,
+                shape: shape.to_vec(),
+                strides: o.strides.clone(),
+            };
+            let mut op = v.reshape(&space)?.operand();
+            if paired {
+                op.strides.insert(space.len() - 2, 0);
+            }
+            moved.push(op);
+        }
+        // The leaves first (the tile's elements), then the other inputs in their order.
+        let others = (0..inputs.len()).filter(|i| !leads.contains(i));
+        let order: Vec<usize> = leads.iter().copied().chain(others).collect();
+        let renumber = |i: usize| order.iter().position(|&j| j == i).unwrap_or(i);
+        let expr = expr
+            .iter()
+            .map(|e| match *e {
+                Expr::Input(i) => Expr::Input(renumber(i)),
+                ref e => e.clone(),
+            })
+            .collect();
+        let epilogue = Epilogue {
+            inputs: moved,
+            expr,
+            pair: paired,
+        };
+        g.epilogue = Some(match &g.epilogue {
+            Some(first) if !paired => first.then(&epilogue),
+            _ => epilogue,
+        });
+        let label = format!("{} + {}", self.plan.kernels[k].label, self.label(id));
+        self.plan.kernels[k] = Kernel {
+            label,
+            op: KernelOp::Gemm(g),
+        };
+        match paired {
+            true => Some(out),
+            false => Some(View::whole(c.buf, shape.to_vec())),
+        }
     }
 
     /// Appends `id`'s expression to `expr`; returns its index.
@@ -682,11 +893,6 @@ impl<'p> Lowerer<'p> {
                 a.push(self.expr(root, x, shape, inputs, expr)?);
             }
             match (&node.op, a.as_slice()) {
-                (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
-                (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
-                (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
-                (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
-                (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
                 // Only ever a root, so its last two axes are the map's.
                 (&Op::Tri { upper, diagonal }, &[x]) => {
                     let r = shape.len();
@@ -702,7 +908,7 @@ impl<'p> Lowerer<'p> {
                     let zero = push(Expr::Const(0.0));
                     Expr::Select(keep, x, zero)
                 }
-                _ => return Err(internal(format!("node {id} is not elementwise"))),
+                _ => map_node(id, &node.op, &a)?,
             }
         } else {
             let v = self.view(id)?;
@@ -849,6 +1055,7 @@ impl<'p> Lowerer<'p> {
             c: c.operand(),
             alpha,
             bias,
+            epilogue: None,
             block: (m, n),
         };
         fold_batch_into_rows(&mut g);
@@ -1053,6 +1260,30 @@ impl<'p> Lowerer<'p> {
         }
         Ok(())
     }
+}
+
+/// `g` (a GEMM whose columns are two halves of `half` columns each, no bias, no epilogue
+/// yet) as a GEMM over `half` columns with a last batch axis of 2 for the halves: the
+/// shape a paired epilogue reads them in.
+fn pair(g: &Gemm, half: usize) -> Option<Gemm> {
+    if g.n != 2 * half || g.bias.is_some() || g.epilogue.is_some() {
+        return None;
+    }
+    let r = g.batch.len();
+    let mut p = g.clone();
+    p.batch.push(2);
+    p.n = half;
+    p.a.strides.insert(r, 0);
+    p.b.strides.insert(r, half * g.b.strides[r + 1]);
+    p.c.strides.insert(r, half * g.c.strides[r + 1]);
+    // Tiles as for one half alone: a task computes both.
+    let mut one = p.clone();
+    one.batch.pop();
+    for o in [&mut one.a, &mut one.b, &mut one.c] {
+        o.strides.remove(r);
+    }
+    p.block = gemm_blocks(&one);
+    Some(p)
 }
 
 fn loop_suffix(l: &Lowerer) -> String {

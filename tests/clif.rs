@@ -6,8 +6,8 @@
 use attnc::codegen::Jit;
 use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Affine, Attention, Binary, Buffer, BufferKind, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp, Map,
-    MaskFill, Operand, Plan, Reduce, Row, Softmax, Stage, Unary,
+    Affine, Attention, Binary, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp,
+    Map, MaskFill, Operand, Plan, Reduce, Row, Softmax, Stage, Unary,
 };
 use attnc::runtime::jit::sgemm_address;
 
@@ -70,9 +70,39 @@ fn gemm_with_bias_calls_the_microkernel_per_tile() {
         c: op(3, &[24, 8, 1]),
         alpha: 0.5,
         bias: Some(op(2, &[1])),
+        epilogue: None,
         block: (3, 4),
     };
     let p = plan(&[30, 40, 8], 48, KernelOp::Gemm(g));
+    insta::assert_snapshot!(clif(&p));
+}
+
+#[test]
+fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
+    let g = Gemm {
+        batch: vec![],
+        m: 6,
+        n: 8,
+        k: 5,
+        a: op(0, &[5, 1]),
+        b: op(1, &[8, 1]),
+        c: op(3, &[8, 1]),
+        alpha: 1.0,
+        bias: None,
+        epilogue: Some(Epilogue {
+            inputs: vec![op(2, &[8, 1])],
+            expr: vec![
+                Expr::Input(0),
+                Expr::Input(1),
+                Expr::Binary(Binary::Add, 0, 1),
+                Expr::Const(0.0),
+                Expr::Binary(Binary::Maximum, 2, 3),
+            ],
+            pair: false,
+        }),
+        block: (3, 8),
+    };
+    let p = plan(&[30, 40, 48], 48, KernelOp::Gemm(g));
     insta::assert_snapshot!(clif(&p));
 }
 

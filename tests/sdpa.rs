@@ -183,3 +183,37 @@ output o = scaled_dot_product_attention(q, k[:, :M - 1], k[:, :M - 1])
         assert_eq!(outputs[0].1.data, vec![0.0; 24]);
     }
 }
+
+/// A decode step (`examples/gqa_decode.attn`): the keys and values `cat([cache, new],
+/// dim=2)` are read as two segments, so no kernel copies the cache; the grouped query
+/// heads fold into the rows of one task.
+#[test]
+fn a_decode_step_reads_the_cache_and_the_new_key_in_place() {
+    let src = common::example("gqa_decode.attn");
+    let sizes = [("B", 1), ("M", 11), ("D", 32), ("H", 8), ("Hkv", 2)];
+    let prog = program(&src, &sizes);
+    let dims = attnc::runtime::bind_dims(&prog).unwrap();
+    for p in [prog.clone(), attnc::opt::optimize(&prog).program] {
+        let exe = Executable::compile(&p, &dims).unwrap();
+        let plan = exe.plan();
+        assert!(
+            plan.kernels.iter().all(|k| !k.label.contains("cat")),
+            "{}",
+            plan.to_text()
+        );
+        let a = plan
+            .kernels
+            .iter()
+            .find_map(|k| match &k.op {
+                attnc::kernel::KernelOp::Attention(a) => Some(a.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!((a.m, a.tail.as_ref().map(|t| t.len)), (12, Some(1)));
+        assert_eq!(
+            (a.n, a.kv_group),
+            (4, 1),
+            "the 4 query heads of a key head as rows"
+        );
+    }
+}

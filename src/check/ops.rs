@@ -476,14 +476,7 @@ impl Checker {
 
     /// `torch.matmul`: vectors are promoted and their axis removed again, batch dims
     /// broadcast.
-    pub(super) fn matmul(
-        &mut self,
-        a: &Value,
-        b: &Value,
-        aspan: Span,
-        bspan: Span,
-        span: Span,
-    ) -> Option<Value> {
+    fn matmul(&mut self, a: &Value, b: &Value, aspan: Span, bspan: Span, span: Span) -> Option<Value> {
         let x = self.expect_tensor(a, aspan, "an operand of `@`");
         let y = self.expect_tensor(b, bspan, "an operand of `@`");
         let (x, y) = (x?, y?);
@@ -887,7 +880,7 @@ impl Checker {
     }
 
     /// `x[.., None, ..]`: a new axis of size 1 at `axis`, as `unsqueeze`.
-    pub(super) fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
+    fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
         let mut t = self.ty(x).clone();
         let stride = match axis < t.rank() {
             true => t.strides[axis].mul(&t.shape[axis]),

@@ -28,7 +28,7 @@ impl Checker {
         self.push_id(Op::DimValue(p), vec![], scalar(), span)
     }
 
-    pub(super) fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
+    fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
         match self.push(op, args, ty, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("push makes a tensor"),
@@ -65,14 +65,7 @@ impl Checker {
     /// `op` of `x` over `axes`; row-major, as PyTorch's reductions return. Several axes
     /// reduce one at a time (the last first, keeping each as size 1), so every backend
     /// needs only single-axis reductions; then a view drops them unless `keepdim`.
-    pub(super) fn reduce_id(
-        &mut self,
-        op: ReduceOp,
-        x: ValueId,
-        axes: &[usize],
-        keepdim: bool,
-        span: Span,
-    ) -> ValueId {
+    fn reduce_id(&mut self, op: ReduceOp, x: ValueId, axes: &[usize], keepdim: bool, span: Span) -> ValueId {
         let [.., last] = axes else {
             return x;
         };

@@ -1,10 +1,12 @@
 //! The batched GEMM kernel: Cranelift walks the (batch, row block, column block) tasks,
 //! computes the tile's pointers, writes the bias prologue into the tile, and calls the
-//! microkernel shim for the tile product (accumulating onto the bias).
+//! microkernel shim for the tile product (accumulating onto the bias), then applies the
+//! epilogue to the tile it just wrote.
 
 use super::emit::Emit;
+use super::math::eval;
 use super::softmax::lanes;
-use crate::kernel::Gemm;
+use crate::kernel::{Epilogue, Gemm};
 use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
@@ -12,6 +14,13 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
     let r = g.batch.len();
     let (a_ptr, b_ptr, c_ptr) = (e.arg(0), e.arg(1), e.arg(2));
     let bias_ptr = g.bias.as_ref().map(|_| e.arg(3));
+    let first_input = 3 + usize::from(g.bias.is_some());
+    let epilogue_ptrs: Vec<Value> = g
+        .epilogue
+        .iter()
+        .flat_map(|ep| 0..ep.inputs.len())
+        .map(|i| e.arg(first_input + i))
+        .collect();
     let (rb, cb) = g.block;
     let (nrb, ncb) = (g.m.div_ceil(rb), g.n.div_ceil(cb));
     let (begin, end) = (e.begin, e.end);
@@ -21,7 +30,16 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         let rest = e.b.ins().udiv_imm_u(t, ncb as i64);
         let row = e.b.ins().urem_imm_u(rest, nrb as i64);
         let bi = e.b.ins().udiv_imm_u(rest, nrb as i64);
-        let idx = e.unflatten(bi, &g.batch);
+        // A paired epilogue's task does both products of the last batch axis (index 0 here,
+        // 1 after the first product).
+        let idx = match g.paired() {
+            true => {
+                let mut idx = e.unflatten(bi, &g.batch[..r - 1]);
+                idx.push(e.int(0));
+                idx
+            }
+            false => e.unflatten(bi, &g.batch),
+        };
         let i0 = e.b.ins().imul_imm_s(row, rb as i64);
         let j0 = e.b.ins().imul_imm_s(col, cb as i64);
         let m_all = e.int(g.m as i64);
@@ -58,6 +76,73 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         e.sgemm([
             rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
         ]);
+        let second = g.paired().then(|| {
+            let one = e.int(1);
+            let (a1, b1, c1) = (
+                e.step(a, one, a_s[r - 1]),
+                e.step(b, one, b_s[r - 1]),
+                e.step(c, one, c_s[r - 1]),
+            );
+            e.sgemm([
+                rows, cols, k, c1, ints[0], ints[1], a1, ints[2], ints[3], b1, ints[4], ints[5], alpha, acc,
+            ]);
+            c1
+        });
+        if let Some(ep) = &g.epilogue {
+            let bases: Vec<Value> = ep
+                .inputs
+                .iter()
+                .zip(&epilogue_ptrs)
+                .map(|(o, &p)| {
+                    let off = e.dot(&idx, &o.strides[..r]);
+                    let p = e.at(p, off);
+                    let p = e.step(p, i0, o.strides[r]);
+                    e.step(p, j0, o.strides[r + 1])
+                })
+                .collect();
+            epilogue(e, g, ep, (c, second, rows, cols), &bases);
+        }
+    });
+}
+
+/// `c[i, j] = expr(c[i, j], inputs[..][i, j])` over the tile at `c` (and at `bases`, the
+/// inputs' elements of the tile's first row and column; at `second`, a paired epilogue's
+/// second product), four lanes at a time where `c` is contiguous along the row.
+fn epilogue(
+    e: &mut Emit,
+    g: &Gemm,
+    ep: &Epilogue,
+    (c, second, rows, cols): (Value, Option<Value>, Value, Value),
+    bases: &[Value],
+) {
+    let r = g.batch.len();
+    let (c_rs, c_cs) = (g.c.strides[r], g.c.strides[r + 1]);
+    let vector = c_cs == 1;
+    let zero = e.int(0);
+    e.for_range(zero, rows, 1, |e, i| {
+        let row = e.step(c, i, c_rs);
+        let second_row = second.map(|p| e.step(p, i, c_rs));
+        let starts: Vec<Value> = ep
+            .inputs
+            .iter()
+            .zip(bases)
+            .map(|(o, &b)| e.step(b, i, o.strides[r]))
+            .collect();
+        lanes(e, cols, vector, |e, j, w| {
+            let dst = e.step(row, j, c_cs);
+            let mut vals = vec![e.load(dst, w, c_cs, false)];
+            if let Some(p) = second_row {
+                let addr = e.step(p, j, c_cs);
+                vals.push(e.load(addr, w, c_cs, false));
+            }
+            for (o, &start) in ep.inputs.iter().zip(&starts) {
+                let s = o.strides[r + 1];
+                let addr = e.step(start, j, s);
+                vals.push(e.load(addr, w, s, true));
+            }
+            let v = eval(e, &ep.expr, &vals, &[], w);
+            e.store(v, dst);
+        });
     });
 }
 

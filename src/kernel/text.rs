@@ -107,6 +107,17 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 if let Some(b) = &g.bias {
                     let _ = writeln!(out, "      bias {}", operand(b));
                 }
+                if let Some(e) = &g.epilogue {
+                    let text = expr_text(&e.expr, e.expr.len() - 1);
+                    let leaves = match e.pair {
+                        true => "in0, in1 = c of the last batch axis' two products, into the first",
+                        false => "in0 = c",
+                    };
+                    let _ = writeln!(out, "      then per tile: c = {text} ({leaves})");
+                    for (j, o) in e.inputs.iter().enumerate() {
+                        let _ = writeln!(out, "      in{} {}", j + e.leaves(), operand(o));
+                    }
+                }
             }
             KernelOp::Softmax(s) => {
                 let _ = writeln!(

@@ -9,12 +9,19 @@
 //! - `(a @ b) / s`, `(a @ b) * s`: the scale becomes the GEMM's `alpha`.
 //! - elementwise ops (`+ - * /`, `neg sqrt exp`, comparisons, `masked_fill`) feeding
 //!   elementwise ops: one [`crate::kernel::Map`] kernel per tree.
+//! - such a tree over the whole result of a `linear`, a matmul or a `gemm` (through
+//!   `view`s): the GEMM's [`crate::kernel::Epilogue`], applied to each tile as it is
+//!   written (the lowering falls back to a map where the plan does not allow it).
+//! - elementwise ops and sums, maxima and minima along the last axis (`keepdim`) that only
+//!   an elementwise root reads, directly or not: one [`crate::kernel::Row`] kernel
+//!   reading each row once, its reductions as stages (`layer_norm`, `rms_norm`, the
+//!   Annotated Transformer's `a_2 * (x - mean) / (std + eps) + b_2`, softmax by hand).
 //!
 //! Rank-0 values computed from literals and dims alone (`sqrt(Dk)`) are constants.
 
 use crate::dims::DimTable;
 use crate::ir::{BinaryOp, CmpOp, Op, Program, ValueId};
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// A constant scale: multiply by `node`'s value, or divide by it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -69,6 +76,12 @@ pub struct Fusion {
     /// `linear`s of one input with weights of one shape (`q`, `k` and `v` of
     /// self-attention), by their first: one GEMM over the concatenated weights computes all.
     pub siblings: HashMap<ValueId, Vec<ValueId>>,
+    /// Elementwise roots, each with the GEMM result among its tree's leaves that it may
+    /// become the epilogue of.
+    pub epilogue: HashMap<ValueId, ValueId>,
+    /// Elementwise roots computed by one row kernel, each with the nodes it computes
+    /// (elementwise ops and reductions along the last axis), in evaluation order.
+    pub rows: HashMap<ValueId, Vec<ValueId>>,
 }
 
 pub fn decide(program: &Program) -> Fusion {
@@ -87,9 +100,12 @@ pub fn decide(program: &Program) -> Fusion {
         program,
         dims: &program.dims,
         single: uses.iter().map(|&u| u == 1).collect(),
+        uses,
         constant,
         absorbed: vec![false; n],
         fused: HashMap::new(),
+        epilogue: HashMap::new(),
+        rows: HashMap::new(),
     };
     for &id in order.iter().rev() {
         if !f.absorbed[id] {
@@ -104,6 +120,8 @@ pub fn decide(program: &Program) -> Fusion {
         constant: f.constant,
         single: f.single,
         siblings,
+        epilogue: f.epilogue,
+        rows: f.rows,
     }
 }
 
@@ -146,9 +164,12 @@ struct Decider<'p> {
     program: &'p Program,
     dims: &'p DimTable,
     single: Vec<bool>,
+    uses: Vec<usize>,
     constant: Vec<bool>,
     absorbed: Vec<bool>,
     fused: HashMap<ValueId, Fused>,
+    epilogue: HashMap<ValueId, ValueId>,
+    rows: HashMap<ValueId, Vec<ValueId>>,
 }
 
 impl Decider<'_> {
@@ -181,6 +202,7 @@ impl Decider<'_> {
                 }
             }
             Op::MaskedSoftmax { .. } | Op::Attention { .. } => self.absorb_mask_compare(id),
+            Op::Sdpa { .. } => self.absorb_key_tails(id),
             Op::Softmax(_) if !self.fused.contains_key(&id) => {
                 let pat = self.softmax(id);
                 self.fused.insert(id, Fused::Softmax(pat));
@@ -190,10 +212,155 @@ impl Decider<'_> {
                     self.fused.insert(id, scale);
                     return;
                 }
+                if let Some(nodes) = self.row(id) {
+                    for &n in &nodes {
+                        self.absorbed[n] = true;
+                    }
+                    self.rows.insert(id, nodes);
+                    return;
+                }
                 self.absorb_map_args(id);
+                if let Some(leaf) = self.gemm_leaf(id) {
+                    self.epilogue.insert(id, leaf);
+                }
             }
             _ => {}
         }
+    }
+
+    /// `scaled_dot_product_attention` of keys and values that are each `cat([cache, new],
+    /// dim=-2)`, split at the same key and read by nothing else (a decode step): the
+    /// attention kernel reads both parts in place (`kernel::KeyTail`), so neither
+    /// concatenation is copied.
+    fn absorb_key_tails(&mut self, id: ValueId) {
+        let (k, v) = (self.args(id)[1], self.args(id)[2]);
+        let split = |f: &Self, x: ValueId| match (f.op(x), f.args(x)) {
+            (&Op::Cat(axis), &[_, tail]) if f.free(x) && axis + 2 == f.program.tensor_type(x).rank() => {
+                Some(f.program.tensor_type(tail).shape[axis].clone())
+            }
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (split(self, k), split(self, v)) {
+            if k != v && self.dims.equal(&a, &b) {
+                self.absorbed[k] = true;
+                self.absorbed[v] = true;
+            }
+        }
+    }
+
+    /// The nodes one row kernel computes for the elementwise `root` (of shape `[rows.., n]`):
+    /// elementwise ops of shape `[rows.., n]` or `[rows.., 1]` and sums, maxima and minima
+    /// of `[rows.., n]` values along the last axis, read by nothing but the root and each
+    /// other; `None` unless there is a reduction among them (else it is a map).
+    ///
+    /// Walked from the root down in decreasing id: a node's readers all come after it, so
+    /// when it is reached, every reader it has inside the kernel is counted.
+    fn row(&self, root: ValueId) -> Option<Vec<ValueId>> {
+        let shape = &self.program.tensor_type(root).shape;
+        let (_, rows) = shape.split_last()?;
+        let rowwise = |v: ValueId, per_row: bool| {
+            let s = &self.program.tensor_type(v).shape;
+            let last_ok = match per_row {
+                true => s.last().is_some_and(|p| self.dims.is_one(p)),
+                false => self.same_shape(v, root),
+            };
+            s.len() == shape.len() && last_ok && rows.iter().zip(s).all(|(p, q)| self.dims.equal(p, q))
+        };
+        let mut reads: HashMap<ValueId, usize> = HashMap::new();
+        let mut heap = BinaryHeap::new();
+        let mut inside = HashSet::new();
+        let mut reductions = 0;
+        let take = |v: ValueId, reads: &mut HashMap<_, _>, heap: &mut BinaryHeap<_>| {
+            for &a in self.args(v) {
+                *reads.entry(a).or_insert(0usize) += 1;
+                heap.push(a);
+            }
+        };
+        take(root, &mut reads, &mut heap);
+        while let Some(v) = heap.pop() {
+            if inside.contains(&v) || reads[&v] != self.uses[v] || self.absorbed[v] || self.constant[v] {
+                continue;
+            }
+            let fits = match self.op(v) {
+                Op::Reduce {
+                    axes, keepdim: true, ..
+                } => {
+                    let x = self.args(v)[0];
+                    let last = axes.as_slice() == [shape.len() - 1];
+                    last && rowwise(v, true) && rowwise(x, false)
+                }
+                op => is_map(op) && (rowwise(v, false) || rowwise(v, true)),
+            };
+            if fits {
+                reductions += usize::from(matches!(self.op(v), Op::Reduce { .. }));
+                inside.insert(v);
+                take(v, &mut reads, &mut heap);
+            }
+        }
+        let mut nodes: Vec<ValueId> = inside.into_iter().collect();
+        nodes.sort();
+        (reductions > 0).then_some(nodes)
+    }
+
+    /// The first leaf of the elementwise tree rooted at `root` that only the tree reads and
+    /// that may be a GEMM's whole result: a `linear`, a matmul or a `gemm` (possibly
+    /// through `view`s), or an elementwise root (itself an epilogue, so two compose: GELU
+    /// over `x @ w + b`), of the root's shape; else a GEMM whose result the tree reads as
+    /// two slices of its last axis, and nothing else reads.
+    fn gemm_leaf(&self, root: ValueId) -> Option<ValueId> {
+        let mut reads = HashMap::new();
+        self.leaves(root, &mut reads);
+        let mut leaves: Vec<_> = reads.into_iter().collect();
+        leaves.sort();
+        let only_here = |&(leaf, n): &(ValueId, usize)| {
+            self.uses[leaf] == n && !self.absorbed[leaf] && !self.constant[leaf]
+        };
+        let whole = leaves.iter().filter(|l| only_here(l)).find_map(|&(leaf, _)| {
+            let gemm = match self.op(leaf) {
+                Op::Linear | Op::MatMul | Op::Gemm { .. } => true,
+                Op::View(_) | Op::Reshape(_) => self.is_gemm_result(self.args(leaf)[0]),
+                op => is_map(op),
+            };
+            (gemm && self.same_shape(leaf, root)).then_some(leaf)
+        });
+        whole.or_else(|| {
+            // Two slices of the last axis of one GEMM's result that nothing else reads (the
+            // gate and up halves of SwiGLU's merged projection): a paired epilogue.
+            let mut halves = leaves.iter().filter(|l| only_here(l)).filter_map(|&(leaf, _)| {
+                let last = self.program.tensor_type(leaf).rank().checked_sub(1)?;
+                match self.op(leaf) {
+                    Op::Slice { axis, .. } if *axis == last && self.same_shape(leaf, root) => {
+                        Some(self.args(leaf)[0])
+                    }
+                    _ => None,
+                }
+            });
+            let (p, q) = (halves.next()?, halves.next()?);
+            let gemm = matches!(self.op(p), Op::Linear | Op::MatMul | Op::Gemm { .. });
+            (p == q && gemm && self.uses[p] == 2 && !self.absorbed[p]).then_some(p)
+        })
+    }
+
+    /// Counts how often the elementwise tree of `id` (its absorbed nodes) reads each of its
+    /// leaves.
+    fn leaves(&self, id: ValueId, reads: &mut HashMap<ValueId, usize>) {
+        for &a in self.args(id) {
+            if self.absorbed[a] && is_map(self.op(a)) {
+                self.leaves(a, reads);
+            } else {
+                *reads.entry(a).or_default() += 1;
+            }
+        }
+    }
+
+    /// Whether `id` is a GEMM's result, read only by its one user, through views.
+    fn is_gemm_result(&self, id: ValueId) -> bool {
+        self.free(id)
+            && match self.op(id) {
+                Op::Linear | Op::MatMul | Op::Gemm { .. } => true,
+                Op::View(_) | Op::Reshape(_) => self.is_gemm_result(self.args(id)[0]),
+                _ => false,
+            }
     }
 
     /// The optimizer's fused softmax and attention take a bool mask (their last argument

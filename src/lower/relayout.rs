@@ -106,6 +106,10 @@ fn remap(shape: &[usize], strides: &[usize], x: &View, target: &[usize]) -> Opti
 /// Undoes [`super::tiling::fold_batch_into_rows`] where the view `x` splits the rows: the rows become a
 /// batch axis over blocks of `z` rows, `z` the size of the axis of `x` along the rows.
 fn unfold_rows(g: &mut Gemm, x: &View) -> Option<()> {
+    // The epilogue's inputs are strided over the folded iteration space.
+    if g.epilogue.is_some() {
+        return None;
+    }
     let r = g.batch.len();
     let c_rs = g.c.strides[r];
     let j = (0..x.shape.len()).find(|&j| x.shape[j] > 1 && x.strides[j] == c_rs)?;

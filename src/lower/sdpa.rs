@@ -1,11 +1,14 @@
 //! `scaled_dot_product_attention` as the flash-style attention kernel: the causal mask as a
 //! mask of positions (tiles above the diagonal skipped), a boolean mask as the kernel's
 //! mask fill, a float mask as a change of the scores (`s + mask`), grouped-query heads read
-//! in place (`kv_group`), and a row without keys 0 (`zero_empty_rows`), as PyTorch gives it.
+//! in place (`kv_group`), keys from `cat([cache, new])` read as two segments (`tail`), and a
+//! row without keys 0 (`zero_empty_rows`), as PyTorch gives it.
 
 use super::{internal, tiling::attention_blocks, Lowerer, Masking, View};
 use crate::ir::{CmpOp, DType, ValueId};
-use crate::kernel::{Affine, Attention, Binary, Expr, IndexMask, Keep, KernelOp, PlanError, ScoreMod};
+use crate::kernel::{
+    Affine, Attention, Binary, Expr, IndexMask, Keep, KernelOp, KeyTail, PlanError, ScoreMod,
+};
 
 impl Lowerer<'_> {
     /// Node `id`, `Sdpa { causal, gqa }` of `args` `[q, k, v, scale]` (then the mask).
@@ -20,11 +23,21 @@ impl Lowerer<'_> {
         let out_shape = self.shape(id)?;
         let r = out_shape.len();
         let batch = out_shape[..r - 2].to_vec();
-        let (q, k, v) = (self.view(args[0])?, self.view(args[1])?, self.view(args[2])?);
+        let q = self.view(args[0])?;
+        // Keys and values from a cache and a tail that fusion left uncopied.
+        let parts = |l: &mut Self, x: ValueId| -> Result<(View, Option<View>), PlanError> {
+            let cat = l.program.node(x).args.clone();
+            match (l.fusion.absorbed[x], cat.as_slice()) {
+                (true, &[head, tail]) => Ok((l.view(head)?, Some(l.view(tail)?))),
+                _ => Ok((l.view(x)?, None)),
+            }
+        };
+        let ((k, k_tail), (v, v_tail)) = (parts(self, args[1])?, parts(self, args[2])?);
         let scale = self.constant(args[3])?;
         let (n, dv) = (out_shape[r - 2], out_shape[r - 1]);
         let dk = *q.shape.last().ok_or_else(bad)?;
-        let m = *k.shape.iter().rev().nth(1).ok_or_else(bad)?;
+        let m = *self.shape(args[1])?.iter().rev().nth(1).ok_or_else(bad)?;
+        let tail_len = k_tail.as_ref().map_or(0, |t| t.shape[t.shape.len() - 2]);
         let heads = |x: &View| x.shape.iter().rev().nth(2).copied();
         let kv_group = match gqa {
             true => heads(&q)
@@ -39,8 +52,23 @@ impl Lowerer<'_> {
         }
         let with = |b: &[usize], tail: [usize; 2]| [b, &tail].concat();
         let q = q.expand(&with(&batch, [n, dk])).ok_or_else(bad)?;
-        let k = k.expand(&with(&kv_batch, [m, dk])).ok_or_else(bad)?;
-        let v = v.expand(&with(&kv_batch, [m, dv])).ok_or_else(bad)?;
+        let head = m - tail_len;
+        let k = k.expand(&with(&kv_batch, [head, dk])).ok_or_else(bad)?;
+        let v = v.expand(&with(&kv_batch, [head, dv])).ok_or_else(bad)?;
+        let tail = match (k_tail, v_tail) {
+            (Some(kt), Some(vt)) if tail_len > 0 => Some(KeyTail {
+                k: kt
+                    .expand(&with(&kv_batch, [tail_len, dk]))
+                    .ok_or_else(bad)?
+                    .operand(),
+                v: vt
+                    .expand(&with(&kv_batch, [tail_len, dv]))
+                    .ok_or_else(bad)?
+                    .operand(),
+                len: tail_len,
+            }),
+            _ => None,
+        };
         let scores = with(&batch, [n, m]);
         let (mut mask, mut score) = (None, None);
         if let Some(&mid) = args.get(4) {
@@ -92,7 +120,7 @@ impl Lowerer<'_> {
             positions,
             kv_group,
             score,
-            tail: None,
+            tail,
             zero_empty_rows: true,
             block: attention_blocks(n, m),
         };

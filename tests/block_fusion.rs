@@ -1,0 +1,175 @@
+//! The fusions of whole blocks: each case is lowered from the optimized program to show
+//! that it fuses (the plan's kernels), then run natively as checked and as optimized, on
+//! one and two threads, against the reference interpreter.
+
+use attnc::ir::Program;
+use attnc::kernel::{Kernel, KernelOp, Plan};
+use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::{bind, interpret, RunOptions};
+
+mod common;
+use common::{program, relative_error};
+
+const DIMS: &[(&str, i64)] = &[("B", 2), ("N", 37)];
+
+/// The plan `attnc run` executes: the optimized program's.
+fn plan(src: &str) -> Plan {
+    let p = program(src, DIMS);
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let optimized = attnc::opt::optimize(&p).program;
+    attnc::lower::lower(&optimized, &bound.dims).unwrap()
+}
+
+/// Every output of `program`, natively as checked and as optimized, on one and two
+/// threads, within 1e-5 of the interpreter's largest element.
+fn agrees(what: &str, program: &Program) {
+    let opts = RunOptions {
+        seed: 5,
+        ..RunOptions::default()
+    };
+    let bound = bind(program, &opts).unwrap();
+    let want = interpret(program, &bound).unwrap();
+    let optimized = attnc::opt::optimize(program).program;
+    for (path, p) in [("typed", program), ("optimized", &optimized)] {
+        let exe = Executable::compile(p, &bound.dims).unwrap();
+        let one = exe.run(&bound, &pool(1).unwrap()).unwrap();
+        let two = exe.run(&bound, &pool(2).unwrap()).unwrap();
+        for (((name, w), (_, a)), (_, b)) in want.iter().zip(&one).zip(&two) {
+            let error = relative_error(a, w);
+            assert!(error < 1e-5, "{what} ({path}): `{name}` off by {error}");
+            assert_eq!(a.data, b.data, "{what} ({path}): `{name}` differs by threads");
+        }
+    }
+}
+
+fn kinds(plan: &Plan) -> Vec<&'static str> {
+    plan.kernels.iter().map(|k| k.op.kind()).collect()
+}
+
+fn epilogue_inputs(k: &Kernel) -> Option<usize> {
+    match &k.op {
+        KernelOp::Gemm(g) => g.epilogue.as_ref().map(|e| e.inputs.len()),
+        _ => None,
+    }
+}
+
+const HEAD: &str =
+    "dim B, N\ndim D = 96, F = 40\ninput x: [B, N, D]\nparam w: [F, D]\nparam b: [F]\nparam w2: [D, F]\n";
+
+/// Each activation of a `linear` is its GEMM's epilogue: one kernel, no map. (A constant
+/// scale the optimizer moves into the weights, so it costs nothing at all.)
+#[test]
+fn activations_after_a_linear_are_its_epilogue() {
+    for (act, epilogue) in [
+        ("relu(linear(x, w, b))", true),
+        ("gelu(linear(x, w, b))", true),
+        ("gelu(linear(x, w, b), approximate=\"tanh\")", true),
+        ("silu(linear(x, w))", true),
+        ("gelu(x @ w.transpose(0, 1) + b, approximate=\"tanh\")", true),
+        ("linear(x, w, b) * 0.5", false),
+    ] {
+        let src = format!("{HEAD}output y = {act}\n");
+        let p = plan(&src);
+        assert_eq!(kinds(&p), ["gemm"], "{act}: {}", p.to_text());
+        let fused = epilogue_inputs(&p.kernels[0]).is_some();
+        assert_eq!(fused, epilogue, "{act}: {}", p.to_text());
+        agrees(act, &program(&src, DIMS));
+    }
+}
+
+/// A residual add reads its other operand in the epilogue: the feed-forward half of a
+/// block is two GEMMs and nothing else.
+#[test]
+fn a_residual_add_is_the_epilogue_of_the_last_projection() {
+    let src = format!("{HEAD}output y = x + linear(relu(linear(x, w, b)), w2)\n");
+    let p = plan(&src);
+    assert_eq!(kinds(&p), ["gemm", "gemm"], "{}", p.to_text());
+    assert_eq!(epilogue_inputs(&p.kernels[0]), Some(0));
+    assert_eq!(epilogue_inputs(&p.kernels[1]), Some(1));
+    agrees("residual", &program(&src, DIMS));
+}
+
+/// SwiGLU: gate and up are one GEMM over their concatenated weights, whose task computes
+/// both halves of its tile and then `silu(gate) * up` into the first; the down projection
+/// reads that half in place.
+#[test]
+fn swiglu_is_a_paired_epilogue_of_the_merged_projection() {
+    let src = "dim B, N\ndim D = 256, F = 384\ninput x: [B, N, D]\nparam g: [F, D]\nparam u: [F, D]\nparam d: [D, F]\noutput y = x + linear(silu(linear(x, g)) * linear(x, u), d)\n";
+    let p = plan(src);
+    assert_eq!(kinds(&p), ["gemm", "gemm"], "{}", p.to_text());
+    let KernelOp::Gemm(merged) = &p.kernels[0].op else {
+        unreachable!()
+    };
+    assert!(
+        merged.epilogue.as_ref().is_some_and(|e| e.pair),
+        "{}",
+        p.to_text()
+    );
+    agrees("swiglu", &program(src, DIMS));
+}
+
+/// A batched product keeps its batch axis, and the epilogue reads an operand strided along
+/// the row (a transposed residual) a lane at a time.
+#[test]
+fn an_epilogue_reads_operands_through_any_strides() {
+    let src = format!("{HEAD}input y: [B, D, F]\ninput z: [B, F, N]\noutput o = x @ y + z.transpose(1, 2)\n");
+    let p = plan(&src);
+    assert_eq!(kinds(&p), ["gemm"], "{}", p.to_text());
+    assert_eq!(epilogue_inputs(&p.kernels[0]), Some(1), "{}", p.to_text());
+    agrees("transposed residual", &program(&src, DIMS));
+}
+
+/// Where the product has another reader, or the epilogue would read a value computed
+/// after the GEMM, the elementwise op stays a map of its own, and the results hold.
+#[test]
+fn a_product_read_twice_or_an_operand_written_later_keeps_its_map() {
+    let twice = format!("{HEAD}let y = linear(x, w, b)\noutput a = relu(y)\noutput c = y\n");
+    let p = plan(&twice);
+    assert!(
+        p.kernels.iter().all(|k| epilogue_inputs(k).is_none()),
+        "{}",
+        p.to_text()
+    );
+    agrees("read twice", &program(&twice, DIMS));
+
+    let later = format!(
+        "{HEAD}let y = linear(x, w)\nlet z = (x.sum(-1, keepdim=True) * b).softmax(-1)\noutput o = y * z\n"
+    );
+    let p = plan(&later);
+    assert_eq!(kinds(&p).last(), Some(&"map"), "{}", p.to_text());
+    agrees("written later", &program(&later, DIMS));
+}
+
+/// Norms, as the ops and as the Annotated Transformer writes its own, are one row kernel
+/// each: the statistics are stages over the row, the normalized value its write.
+#[test]
+fn norms_are_one_row_kernel() {
+    for norm in [
+        "layer_norm(x, [D], a, c)",
+        "layer_norm(x, [D])",
+        "rms_norm(x, [D], a, eps=1e-5)",
+        "a * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-6) + c",
+        "exp(x - x.amax(-1, keepdim=True)) / exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdim=True)",
+    ] {
+        let src = format!("{HEAD}param a: [D]\nparam c: [D]\noutput y = {norm}\n");
+        let p = plan(&src);
+        assert_eq!(kinds(&p), ["row"], "{norm}: {}", p.to_text());
+        agrees(norm, &program(&src, DIMS));
+    }
+    let src = format!("{HEAD}output y = relu(linear(layer_norm(x, [D]), w, b))\n");
+    assert_eq!(kinds(&plan(&src)), ["row", "gemm"]);
+}
+
+/// A statistic that is also read elsewhere (here an output) is computed once, by a kernel
+/// of its own, and the rest reads it.
+#[test]
+fn a_statistic_read_elsewhere_is_not_recomputed() {
+    let src = format!("{HEAD}let m = x.mean(-1, keepdim=True)\noutput y = (x - m) * 2.0\noutput m = m\n");
+    let p = plan(&src);
+    assert!(
+        !kinds(&p).contains(&"gemm") && kinds(&p).len() >= 2,
+        "{}",
+        p.to_text()
+    );
+    agrees("shared mean", &program(&src, DIMS));
+}
