@@ -122,6 +122,14 @@ impl Monomial {
         self.0.iter().map(|(_, e)| e).sum()
     }
 
+    /// Whether `other` is `self` times a monomial of non-negative powers.
+    fn divides(&self, other: &Monomial) -> bool {
+        self.0.iter().all(|(a, e)| {
+            let found = other.0.binary_search_by(|(b, _)| b.cmp(a));
+            found.is_ok_and(|i| other.0[i].1 >= *e)
+        })
+    }
+
     fn has_negative(&self) -> bool {
         self.0.iter().any(|(_, e)| *e < 0)
     }
@@ -279,10 +287,19 @@ impl Poly {
     pub fn substitute(&self, value: &dyn Fn(Sym) -> Option<Poly>) -> Poly {
         let mut out = Poly::default();
         for (m, c) in &self.0 {
+            // The dims that keep their symbol stay one monomial, taken over as it is: a
+            // stride `N^k` costs no `k` multiplications.
+            let mut kept = Vec::new();
             let mut term = Poly::ratio(*c);
             for (atom, e) in &m.0 {
                 let base = match atom {
-                    Atom::Sym(s) => value(*s).unwrap_or_else(|| Poly::sym(*s)),
+                    Atom::Sym(s) => match value(*s) {
+                        Some(v) => v,
+                        None => {
+                            kept.push((atom.clone(), *e));
+                            continue;
+                        }
+                    },
                     Atom::Quot(a, b) => {
                         let (a, b) = (a.substitute(value), b.substitute(value));
                         match (a.as_const(), b.as_const()) {
@@ -301,6 +318,9 @@ impl Poly {
                     }
                 };
                 term = term.mul(&base.pow(*e));
+            }
+            if !kept.is_empty() {
+                term = term.mul(&Poly(BTreeMap::from([(Monomial(kept), Ratio::ONE)])));
             }
             out = out.add(&term);
         }
@@ -618,6 +638,9 @@ impl DimTable {
     /// coefficient); each free dim `s` becomes `1 + s'`; what is left must have
     /// non-negative coefficients over atoms, all of which are non-negative.
     fn nonneg_by_structure(&self, p: &Poly) -> bool {
+        if let Some(answer) = self.nonneg_quickly(&self.with_consts(p)) {
+            return answer;
+        }
         let mut cases = vec![self.with_consts(p)];
         for s in p.syms() {
             let DimKind::Loop { start, end } = &self.dims[s].kind else {
@@ -643,6 +666,46 @@ impl DimTable {
             cases = next;
         }
         cases.iter().all(|q| all_nonneg(&self.shift_free_dims(q)))
+    }
+
+    /// The answer of `nonneg_by_structure` for `q`, a polynomial over free dims to positive
+    /// powers, where it is quick to find: `Some(true)` where every negative term is covered
+    /// by positive terms that are multiples of it (a multiple is at least as large, every
+    /// free dim being at least 1); `Some(false)` where the terms of the highest degree sum
+    /// to a negative number (then `q` is negative where every free dim is large and equal,
+    /// so no structural proof exists). `None` otherwise. Both take time about linear in the
+    /// size of `q`, where the structural proof expands `(s + 1)^k`: comparing the strides
+    /// `N^k` and `N^(k+1)` of a rank-30,000 tensor must not.
+    fn nonneg_quickly(&self, q: &Poly) -> Option<bool> {
+        let free = |m: &Monomial| {
+            m.atoms().all(|(a, e)| {
+                e > 0 && matches!(a, Atom::Sym(s) if matches!(self.dims[*s].kind, DimKind::Free { .. }))
+            })
+        };
+        const SMALL: i128 = 1 << 100;
+        let small = |c: Ratio| c.num.unsigned_abs() < SMALL as u128 && c.den < SMALL;
+        if !q.terms().all(|(m, c)| free(m) && small(c)) {
+            return None;
+        }
+        let mut positive: Vec<(&Monomial, Ratio)> = q.terms().filter(|(_, c)| *c > Ratio::ZERO).collect();
+        let covered = q.terms().filter(|(_, c)| *c < Ratio::ZERO).all(|(m, c)| {
+            let mut need = c.neg();
+            for (_, left) in positive.iter_mut().filter(|(pm, _)| m.divides(pm)) {
+                let take = need.min(*left);
+                (*left, need) = (left.add(take.neg()), need.add(take.neg()));
+            }
+            need <= Ratio::ZERO
+        });
+        if covered {
+            return Some(true);
+        }
+        let mut by_degree: BTreeMap<i32, Ratio> = BTreeMap::new();
+        for (m, c) in q.terms() {
+            let sum = by_degree.entry(m.degree()).or_insert(Ratio::ZERO);
+            *sum = sum.add(c);
+        }
+        let top = by_degree.values().rev().find(|c| **c != Ratio::ZERO);
+        top.is_some_and(|c| *c < Ratio::ZERO).then_some(false)
     }
 
     /// `q` with each free dim `s` replaced by `s + 1` (so that the new `s` ranges over

@@ -14,12 +14,13 @@ mod torch_model;
 use common::Rng;
 use torch_model::{elementwise, fresh, T};
 
-/// A factor of a size: `B` and `N` free, `U = 1` and `D = 12` constant, a number, or a
-/// free dim less one (a slice `1:` of it).
+/// A factor of a size: `B`, `N` and `E` free, `U = 1` and `D = 12` constant, a number, or
+/// a free dim less one (a slice `1:` of it).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Atom {
     B,
     N,
+    E,
     U,
     D,
     K(i64),
@@ -32,6 +33,7 @@ impl Atom {
         match self {
             Atom::B => "B".into(),
             Atom::N => "N".into(),
+            Atom::E => "E".into(),
             Atom::U => "U".into(),
             Atom::D => "D".into(),
             Atom::K(k) => k.to_string(),
@@ -40,10 +42,11 @@ impl Atom {
         }
     }
 
-    fn value(self, b: i64, n: i64) -> i64 {
+    fn value(self, &Sizes { b, n, e }: &Sizes) -> i64 {
         match self {
             Atom::B => b,
             Atom::N => n,
+            Atom::E => e,
             Atom::U => 1,
             Atom::D => 12,
             Atom::K(k) => k,
@@ -74,8 +77,16 @@ fn size_text(axis: &Axis) -> String {
     }
 }
 
-fn size_value(axis: &Axis, b: i64, n: i64) -> i64 {
-    axis.iter().map(|a| a.value(b, n)).product()
+/// Values of the free dims.
+#[derive(Clone, Copy, Debug)]
+struct Sizes {
+    b: i64,
+    n: i64,
+    e: i64,
+}
+
+fn size_value(axis: &Axis, at: &Sizes) -> i64 {
+    axis.iter().map(|a| a.value(at)).product()
 }
 
 /// A tensor operand beside the chain: a declared input, transposed in the expression
@@ -95,8 +106,8 @@ impl Operand {
         }
     }
 
-    fn model(&self, b: i64, n: i64) -> T {
-        let t = T::row_major(self.declared.iter().map(|a| size_value(a, b, n)).collect());
+    fn model(&self, at: &Sizes) -> T {
+        let t = T::row_major(self.declared.iter().map(|a| size_value(a, at)).collect());
         match self.swap {
             Some((i, j)) => t.transpose(i, j),
             None => t,
@@ -125,12 +136,32 @@ enum Step {
     Binary(Operand, bool),
     Scalar,
     Exp,
+    /// `chain / (chain * chain + 1.0)`.
+    Rational,
     Softmax(usize),
     MaskedFill(Operand),
+    /// `sum`, `mean`, `amax` or `var` over an axis, with `keepdim` or not.
+    Reduce(&'static str, usize, bool),
+    LogSoftmax(usize),
+    /// `layer_norm` (true) or `rms_norm` over the last axis.
+    Norm(bool),
+    /// `where(operand > 0, chain, 0.0)`.
+    Where(Operand),
+    /// `clamp(chain, min=0.0)`.
+    Clamp,
+    /// `cat([chain, chain], dim)`.
+    Cat(usize),
+    /// The second part of `chunk(chain, 2, dim)` (true, on an even constant axis) or of
+    /// `split(chain, [1, size - 1], dim)`, bound by a `let`.
+    Part(usize, bool),
+    /// `tril` (true) or `triu(.., 1)`.
+    Triangle(bool),
 }
 
 struct Chain {
     decls: Vec<String>,
+    /// `let` lines binding the parts of `split` and `chunk`, after every input.
+    lets: Vec<String>,
     expr: String,
     steps: Vec<Step>,
     start: Vec<Axis>,
@@ -138,8 +169,10 @@ struct Chain {
 
 /// Draws a chain of `len` steps, tracking the symbolic shape so that most steps fit.
 fn draw(rng: &mut Rng, len: usize) -> Chain {
-    let starts: [Vec<Axis>; 4] = [
+    let starts: [Vec<Axis>; 6] = [
         vec![vec![Atom::B], vec![Atom::N], vec![Atom::K(4)]],
+        vec![vec![Atom::B], vec![Atom::N], vec![Atom::E]],
+        vec![vec![Atom::E], vec![Atom::B], vec![Atom::U], vec![Atom::N]],
         vec![vec![Atom::N], vec![Atom::B], vec![Atom::D]],
         vec![vec![Atom::B], vec![Atom::N], vec![Atom::U], vec![Atom::K(3)]],
         vec![vec![Atom::N], vec![Atom::K(2)], vec![Atom::B], vec![Atom::K(3)]],
@@ -148,10 +181,11 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
     let mut shape = start.clone();
     let mut decls = vec![format!("input x: {}", shape_text(&shape))];
     let mut expr = "x".to_string();
+    let mut lets = Vec::new();
     let mut steps = Vec::new();
     for _ in 0..len {
         let rank = shape.len();
-        let step = match rng.below(16) {
+        let step = match rng.below(22) {
             0 | 1 if rank >= 2 => {
                 let a = rng.below(rank);
                 let b = (a + 1 + rng.below(rank - 1)) % rank;
@@ -181,9 +215,10 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
                 decls.push(format!("input {}: {}", o.name, shape_text(&o.declared)));
                 Step::Binary(o, rng.below(2) == 0)
             }
-            11 => match rng.below(3) {
+            11 => match rng.below(4) {
                 0 => Step::Scalar,
                 1 => Step::Exp,
+                2 => Step::Rational,
                 _ if rank >= 1 => Step::Softmax(rng.below(rank)),
                 _ => Step::Exp,
             },
@@ -195,18 +230,52 @@ fn draw(rng: &mut Rng, len: usize) -> Chain {
             }
             13 => Step::Expand(expanded(rng, &shape)),
             14 if rank >= 1 => {
+                let op = ["sum", "mean", "amax", "var"][rng.below(4)];
+                Step::Reduce(op, rng.below(rank), rng.below(2) == 0)
+            }
+            15 if rank >= 1 => match rng.below(2) {
+                0 => Step::LogSoftmax(rng.below(rank)),
+                _ => Step::Norm(rng.below(2) == 0),
+            },
+            16 => {
+                let name = format!("w{}", decls.len());
+                let o = operand(rng, &shape, name);
+                decls.push(format!("input {}: {}", o.name, shape_text(&o.declared)));
+                Step::Where(o)
+            }
+            17 if rank >= 1 => match rng.below(2) {
+                0 => Step::Clamp,
+                _ => Step::Cat(rng.below(rank)),
+            },
+            18 if rank >= 1 => {
+                let a = rng.below(rank);
+                match shape[a].as_slice() {
+                    [Atom::K(k)] if k % 2 == 0 => Step::Part(a, true),
+                    [Atom::D] => Step::Part(a, true),
+                    [x] if x.less_one().is_some() => Step::Part(a, false),
+                    _ => Step::Clamp,
+                }
+            }
+            19 if rank >= 2 => Step::Triangle(rng.below(2) == 0),
+            20 if rank >= 1 => {
                 let a = rng.below(rank);
                 Step::Flatten(a, a + rng.below(rank - a))
             }
-            15 if rank >= 1 => Step::RepeatInterleave(rng.below(rank)),
+            21 if rank >= 1 => Step::RepeatInterleave(rng.below(rank)),
             _ => Step::Contiguous,
         };
         expr = apply_text(&expr, &step, &shape);
+        if let Step::Part(..) = step {
+            let name = format!("p{}", lets.len());
+            lets.push(format!("let (_{name}, {name}) = {expr}"));
+            expr = name;
+        }
         shape = apply_shape(&shape, &step);
         steps.push(step);
     }
     Chain {
         decls,
+        lets,
         expr,
         steps,
         start,
@@ -248,6 +317,7 @@ fn expanded(rng: &mut Rng, shape: &[Axis]) -> Vec<Option<Axis>> {
     let repeats = [
         vec![Atom::B],
         vec![Atom::N],
+        vec![Atom::E],
         vec![Atom::K(3)],
         vec![],
         vec![Atom::U],
@@ -342,8 +412,28 @@ fn apply_text(expr: &str, step: &Step, shape: &[Axis]) -> String {
         Step::Binary(o, true) => format!("{} + {e}", o.text()),
         Step::Scalar => format!("{e} * 0.5"),
         Step::Exp => format!("exp({expr})"),
+        Step::Rational => format!("{e} / ({e} * {e} + 1.0)"),
         Step::Softmax(d) => format!("{e}.softmax({d})"),
         Step::MaskedFill(o) => format!("{e}.masked_fill({} > 0, 0.0)", o.text()),
+        Step::Reduce(op, d, keepdim) => {
+            let keep = if *keepdim { ", keepdim=True" } else { "" };
+            format!("{e}.{op}({d}{keep})")
+        }
+        Step::LogSoftmax(d) => format!("{e}.log_softmax({d})"),
+        Step::Norm(layer) => {
+            let op = if *layer { "layer_norm" } else { "rms_norm" };
+            format!("{op}({expr}, [{}])", size_text(&shape[shape.len() - 1]))
+        }
+        Step::Where(o) => format!("where({} > 0, {expr}, 0.0)", o.text()),
+        Step::Clamp => format!("clamp({expr}, min=0.0)"),
+        Step::Cat(d) => format!("cat([{expr}, {expr}], dim={d})"),
+        Step::Part(d, true) => format!("chunk({expr}, 2, dim={d})"),
+        Step::Part(d, false) => {
+            let rest = shape[*d][0].less_one().expect("drawn for a sliceable axis");
+            format!("split({expr}, [1, {}], dim={d})", rest.text())
+        }
+        Step::Triangle(true) => format!("{e}.tril()"),
+        Step::Triangle(false) => format!("triu({expr}, 1)"),
     }
 }
 
@@ -387,7 +477,7 @@ fn apply_shape(shape: &[Axis], step: &Step) -> Vec<Axis> {
         Step::Select(a) => {
             s.remove(*a);
         }
-        Step::Binary(o, _) | Step::MaskedFill(o) => {
+        Step::Binary(o, _) | Step::MaskedFill(o) | Step::Where(o) => {
             let pad = s.len().saturating_sub(o.declared.len());
             for (i, axis) in s.iter_mut().enumerate().skip(pad) {
                 let mut theirs = o.declared.clone();
@@ -399,14 +489,38 @@ fn apply_shape(shape: &[Axis], step: &Step) -> Vec<Axis> {
                 }
             }
         }
-        Step::Contiguous | Step::Scalar | Step::Exp | Step::Softmax(_) => {}
+        Step::Reduce(_, d, true) => s[*d] = vec![],
+        Step::Reduce(_, d, false) => {
+            s.remove(*d);
+        }
+        Step::Cat(d) => s[*d] = [s[*d].clone(), vec![Atom::K(2)]].concat(),
+        Step::Part(d, true) => s[*d] = halved(&s[*d]),
+        Step::Part(d, false) => s[*d] = vec![s[*d][0].less_one().expect("drawn for a sliceable axis")],
+        Step::Contiguous
+        | Step::Scalar
+        | Step::Exp
+        | Step::Rational
+        | Step::Softmax(_)
+        | Step::LogSoftmax(_)
+        | Step::Norm(_)
+        | Step::Clamp
+        | Step::Triangle(_) => {}
     }
     s
 }
 
-/// The chain run through the model at `B = b`, `N = n`.
-fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
-    let mut t = T::row_major(chain.start.iter().map(|a| size_value(a, b, n)).collect());
+/// Half of an even constant axis.
+fn halved(axis: &Axis) -> Axis {
+    match axis.as_slice() {
+        [Atom::K(k)] => vec![Atom::K(k / 2)],
+        [Atom::D] => vec![Atom::K(6)],
+        _ => unreachable!("chunk is drawn for even constant axes"),
+    }
+}
+
+/// The chain run through the model at the sizes `at`.
+fn run_model(chain: &Chain, at: &Sizes) -> Result<T, String> {
+    let mut t = T::row_major(chain.start.iter().map(|a| size_value(a, at)).collect());
     for step in &chain.steps {
         t = match step {
             Step::Transpose(i, j) => t.transpose(*i, *j),
@@ -414,7 +528,7 @@ fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
             Step::View(sizes, reshape) => {
                 let sizes: Vec<Option<i64>> = sizes
                     .iter()
-                    .map(|s| s.as_ref().map(|a| size_value(a, b, n)))
+                    .map(|s| s.as_ref().map(|a| size_value(a, at)))
                     .collect();
                 match reshape {
                     true => t.reshape(&sizes)?,
@@ -425,7 +539,7 @@ fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
             Step::Expand(sizes) => {
                 let sizes: Vec<Option<i64>> = sizes
                     .iter()
-                    .map(|s| s.as_ref().map(|a| size_value(a, b, n)))
+                    .map(|s| s.as_ref().map(|a| size_value(a, at)))
                     .collect();
                 t.expand(&sizes)?
             }
@@ -448,20 +562,48 @@ fn run_model(chain: &Chain, b: i64, n: i64) -> Result<T, String> {
             Step::Squeeze(d) => t.squeeze(*d),
             Step::Slice(a) => t.slice(*a, 1, t.shape[*a])?,
             Step::Select(a) => t.select(*a, 0)?,
-            Step::Binary(o, false) => elementwise(&[&t, &o.model(b, n)])?,
-            Step::Binary(o, true) => elementwise(&[&o.model(b, n), &t])?,
+            Step::Binary(o, false) => elementwise(&[&t, &o.model(at)])?,
+            Step::Binary(o, true) => elementwise(&[&o.model(at), &t])?,
             Step::Scalar => elementwise(&[&t, &T::row_major(vec![])])?,
             Step::Exp => elementwise(&[&t])?,
+            Step::Rational => {
+                let square = elementwise(&[&t, &t])?;
+                let denominator = elementwise(&[&square, &T::row_major(vec![])])?;
+                elementwise(&[&t, &denominator])?
+            }
             Step::Softmax(_) => fresh(t.shape.clone()),
             Step::MaskedFill(o) => {
-                let m = elementwise(&[&o.model(b, n), &T::row_major(vec![])])?;
+                let m = elementwise(&[&o.model(at), &T::row_major(vec![])])?;
                 fresh(torch_model::broadcast(&[&t.shape, &m.shape])?)
             }
+            Step::Reduce(_, d, keepdim) => {
+                let mut shape = t.shape.clone();
+                match keepdim {
+                    true => shape[*d] = 1,
+                    false => _ = shape.remove(*d),
+                }
+                fresh(shape)
+            }
+            Step::LogSoftmax(_) | Step::Norm(true) | Step::Triangle(_) => fresh(t.shape.clone()),
+            Step::Norm(false) => {
+                let mut reduced = t.shape.clone();
+                *reduced.last_mut().expect("drawn for rank 1 or more") = 1;
+                elementwise(&[&t.contiguous_as_suggested(), &fresh(reduced)])?
+            }
+            Step::Where(o) => {
+                let condition = elementwise(&[&o.model(at), &T::row_major(vec![])])?;
+                elementwise(&[&condition, &t, &T::row_major(vec![])])?
+            }
+            Step::Clamp => elementwise(&[&t])?,
+            Step::Cat(d) => torch_model::cat(&[&t, &t], *d),
+            Step::Part(d, true) => t.slice(*d, t.shape[*d] / 2, t.shape[*d])?,
+            Step::Part(d, false) => t.slice(*d, 1, t.shape[*d])?,
         };
     }
     Ok(t)
 }
 
+/// `(B, N)` pairs, each tried with every value of `E` in [`E_SIZES`].
 const SIZES: &[(i64, i64)] = &[
     (1, 1),
     (1, 2),
@@ -479,16 +621,24 @@ const SIZES: &[(i64, i64)] = &[
     (6, 6),
 ];
 
+const E_SIZES: &[i64] = &[1, 2, 3, 4, 12];
+
+fn all_sizes() -> impl Iterator<Item = Sizes> {
+    SIZES
+        .iter()
+        .flat_map(|&(b, n)| E_SIZES.iter().map(move |&e| Sizes { b, n, e }))
+}
 /// The checker's strides of output `out` at the sizes, where it claims to know them.
-fn checked_strides(prog: &Program, b: i64, n: i64) -> Option<(Vec<i64>, Vec<i64>)> {
+fn checked_strides(prog: &Program, at: &Sizes) -> Option<(Vec<i64>, Vec<i64>)> {
     let binding = prog.bindings.iter().find(|x| x.name == "out")?;
     let t = prog.tensor_type(binding.value);
     if t.varies {
         return None;
     }
     let value = |s: usize| match prog.dims.info(s).name.as_str() {
-        "B" => Some(b),
-        "N" => Some(n),
+        "B" => Some(at.b),
+        "N" => Some(at.n),
+        "E" => Some(at.e),
         _ => None,
     };
     let eval = |ps: &[attnc::dims::Poly]| -> Option<Vec<i64>> {
@@ -506,8 +656,9 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
         let len = 1 + rng.below(8);
         let chain = draw(&mut rng, len);
         let src = format!(
-            "dim B, N\ndim U = 1, D = 12\n{}\noutput out = {}\n",
+            "dim B, N, E\ndim U = 1, D = 12\n{}\n{}\noutput out = {}\n",
             chain.decls.join("\n"),
+            chain.lets.iter().map(|l| format!("{l}\n")).collect::<String>(),
             chain.expr
         );
         let checked = check_source(&src, &[]).expect("no overrides");
@@ -516,24 +667,22 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
             continue;
         }
         accepted += 1;
-        for &(b, n) in SIZES {
-            let t = match run_model(&chain, b, n) {
+        for at in all_sizes() {
+            let t = match run_model(&chain, &at) {
                 Ok(t) => t,
-                Err(why) => {
-                    panic!("case {case}: accepted, but PyTorch raises at B = {b}, N = {n}: {why}\n{src}")
-                }
+                Err(why) => panic!("case {case}: accepted, but PyTorch raises at {at:?}: {why}\n{src}"),
             };
-            let Some((shape, strides)) = checked_strides(&checked.program, b, n) else {
+            let Some((shape, strides)) = checked_strides(&checked.program, &at) else {
                 continue;
             };
-            assert_eq!(shape, t.shape, "case {case}: shape at B = {b}, N = {n}\n{src}");
+            assert_eq!(shape, t.shape, "case {case}: shape at {at:?}\n{src}");
             if t.shape.iter().product::<i64>() == 0 {
                 continue;
             }
             for (i, &size) in t.shape.iter().enumerate() {
                 assert!(
                     size == 1 || strides[i] == t.strides[i],
-                    "case {case}: strides {strides:?}, PyTorch's {:?} at B = {b}, N = {n}\n{src}",
+                    "case {case}: strides {strides:?}, PyTorch's {:?} at {at:?}\n{src}",
                     t.strides
                 );
             }
@@ -577,7 +726,7 @@ fn issue_programs_run_on_both_backends_at_sizes_one_and_zero() {
     sources.extend(files.iter().map(|f| std::fs::read_to_string(f).unwrap()));
     for src in &sources {
         for (b, n) in [(1, 1), (2, 1), (1, 3), (2, 3)] {
-            let program = common::program(src, &[("B", b), ("N", n)]);
+            let program = common::program(src, &[("B", b), ("N", n), ("E", 3 - b)]);
             let bound = bind(&program, &RunOptions::default()).unwrap();
             let want = interpret(&program, &bound).unwrap();
             let optimized = attnc::opt::optimize(&program).program;

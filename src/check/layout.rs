@@ -68,42 +68,101 @@ pub fn contiguous(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> 
 /// strides, broadcast operands included (`reorder_dimensions` in ATen's
 /// `TensorIterator.cpp`). Operands of rank 0 never decide anything.
 pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    let (perm, decided) = iterator_order(dims, operands, shape);
-    let strides = dense_in_order(shape, &perm);
+    if let Some(laid) = over_one_row_major(dims, operands, shape) {
+        return laid;
+    }
+    let orders = iterator_orders(dims, operands, shape);
+    let general: Vec<usize> = (0..shape.len()).rev().collect();
+    let perm = orders.as_ref().map_or(&general, |o| &o[0]);
+    let strides = dense_in_order(shape, perm);
+    let decided = orders.as_ref().is_some_and(|orders| {
+        orders.iter().all(|o| {
+            let there = dense_in_order(shape, o);
+            (0..shape.len()).all(|i| dims.equal(&there[i], &strides[i]))
+        })
+    });
     let varies = !decided
         || operands.iter().any(|t| t.varies)
-        || !same_where_dims_are_one(dims, operands, shape, &perm);
+        || !same_where_dims_are_one(dims, operands, shape, perm);
     Layout { strides, varies }
 }
 
-/// TensorIterator's order of the axes, innermost first, and whether it holds for every
-/// size. TensorIterator starts from the reversed order and insertion-sorts with a
-/// comparison that may abstain (broadcast axes, equal strides).
-fn iterator_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> (Vec<usize>, bool) {
+/// The common case quickly: one tensor operand, of the result's shape and row-major for
+/// every size, beside scalars. TensorIterator keeps its order, which holds at every size
+/// (row-major strides stay row-major wherever dims are 1, and a lone operand has no
+/// broadcast axes to reorder), so the result is row-major too. This skips the size-1
+/// scenarios, which a chain of 10,000 `x * 1.0 + 0.0` statements otherwise pays for twice
+/// (checking, and laying out the optimizer's choices).
+fn over_one_row_major(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Option<Layout> {
+    let mut tensors = operands.iter().filter(|t| t.rank() > 0);
+    let (Some(t), None) = (tensors.next(), tensors.next()) else {
+        return None;
+    };
+    let row_major = row_major_strides(shape);
+    let same = t.rank() == shape.len()
+        && !t.varies
+        && (0..shape.len())
+            .all(|i| dims.equal(&t.shape[i], &shape[i]) && dims.equal(&t.strides[i], &row_major[i]));
+    same.then(|| Layout::exact(row_major))
+}
+
+/// At most this many orders are followed when comparisons depend on the sizes.
+const ORDERS_TRIED: usize = 64;
+
+/// Every order TensorIterator may give the axes, innermost first: one for each outcome of
+/// the comparisons that depend on the sizes, the first taking the smaller stride inside
+/// wherever it has a choice. TensorIterator starts from the reversed order and
+/// insertion-sorts with a comparison that may abstain (broadcast axes, equal strides), so
+/// an undecided comparison of an axis of size 1, whose position does not matter, can still
+/// stop or let through the comparisons of the others. `None` beyond [`ORDERS_TRIED`].
+fn iterator_orders(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Option<Vec<Vec<usize>>> {
     let strides: Vec<Vec<Option<Poly>>> = operands
         .iter()
         .map(|t| broadcast_strides(dims, t, shape))
         .collect();
-    let mut decided = true;
-    let mut perm: Vec<usize> = (0..shape.len()).rev().collect();
-    for i in 1..perm.len() {
-        let mut dim1 = i;
-        for dim0 in (0..i).rev() {
-            match should_swap(dims, &strides, shape, perm[dim0], perm[dim1]) {
-                Some(Ordering::Greater) => {
-                    perm.swap(dim0, dim1);
-                    dim1 = dim0;
-                }
-                Some(Ordering::Less) => break,
-                Some(Ordering::Equal) => {}
-                None => {
-                    decided = false;
+    let mut orders = Vec::new();
+    // An insertion sort in progress: the order, the axis being inserted (`i`, now at
+    // `dim1`), and how many positions before `dim1` remain to compare with.
+    let mut sorts = vec![(Vec::from_iter((0..shape.len()).rev()), 0, 0, 0)];
+    while let Some((mut perm, mut i, mut dim1, mut left)) = sorts.pop() {
+        loop {
+            if left == 0 {
+                i += 1;
+                if i >= perm.len() {
+                    orders.push(perm);
                     break;
                 }
+                (dim1, left) = (i, i);
+                continue;
+            }
+            let dim0 = left - 1;
+            let outcomes = should_swap(dims, &strides, shape, perm[dim0], perm[dim1]);
+            for &outcome in &outcomes[1..] {
+                let mut perm = perm.clone();
+                let (dim1, left) = sort_step(outcome, &mut perm, dim0, dim1);
+                sorts.push((perm, i, dim1, left));
+            }
+            (dim1, left) = sort_step(outcomes[0], &mut perm, dim0, dim1);
+            if orders.len() + sorts.len() > ORDERS_TRIED {
+                return None;
             }
         }
     }
-    (perm, decided)
+    Some(orders)
+}
+
+/// One step of TensorIterator's insertion sort after `should_swap(perm[dim0], perm[dim1])`
+/// answered `outcome`: the inserted axis's new position and how many positions remain
+/// before it to compare with.
+fn sort_step(outcome: Ordering, perm: &mut [usize], dim0: usize, dim1: usize) -> (usize, usize) {
+    match outcome {
+        Ordering::Greater => {
+            perm.swap(dim0, dim1);
+            (dim0, dim0)
+        }
+        Ordering::Less => (dim1, 0),
+        Ordering::Equal => (dim1, dim0),
+    }
 }
 
 /// At most this many free dims, and then this many other axes that may be 1, are set to 1
@@ -130,6 +189,10 @@ fn same_where_dims_are_one(
         let sub = |p: &Poly| p.substitute(&|s| ones.contains(&s).then(|| Poly::int(1)));
         let subs = |ps: &[Poly]| ps.iter().map(sub).collect::<Vec<_>>();
         let shape_at = subs(shape);
+        if shape_at.iter().filter(|d| !dims.is_one(d)).count() < 2 {
+            // One axis not of size 1 has stride 1 in every order.
+            return true;
+        }
         let at_ones: Vec<TensorType> = operands
             .iter()
             .map(|t| TensorType {
@@ -210,8 +273,9 @@ fn unknown_strides(
     Some(variants)
 }
 
-/// Whether TensorIterator's order, with the result's `axes` (and the operands' axes
-/// aligned to them) of size 1, lays out the axes not of size 1 as `perm` does.
+/// Whether every order TensorIterator may take, with the result's `axes` (and the
+/// operands' axes aligned to them) of size 1, lays out the axes not of size 1 as `perm`
+/// does.
 fn same_order(
     dims: &DimTable,
     operands: &[TensorType],
@@ -235,9 +299,14 @@ fn same_order(
         })
         .collect();
     let refs: Vec<&TensorType> = operands.iter().collect();
-    let (there, decided) = iterator_order(dims, &refs, &shape);
-    let (general, there) = (dense_in_order(&shape, perm), dense_in_order(&shape, &there));
-    decided && (0..shape.len()).all(|i| dims.is_one(&shape[i]) || dims.equal(&there[i], &general[i]))
+    let Some(orders) = iterator_orders(dims, &refs, &shape) else {
+        return false;
+    };
+    let general = dense_in_order(&shape, perm);
+    orders.iter().all(|order| {
+        let there = dense_in_order(&shape, order);
+        (0..shape.len()).all(|i| dims.is_one(&shape[i]) || dims.equal(&there[i], &general[i]))
+    })
 }
 
 /// Whether `p` is a product of free dims (`N`, `B * N`).
@@ -268,24 +337,45 @@ fn subsets<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
 
 /// `cat` and `stack` of items of one type: row-major, except that PyTorch keeps a
 /// channels-last format of 4-d and 5-d results (`cat_compute_output_memory_format`), which
-/// attnc does not model: such results vary unless channels-last is ruled out. It is where
-/// the items' last axis is the only one of stride 1 and is never of size 1 (then no axis,
-/// inserted by `stack` or not, can have a smaller stride than the last, as channels-last
-/// needs), or the items are contiguous.
+/// attnc does not model: such results vary unless channels-last is ruled out (see
+/// `may_be_channels_last`; `stack` of items of a lower rank always varies at 4-d and 5-d).
 pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    let formats_apply = matches!(shape.len(), 4 | 5);
-    let plain = |t: &TensorType| {
-        let Some((last, rest)) = t.strides.split_last() else {
-            return true;
-        };
-        let inner = dims.is_one(last) && dims.never_one(&t.shape[t.rank() - 1]);
-        let outer = rest.iter().all(|s| dims.provably_nonneg(&s.sub(&Poly::int(2))));
-        t.is_contiguous(dims) || (!t.varies && inner && outer)
-    };
     Layout {
         strides: row_major_strides(shape),
-        varies: formats_apply && !operands.iter().all(|t| plain(t)),
+        varies: operands.iter().any(|t| may_be_channels_last(dims, t, shape)),
     }
+}
+
+/// `x.contiguous(memory_format=x.suggest_memory_format())`, as `rms_norm` copies its
+/// input: `contiguous`, except that a 4-d or 5-d input whose strides may be channels-last
+/// keeps that format, which attnc does not model: such results vary.
+pub fn contiguous_as_suggested(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+    let laid = contiguous(dims, operands, shape);
+    Layout {
+        varies: laid.varies || operands.iter().any(|t| may_be_channels_last(dims, t, shape)),
+        ..laid
+    }
+}
+
+/// Whether PyTorch's `suggest_memory_format` may call `t` channels-last where that gives a
+/// result of `shape` (4-d or 5-d) other strides than row-major on its axes not of size 1.
+/// Channels-last needs axis 1 innermost: it is ruled out where the last axis is never of
+/// size 1 and has stride 1 and axis 1 is never of size 1, for then axis 1's stride times
+/// its size exceeds the last axis's. Where axis 1 is 1 in the result wherever it is in `t`,
+/// the two layouts agree anyway. Being contiguous rules out nothing: the stride of an axis
+/// of size 1 is whatever a view made it (`[1, 2, 1, 1]` with strides `[2, 1, 2, 2]` is
+/// contiguous and channels-last, and `cat` of it along the last axis is laid out so).
+fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> bool {
+    if !matches!(shape.len(), 4 | 5) {
+        return false;
+    }
+    if t.rank() != shape.len() || t.varies {
+        return true;
+    }
+    let last = t.rank() - 1;
+    let inner = dims.is_one(&t.strides[last]) && dims.never_one(&t.shape[last]);
+    let channels = dims.never_one(&t.shape[1]) || dims.equal(&t.shape[1], &shape[1]);
+    !(inner && channels)
 }
 
 /// `x.reshape(shape)`: a view where PyTorch's `view` succeeds, a row-major copy where it
@@ -523,30 +613,59 @@ fn broadcast_strides(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> Vec<Opt
         .collect()
 }
 
-/// TensorIterator's `should_swap(dim0, dim1)`: `Greater` to swap, `Less` to stop, `Equal`
-/// when every operand abstains; `None` when the answer depends on the sizes.
+/// TensorIterator's `should_swap(dim0, dim1)`, each answer it may give: `Greater` to swap,
+/// `Less` to stop, `Equal` when every operand abstains. More than one where the answer
+/// depends on the sizes; the first is then the one `compare` would take in general.
 fn should_swap(
     dims: &DimTable,
     strides: &[Vec<Option<Poly>>],
     shape: &[Poly],
     dim0: usize,
     dim1: usize,
-) -> Option<Ordering> {
+) -> Vec<Ordering> {
+    let mut answers = Vec::new();
     for s in strides {
         let (Some(s0), Some(s1)) = (&s[dim0], &s[dim1]) else {
             continue;
         };
-        match compare(dims, s0, s1)? {
-            Ordering::Equal => {}
-            decided => return Some(decided),
+        let by_stride = possible_orders(dims, s0, s1);
+        answers.extend(by_stride.iter().filter(|o| o.is_ne()));
+        if !by_stride.contains(&Ordering::Equal) {
+            return dedup(answers);
         }
         // Equal strides: the larger axis goes outside; otherwise the next operand decides.
-        match compare(dims, &shape[dim0], &shape[dim1])? {
-            Ordering::Greater => return Some(Ordering::Greater),
-            Ordering::Less | Ordering::Equal => {}
+        let by_size = possible_orders(dims, &shape[dim0], &shape[dim1]);
+        if by_size.contains(&Ordering::Greater) {
+            answers.push(Ordering::Greater);
+        }
+        if by_size == [Ordering::Greater] {
+            return dedup(answers);
         }
     }
-    Some(Ordering::Equal)
+    answers.push(Ordering::Equal);
+    dedup(answers)
+}
+
+/// `orders` without repeats, in their first order.
+fn dedup(orders: Vec<Ordering>) -> Vec<Ordering> {
+    let mut out = Vec::with_capacity(orders.len());
+    for o in orders {
+        if !out.contains(&o) {
+            out.push(o);
+        }
+    }
+    out
+}
+
+/// The orders two sizes or strides may have: the one `compare` proves, else all three
+/// (`Less` first, as TensorIterator's general case keeps a smaller stride inside).
+fn possible_orders(dims: &DimTable, a: &Poly, b: &Poly) -> &'static [Ordering] {
+    match compare(dims, a, b) {
+        Some(Ordering::Less) => &[Ordering::Less],
+        Some(Ordering::Equal) => &[Ordering::Equal],
+        Some(Ordering::Greater) => &[Ordering::Greater],
+        None => &[Ordering::Less, Ordering::Equal, Ordering::Greater],
+    }
 }
 
 /// The order of two sizes or strides at the sizes where it matters, or `None` when it

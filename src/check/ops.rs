@@ -236,7 +236,8 @@ impl Checker {
         }
     }
 
-    /// `cat([a, b, ..], dim)`: tensors of one rank that agree on every axis but `dim`.
+    /// `cat([a, b, ..], dim)`: tensors of one rank that agree on every axis but `dim`; laid
+    /// out as `joined` says (row-major, or channels-last as PyTorch keeps it).
     fn cat_list(&mut self, items: &[Expr], dim: &Expr, span: Span) -> Option<Value> {
         let mut parts = Vec::new();
         for e in items {
@@ -265,7 +266,8 @@ impl Checker {
             }
             shape[axis] = shape[axis].add(&s[axis]);
         }
-        Some(self.push(Op::Cat(axis), parts, TensorType::row_major(shape, t.dtype), span))
+        let ty = self.laid_out(layout::joined, &parts, shape, t.dtype);
+        Some(self.push(Op::Cat(axis), parts, ty, span))
     }
 
     pub(crate) fn stack(&mut self, args: &[&Expr], span: Span) -> Option<Value> {

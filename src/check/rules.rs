@@ -3,6 +3,7 @@
 //! elementwise primitives (`relu`, `silu`). Each builds its IR from primitives, so the
 //! optimizer and the backends see only those.
 
+use super::layout;
 use super::ops::{is_none, scalar};
 use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
@@ -38,6 +39,22 @@ impl Checker {
         match self.unary(op, &Value::Tensor(x), span, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("a unary op of a tensor is a tensor"),
+        }
+    }
+
+    /// `x` laid out as PyTorch lays out `rule`'s result: `x` itself where its strides are
+    /// those for every size, else a `contiguous` step with them. Ops that attnc builds from
+    /// elementwise steps need it where PyTorch's own kernel allocates the result
+    /// (`log_softmax`, `layer_norm`) or copies its input first (`rms_norm`).
+    fn relaid(&mut self, rule: layout::Rule, x: ValueId, span: Span) -> ValueId {
+        let t = self.ty(x).clone();
+        let ty = self.laid_out(rule, &[x], t.shape.clone(), t.dtype);
+        let dims = &self.prog.dims;
+        let same =
+            !t.varies && !ty.varies && t.strides.iter().zip(&ty.strides).all(|(a, b)| dims.equal(a, b));
+        match same {
+            true => x,
+            false => self.push_id(Op::Contiguous, vec![x], ty, span),
         }
     }
 
@@ -229,7 +246,8 @@ impl Checker {
         let exp = self.unary_id(UnaryOp::Exp, shifted, span);
         let sum = self.reduce_id(ReduceOp::Sum, exp, &axes, true, span);
         let log = self.unary_id(UnaryOp::Log, sum, span);
-        Some(Value::Tensor(self.bin(BinaryOp::Sub, shifted, log, span)?))
+        let y = self.bin(BinaryOp::Sub, shifted, log, span)?;
+        Some(Value::Tensor(self.relaid(layout::fresh_row_major, y, span)))
     }
 
     /// The trailing axes `normalized_shape` names: E0201 unless they equal `x`'s.
@@ -283,7 +301,8 @@ impl Checker {
         let sq = self.bin(BinaryOp::Mul, dev, dev, span)?;
         let var = self.mean_id(sq, &axes, true, span)?;
         let y = self.scale_by_rsqrt(dev, var, eps, span)?;
-        self.weight_and_bias(y, weight, bias, span)
+        let y = self.weight_and_bias(y, weight, bias, span)?;
+        Some(Value::Tensor(self.relaid(layout::fresh_row_major, y, span)))
     }
 
     /// `rms_norm(input, normalized_shape, weight=None, eps=None)`:
@@ -296,10 +315,11 @@ impl Checker {
             Some(e) => self.float_param(e, "`eps`")?,
             None => f64::from(f32::EPSILON),
         };
+        let x = self.relaid(layout::contiguous_as_suggested, x, span);
         let sq = self.bin(BinaryOp::Mul, x, x, span)?;
         let ms = self.mean_id(sq, &axes, true, span)?;
         let y = self.scale_by_rsqrt(x, ms, eps, span)?;
-        self.weight_and_bias(y, weight, None, span)
+        Some(Value::Tensor(self.weight_and_bias(y, weight, None, span)?))
     }
 
     /// `x * rsqrt(v + eps)`.
@@ -316,16 +336,15 @@ impl Checker {
         w: Option<ValueId>,
         b: Option<ValueId>,
         span: Span,
-    ) -> Option<Value> {
+    ) -> Option<ValueId> {
         let y = match w {
             Some(w) => self.bin(BinaryOp::Mul, y, w, span)?,
             None => y,
         };
-        let y = match b {
-            Some(b) => self.bin(BinaryOp::Add, y, b, span)?,
-            None => y,
-        };
-        Some(Value::Tensor(y))
+        match b {
+            Some(b) => self.bin(BinaryOp::Add, y, b, span),
+            None => Some(y),
+        }
     }
 
     /// `relu(x) = maximum(x, 0)`: NaN stays NaN.

@@ -321,28 +321,15 @@ fn erf4(e: &mut Emit, x: Value) -> Value {
     with_sign_of(e, r, x)
 }
 
-/// `sigmoid` on f32x4 as PyTorch computes it, `1 / (1 + e^-x)` in float32: that formula
-/// where `e^-x` is below 87; below
-/// -87, where `1 + e^-x` rounds to `e^-x`, `e^(x + 20) e^-20` (the subnormal results), and
-/// 0 below -88.72284, where PyTorch's `e^-x` overflows.
+/// `sigmoid` on f32x4 as PyTorch computes it, `1 / (1 + e^-x)` in float32, over the whole
+/// range: `exp4` gives the large `e^-x` below -87 (so subnormal results) and infinity
+/// below -88.72284 (so 0), as PyTorch's `exp` does.
 fn sigmoid4(e: &mut Emit, x: Value) -> Value {
     let neg = e.b.ins().fneg(x);
     let ex = e.exp4(neg);
     let one = e.splat(1.0, 4);
     let d = e.b.ins().fadd(ex, one);
-    let main = e.b.ins().fdiv(one, d);
-    let twenty = e.splat(20.0, 4);
-    let shifted = e.b.ins().fadd(x, twenty);
-    let small = e.exp4(shifted);
-    let scale = e.splat((-20f32).exp(), 4);
-    let small = e.b.ins().fmul(small, scale);
-    let zero = e.splat(0.0, 4);
-    let overflow = e.splat(-88.722_84, 4);
-    let none = e.cmp(FloatCC::LessThan, x, overflow);
-    let tail = e.b.ins().bitselect(none, zero, small);
-    let cut = e.splat(-87.0, 4);
-    let below = e.cmp(FloatCC::LessThan, x, cut);
-    e.b.ins().bitselect(below, tail, main)
+    e.b.ins().fdiv(one, d)
 }
 
 /// Cephes' `logf` on f32x4: `x = m 2^k` with `m` in [√½, √2) from the bits of `x`

@@ -308,8 +308,9 @@ pub fn elementwise(operands: &[&T]) -> Result<T, Refusal> {
     Ok(T { shape, strides: out })
 }
 
-/// TensorIterator's fast path: operands of one shape that are all contiguous, or all
-/// dense with the same strides, give a result with those strides. (Rank-0 operands next
+/// TensorIterator's fast path: operands of one shape that are all contiguous, all
+/// channels-last contiguous (4-d only), or all dense with the same strides, give a result
+/// with those strides. (Rank-0 operands next
 /// to tensors disable it.)
 fn fast_set_up(operands: &[&T]) -> Option<T> {
     let first = operands.first()?;
@@ -320,6 +321,12 @@ fn fast_set_up(operands: &[&T]) -> Option<T> {
     if operands.iter().all(|t| t.is_contiguous()) {
         return Some(T::row_major(first.shape.clone()));
     }
+    if operands
+        .iter()
+        .all(|t| t.shape.len() == 4 && t.is_channels_last_contiguous())
+    {
+        return Some(T::empty(first.shape.clone(), Format::ChannelsLast));
+    }
     let same_dense = operands
         .iter()
         .all(|t| t.is_dense() && t.strides == first.strides);
@@ -329,4 +336,105 @@ fn fast_set_up(operands: &[&T]) -> Option<T> {
 /// `softmax`, `masked_fill` and the other ops whose result PyTorch allocates row-major.
 pub fn fresh(shape: Vec<i64>) -> T {
     T::row_major(shape)
+}
+
+/// A memory format PyTorch infers from strides (`suggest_memory_format`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Format {
+    Contiguous,
+    /// `ChannelsLast` (4-d) or `ChannelsLast3d` (5-d): axis 1 innermost, then the last
+    /// axes from the right, then axis 0.
+    ChannelsLast,
+}
+
+impl T {
+    /// `suggest_memory_format()`: channels-last where the strides are like it
+    /// (`is_channels_last_strides_2d_s4` and `_3d_s5` in c10's `MemoryFormat.h`).
+    fn suggest_memory_format(&self) -> Format {
+        let order: &[usize] = match self.shape.len() {
+            4 => &[1, 3, 2, 0],
+            5 => &[1, 4, 3, 2, 0],
+            _ => return Format::Contiguous,
+        };
+        if self.strides[1] == 0 {
+            return Format::Contiguous;
+        }
+        let mut min = 0;
+        for &d in order {
+            if self.shape[d] == 0 || self.strides[d] < min {
+                return Format::Contiguous;
+            }
+            // An `N111` tensor, or one sliced to it, is taken as contiguous.
+            if d == 0 && min == self.strides[1] {
+                return Format::Contiguous;
+            }
+            min = self.strides[d];
+            if self.shape[d] > 1 {
+                min *= self.shape[d];
+            }
+        }
+        Format::ChannelsLast
+    }
+
+    /// `is_contiguous(MemoryFormat::ChannelsLast)` (4-d) or `ChannelsLast3d` (5-d): dense
+    /// with axis 1 innermost, then the last axes from the right, then axis 0, axes of size 1
+    /// not counting.
+    fn is_channels_last_contiguous(&self) -> bool {
+        let order: &[usize] = match self.shape.len() {
+            4 => &[1, 3, 2, 0],
+            5 => &[1, 4, 3, 2, 0],
+            _ => return false,
+        };
+        let mut expected = 1;
+        for &d in order {
+            if self.shape[d] != 1 {
+                if self.strides[d] != expected {
+                    return false;
+                }
+                expected *= self.shape[d];
+            }
+        }
+        true
+    }
+
+    /// `contiguous(memory_format=suggest_memory_format())`, as `rms_norm` copies its input.
+    pub fn contiguous_as_suggested(&self) -> T {
+        match self.suggest_memory_format() {
+            Format::Contiguous => self.contiguous(),
+            Format::ChannelsLast if self.is_channels_last_contiguous() => self.clone(),
+            Format::ChannelsLast => T::empty(self.shape.clone(), Format::ChannelsLast),
+        }
+    }
+
+    /// A fresh tensor of `shape` in `format`.
+    fn empty(shape: Vec<i64>, format: Format) -> T {
+        match format {
+            Format::Contiguous => T::row_major(shape),
+            Format::ChannelsLast => {
+                let mut order: Vec<usize> = vec![1];
+                order.extend((2..shape.len()).rev());
+                order.push(0);
+                let mut strides = vec![0; shape.len()];
+                let mut next = 1;
+                for a in order {
+                    strides[a] = next;
+                    next *= shape[a].max(1);
+                }
+                T { shape, strides }
+            }
+        }
+    }
+}
+
+/// `cat(items, dim)` of items of one shape: fresh, in the items' memory format where they
+/// all suggest the same one, else row-major (`cat_compute_output_memory_format`).
+pub fn cat(items: &[&T], dim: usize) -> T {
+    let mut shape = items[0].shape.clone();
+    shape[dim] *= items.len() as i64;
+    let formats: Vec<Format> = items.iter().map(|t| t.suggest_memory_format()).collect();
+    let format = match formats.iter().all(|&f| f == formats[0]) {
+        true => formats[0],
+        false => Format::Contiguous,
+    };
+    T::empty(shape, format)
 }
