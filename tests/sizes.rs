@@ -1,5 +1,5 @@
 //! Sizes as dims (section 7.1): `x.size(d)` and `x.shape[d]` are the symbolic size of an
-//! axis, in dim contexts and as numbers; a `let` made only of them binds a dim, which
+//! axis (the axis by position or as `dim=`), in dim contexts and as numbers; a `let` made only of them binds a dim, which
 //! `check` lists with shape `[]`.
 
 use attnc::driver::check_source;
@@ -15,7 +15,9 @@ input x: [B, N, D]
 let d_k = x.size(-1)
 let n = x.shape[1]
 let half = x.shape[-1] // 2
-output y = x.view(B, n, 2, half) * sqrt(d_k) + x.shape[0]
+let b = x.size(dim=0)
+let m = size(x, dim=1)
+output y = x.view(b, m, 2, half) * sqrt(d_k) + x.shape[0] + n - m
 "#;
 
 #[test]
@@ -27,7 +29,7 @@ fn shape_and_size_are_dims_listed_as_scalars() {
         let b = prog.bindings.iter().find(|b| b.name == name).unwrap();
         prog.shape_text(&prog.tensor_type(b.value).shape)
     };
-    for dim in ["d_k", "n", "half"] {
+    for dim in ["d_k", "n", "half", "b", "m"] {
         assert_eq!(shape(dim), "[]", "`{dim}`");
     }
     assert_eq!(shape("y"), "[B, N, 2, D / 2]");

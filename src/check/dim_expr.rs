@@ -1,14 +1,14 @@
 //! Dim expressions: the integer sub-language of sizes, axes and ranges.
 
 use super::{Checker, Entry, Value};
-use crate::ast::{BinOp, Expr, ExprKind};
+use crate::ast::{BinOp, Expr, ExprKind, Kwarg};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::{DivError, Poly};
 
 impl Checker {
     /// The normal form of a dim expression, or `None` after reporting why there is none.
     pub(super) fn dim_expr(&mut self, e: &Expr) -> Option<Poly> {
-        if let Some((x, d)) = shape_index(e) {
+        if let Some((x, d)) = size_query(e) {
             return self.size_of(x, d);
         }
         match &e.kind {
@@ -20,19 +20,6 @@ impl Checker {
                 }
             },
             ExprKind::Name(name) => self.dim_name(name, e),
-            ExprKind::Method {
-                receiver,
-                method,
-                args,
-                kwargs,
-            } if method.name == "size" && args.len() == 1 && kwargs.is_empty() => {
-                self.size_of(receiver, &args[0])
-            }
-            ExprKind::Call { func, args, kwargs }
-                if func.name == "size" && args.len() == 2 && kwargs.is_empty() =>
-            {
-                self.size_of(&args[0], &args[1])
-            }
             ExprKind::Neg(x) => Some(self.dim_expr(x)?.neg()),
             ExprKind::Binary(op, a, b) => {
                 let (a, b) = (self.dim_expr(a), self.dim_expr(b));
@@ -61,15 +48,13 @@ impl Checker {
     /// Whether `e` is made only of dims, integers, `size` and `+ - * // %`: a `let` of
     /// it binds a dim, usable wherever a dim is.
     pub(super) fn is_dim_only(&self, e: &Expr) -> bool {
-        if shape_index(e).is_some() {
+        if size_query(e).is_some() {
             return true;
         }
         match &e.kind {
             ExprKind::Int(_) => true,
             ExprKind::Name(n) => matches!(self.lookup(n), Some(Entry::Dim(_))),
             ExprKind::Neg(x) => self.is_dim_only(x),
-            ExprKind::Method { method, args, .. } => method.name == "size" && args.len() == 1,
-            ExprKind::Call { func, args, .. } => func.name == "size" && args.len() == 2,
             ExprKind::Binary(op, a, b) => {
                 matches!(
                     op,
@@ -237,16 +222,38 @@ impl Checker {
     }
 }
 
-/// `x.shape[d]` as its tensor and axis, when `e` is one: the dim `x.size(d)`.
-pub(super) fn shape_index(e: &Expr) -> Option<(&Expr, &Expr)> {
-    let ExprKind::Index { base, indices } = &e.kind else {
-        return None;
-    };
-    let ExprKind::Attribute { receiver, name } = &base.kind else {
-        return None;
-    };
-    match indices.as_slice() {
-        [d] if name.name == "shape" && !matches!(d.kind, ExprKind::Range(..)) => Some((receiver, d)),
+/// The tensor and axis of a size query, when `e` is one: `x.shape[d]`, `x.size(d)`,
+/// `x.size(dim=d)`, `size(x, d)` or `size(x, dim=d)`, all the dim of axis `d` of `x`.
+pub(super) fn size_query(e: &Expr) -> Option<(&Expr, &Expr)> {
+    match &e.kind {
+        ExprKind::Index { base, indices } => {
+            let ExprKind::Attribute { receiver, name } = &base.kind else {
+                return None;
+            };
+            match indices.as_slice() {
+                [d] if name.name == "shape" && !matches!(d.kind, ExprKind::Range(..)) => Some((receiver, d)),
+                _ => None,
+            }
+        }
+        ExprKind::Method {
+            receiver,
+            method,
+            args,
+            kwargs,
+        } if method.name == "size" => Some((receiver, size_axis(args, kwargs)?)),
+        ExprKind::Call { func, args, kwargs } if func.name == "size" => {
+            let (x, rest) = args.split_first()?;
+            Some((x, size_axis(rest, kwargs)?))
+        }
+        _ => None,
+    }
+}
+
+/// The axis argument of `size`, given by position or as `dim=`.
+fn size_axis<'e>(args: &'e [Expr], kwargs: &'e [Kwarg]) -> Option<&'e Expr> {
+    match (args, kwargs) {
+        ([d], []) => Some(d),
+        ([], [k]) if k.name.name == "dim" => Some(&k.value),
         _ => None,
     }
 }

@@ -1,6 +1,6 @@
 //! Expressions and the shape rules of every op, with PyTorch's semantics.
 
-use super::dim_expr::shape_index;
+use super::dim_expr::size_query;
 use super::layout::{self, view_strides};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
@@ -64,7 +64,7 @@ impl Checker {
                 self.error(Code::E0208, e.span, format!("not a value here: {what}"));
                 Value::Error
             }
-            ExprKind::Index { .. } if shape_index(e).is_some() => match self.dim_expr(e) {
+            ExprKind::Index { .. } if size_query(e).is_some() => match self.dim_expr(e) {
                 Some(p) => self.push(Op::DimValue(p), vec![], scalar(), e.span),
                 None => Value::Error,
             },
