@@ -14,10 +14,10 @@ share of the FMA peak each reaches.
 
 A case is a program and its dims; the dims are the peers' (blocks_peers.py's CASES).
 """
-import argparse, json, os, re, resource, subprocess, sys, time
+import argparse, json, os, re, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import cpu_busy, wait_quiet  # noqa: E402
+from peers import least_disturbed, timed  # noqa: E402
 
 CASES = {
     "encoder_M": ("examples/encoder_layer.attn", dict(B=8, N=512, D=512, H=8, F=2048)),
@@ -33,22 +33,12 @@ PEERS = ["onnxruntime", "jax_jit", "torch_compile", "flex", "torch_sdpa", "torch
 
 
 def bench(attnc, case, threads):
-    """One `attnc bench` of a case, with the share of the CPUs other processes used."""
+    """One `attnc bench` of a case."""
     path, dims = CASES[case]
     cmd = [attnc, "bench", path, "--format", "json", "--threads", str(threads)]
     for k, v in dims.items():
         cmd += ["--dim", f"{k}={v}"]
-    ticks = os.sysconf("SC_CLK_TCK")
-    b0, t0 = cpu_busy()
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    b1, t1 = cpu_busy()
-    ours = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * ticks
-    row = json.loads(out)
-    row["case"] = case
-    row["foreign_cpu_frac"] = round(max(0.0, (b1 - b0) - ours) / max(t1 - t0, 1), 3)
-    return row
+    return dict(timed(cmd), case=case)
 
 
 def fma_peak(threads):
@@ -75,16 +65,7 @@ def main():
         if not os.path.exists(CASES[case][0]):
             print(f"{case}: {CASES[case][0]} does not exist yet, skipped", file=sys.stderr)
             continue
-        best = None
-        for _ in range(1 + args.retries):
-            quiet = wait_quiet(args.wait_quiet)
-            row = bench(args.attnc, case, args.threads)
-            row["waited_for_quiet"] = quiet
-            if best is None or row["foreign_cpu_frac"] < best["foreign_cpu_frac"]:
-                best = row
-            if row["foreign_cpu_frac"] < 0.05:
-                break
-        best["contended"] = best["foreign_cpu_frac"] >= 0.05
+        best = least_disturbed(lambda: bench(args.attnc, case, args.threads), args.retries, args.wait_quiet)
         print(json.dumps(best), flush=True)
         rows.append(best)
     peak = None if args.no_peak else fma_peak(args.threads)

@@ -33,10 +33,9 @@ def wait_quiet(limit_s, frac=0.05):
     return False
 
 
-def bench(attnc, shape, threads):
-    b, n, d, h = SHAPES[shape]
-    cmd = [attnc, "bench", "examples/self_attention.attn", "--format", "json", "--threads", str(threads),
-           "--dim", f"B={b}", "--dim", f"N={n}", "--dim", f"D={d}", "--dim", f"H={h}"]
+def timed(cmd):
+    """One `attnc bench .. --format json` run of `cmd`, with the share of the CPUs that
+    other processes used meanwhile."""
     ticks = os.sysconf("SC_CLK_TCK")
     b0, t0 = cpu_busy()
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -45,9 +44,31 @@ def bench(attnc, shape, threads):
     b1, t1 = cpu_busy()
     ours = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * ticks
     row = json.loads(out)
-    row["shape"] = shape
     row["foreign_cpu_frac"] = round(max(0.0, (b1 - b0) - ours) / max(t1 - t0, 1), 3)
     return row
+
+
+def least_disturbed(run, retries, wait_s):
+    """The row of `run()` that other processes disturbed least: waits for a quiet machine
+    before each try and stops at the first undisturbed one, after at most 1 + `retries`."""
+    best = None
+    for _ in range(1 + retries):
+        quiet = wait_quiet(wait_s)
+        row = run()
+        row["waited_for_quiet"] = quiet
+        if best is None or row["foreign_cpu_frac"] < best["foreign_cpu_frac"]:
+            best = row
+        if row["foreign_cpu_frac"] < 0.05:
+            break
+    best["contended"] = best["foreign_cpu_frac"] >= 0.05
+    return best
+
+
+def bench(attnc, shape, threads):
+    b, n, d, h = SHAPES[shape]
+    cmd = [attnc, "bench", "examples/self_attention.attn", "--format", "json", "--threads", str(threads),
+           "--dim", f"B={b}", "--dim", f"N={n}", "--dim", f"D={d}", "--dim", f"H={h}"]
+    return dict(timed(cmd), shape=shape)
 
 
 def main():
@@ -62,16 +83,7 @@ def main():
     args = ap.parse_args()
     rows = []
     for s in args.shapes.split(","):
-        best = None
-        for _ in range(1 + args.retries):
-            quiet = wait_quiet(args.wait_quiet)
-            row = bench(args.attnc, s, args.threads)
-            row["waited_for_quiet"] = quiet
-            if best is None or row["foreign_cpu_frac"] < best["foreign_cpu_frac"]:
-                best = row
-            if row["foreign_cpu_frac"] < 0.05:
-                break
-        best["contended"] = best["foreign_cpu_frac"] >= 0.05
+        best = least_disturbed(lambda: bench(args.attnc, s, args.threads), args.retries, args.wait_quiet)
         print(json.dumps(best), flush=True)
         rows.append(best)
     with open(args.out, "w") as f:
