@@ -546,7 +546,9 @@ pub struct Plan {
     pub arena_len: usize,
     /// Elements of the prepared memory that holds every derived buffer.
     pub derived_len: usize,
-    /// 2·m·n·k summed over every matmul and linear of the source program.
+    /// The FLOPs of one call: [`KernelOp::flops`] summed over the kernels (2·m·n·k per GEMM,
+    /// both products of an attention kernel over every query-key pair), so the optimizer's
+    /// GEMMs count as the source's matmuls do.
     pub flops: f64,
 }
 

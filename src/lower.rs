@@ -120,7 +120,7 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
     }
     l.nodes(&program.body)?;
     l.outputs()?;
-    l.plan.flops = source_flops(program, dims);
+    l.plan.flops = l.plan.kernels.iter().map(|k| k.op.flops()).sum();
     memory::plan(&mut l.plan);
     l.plan.validate()?;
     Ok(l.plan)

@@ -173,3 +173,18 @@ fn a_statistic_read_elsewhere_is_not_recomputed() {
     );
     agrees("shared mean", &program(&src, DIMS));
 }
+
+/// The plan counts the FLOPs of its GEMMs, epilogues and all, as the source counts its
+/// `linear`s and matmuls (the header of `ir --stage kernels` used to show 0 GFLOP once the
+/// optimizer had turned a matmul into its `gemm` op).
+#[test]
+fn a_plan_counts_the_flops_of_the_source() {
+    let src = format!(
+        "{HEAD}let h = gelu(x @ w.transpose(0, 1) + b, approximate=\"tanh\")\noutput y = linear(h, w2) + x\n"
+    );
+    let p = program(&src, DIMS);
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let want = attnc::lower::source_flops(&p, &bound.dims);
+    assert_eq!(want, 2.0 * 2.0 * 37.0 * (96.0 * 40.0) * 2.0);
+    assert_eq!(plan(&src).flops, want);
+}
