@@ -31,6 +31,7 @@ mod positions;
 mod relayout;
 mod scores;
 mod sdpa;
+mod split;
 mod tiling;
 mod view;
 
@@ -1320,9 +1321,9 @@ impl<'p> Lowerer<'p> {
             score,
             tail,
             zero_empty_rows: false,
+            split: None,
         };
-        let a = a.fold_query_groups().unwrap_or(a);
-        self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));
+        self.attention_kernel(self.label(id), a);
         Ok(out)
     }
 

@@ -6,9 +6,7 @@
 
 use super::{internal, tiling::attention_blocks, Lowerer, Masking, View};
 use crate::ir::{CmpOp, DType, ValueId};
-use crate::kernel::{
-    Affine, Attention, Binary, Expr, IndexMask, Keep, KernelOp, KeyTail, PlanError, ScoreMod,
-};
+use crate::kernel::{Affine, Attention, Binary, Expr, IndexMask, Keep, KeyTail, PlanError, ScoreMod};
 
 impl Lowerer<'_> {
     /// Node `id`, `Sdpa { causal, gqa }` of `args` `[q, k, v, scale]` (then the mask).
@@ -132,9 +130,9 @@ impl Lowerer<'_> {
             score,
             tail,
             zero_empty_rows: true,
+            split: None,
         };
-        let a = a.fold_query_groups().unwrap_or(a);
-        self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));
+        self.attention_kernel(self.label(id), a);
         Ok(out)
     }
 }
