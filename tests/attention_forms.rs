@@ -564,3 +564,75 @@ fn enough_tasks_or_few_keys_leave_the_keys_whole() {
         assert_eq!(a.split, None, "{dims:?}");
     }
 }
+
+/// Float masks of positions passed to `scaled_dot_product_attention`, written as models
+/// write them: the kernel computes them from `i` and `j` (no `[N, N]` buffer, no kernel
+/// that fills one) and skips the tiles they remove.
+#[test]
+fn float_attention_masks_of_positions_are_masks_of_positions() {
+    let forms = [
+        ("where -inf", "where(j <= i, 0.0, -inf)", f32::NEG_INFINITY),
+        ("(1 - causal) * -1e9", "(1.0 - (j <= i)) * -1e9", -1e9),
+        (
+            "full(min).triu(1)",
+            "full([N, N], -3.4028234663852886e38).triu(1)",
+            f32::MIN,
+        ),
+        (
+            "window, -inf",
+            "where((j <= i) & (i - j < 40), 0.0, -inf)",
+            f32::NEG_INFINITY,
+        ),
+    ];
+    for (what, mask, fill) in forms {
+        let body = format!(
+            "let i = arange(N)[:, None]\nlet j = arange(N)[None, :]\n\
+             output out = scaled_dot_product_attention(q, k, v, attn_mask={mask})"
+        );
+        let src = format!("{SDPA}{body}\n");
+        let a = form(what, &src, DIMS);
+        let p = a
+            .positions
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: no mask of positions"));
+        assert_eq!(p.fill, fill, "{what}");
+        assert!(a.score.is_none() && a.mask.is_none(), "{what}: the mask is read");
+        assert!(a.skips_tiles() && a.tile_counts().unwrap().skipped > 0, "{what}");
+        let prog = program(&src, DIMS);
+        let bound = bind(&prog, &RunOptions::default()).unwrap();
+        let plan = plan(&prog, &bound.dims);
+        assert_eq!(plan.kernels.len(), 1, "{what}\n{}", plan.to_text());
+    }
+}
+
+/// A row that keeps no key: PyTorch's SDPA gives 0 under a `-inf` float mask (as under a
+/// boolean one), and a uniform row under `-1e9` (up to the rounding of `s - 1e9`, which the
+/// kernel keeps by adding the mask as a score change there).
+#[test]
+fn float_masks_of_positions_keep_sdpas_meaning_of_a_row_without_keys() {
+    let prelude = "let i = arange(N)[:, None]\nlet j = arange(N)[None, :]\n";
+    let inf = format!(
+        "{SDPA}{prelude}output out = scaled_dot_product_attention(q, k, v, attn_mask=where(j < i, 0.0, -inf))\n"
+    );
+    let p = program(&inf, DIMS);
+    let out = agrees("-inf, row 0 empty", &p);
+    assert!(out[0].1.data[..8].iter().all(|&x| x == 0.0));
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    assert!(one_attention(&plan(&p, &bound.dims)).positions.is_some());
+    let finite = format!(
+        "{SDPA}{prelude}output out = scaled_dot_product_attention(q, k, v, attn_mask=(1.0 - (j < i)) * -1e9)\n"
+    );
+    let p = program(&finite, DIMS);
+    let out = agrees("-1e9, row 0 empty", &p);
+    assert!(out[0].1.data[..8].iter().all(|&x| x != 0.0 && x.is_finite()));
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let attention = plan(&p, &bound.dims)
+        .kernels
+        .into_iter()
+        .find_map(|k| match k.op {
+            KernelOp::Attention(a) => Some(a),
+            _ => None,
+        });
+    let a = attention.expect("an attention kernel");
+    assert!(a.positions.is_none() && a.score.is_some());
+}
