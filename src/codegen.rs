@@ -46,6 +46,8 @@ pub struct Compiled {
     pub code: Vec<*const u8>,
     /// Distinct functions compiled (kernels with equal code share one).
     pub functions: usize,
+    /// Each distinct function's kind and the ms Cranelift took to compile it.
+    pub function_ms: Vec<(&'static str, f64)>,
 }
 
 /// A code generator: the ISA of this CPU, a JIT module, and the contexts reused from one
@@ -186,7 +188,9 @@ impl Jit {
         let (keys, which) = Jit::distinct(plan);
         let sig = kernel_signature(&self.module);
         let mut ids = Vec::new();
+        let mut function_ms = Vec::new();
         for (i, key) in keys.iter().enumerate() {
+            let start = std::time::Instant::now();
             let id = self
                 .module
                 .declare_function(&format!("kernel{i}"), Linkage::Local, &sig)
@@ -206,6 +210,7 @@ impl Jit {
                 eprintln!("; kernel{i} ({})\n{vcode}", key.kind());
             }
             ids.push(id);
+            function_ms.push((key.kind(), start.elapsed().as_secs_f64() * 1e3));
         }
         self.module.clear_context(&mut self.ctx);
         self.module.finalize_definitions().map_err(|e| e.to_string())?;
@@ -219,6 +224,7 @@ impl Jit {
             prologue: code,
             code: main,
             functions: keys.len(),
+            function_ms,
         })
     }
 
