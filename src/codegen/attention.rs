@@ -228,7 +228,13 @@ pub fn translate(e: &mut Emit, a: &Attention) {
                         let l_new = e.b.ins().fma(l_old, corr, sum);
                         e.store(l_new, s_at);
                         e.store(m_new, m_at);
-                        e.when(later, |e| {
+                        // A row whose maximum did not move keeps its outputs as they are:
+                        // a product by exactly 1 changes no bit, and most tiles after the
+                        // first few of a row do not raise its maximum.
+                        let one = e.f32(1.0);
+                        let moved = e.cmp(FloatCC::NotEqual, corr, one);
+                        let rescale = e.b.ins().band(later, moved);
+                        e.when(rescale, |e| {
                             let orow = e.step(out, i, os[r]);
                             let dv = e.int(a.dv as i64);
                             scale_row(e, orow, dv, os[r + 1], corr);
