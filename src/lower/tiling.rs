@@ -88,6 +88,7 @@ mod tests {
             alpha: 1.0,
             bias: None,
             epilogue: None,
+            rope: vec![],
             block: (m, n),
         }
     }
