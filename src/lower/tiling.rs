@@ -88,7 +88,7 @@ mod tests {
             alpha: 1.0,
             bias: None,
             epilogue: None,
-            rope: vec![],
+            rope: Vec::new(),
             block: (m, n),
         }
     }
