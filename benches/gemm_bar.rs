@@ -208,6 +208,7 @@ fn main() {
             let bare = Gemm {
                 bias: None,
                 epilogue: None,
+                rope: Vec::new(),
                 ..g.clone()
             };
             let (planned, bare) = (alone(&plan, i, g.clone()), alone(&plan, i, bare));

@@ -1,13 +1,13 @@
 //! The batched GEMM kernel: Cranelift walks the (batch, row block, column block) tasks,
 //! computes the tile's pointers, calls the microkernel shim for the tile product, then adds
-//! the bias and applies the epilogue to the tile it just wrote, in one pass. (The bias used
-//! to be a prologue the product accumulated onto: one more pass over the tile, 4–7 % of
-//! encoder_M's GEMMs with an epilogue; `BENCHMARKS.md`.)
+//! the bias and applies the epilogue to the tile it just wrote, in one pass, then the
+//! rotary embeddings. (The bias used to be a prologue the product accumulated onto: one
+//! more pass over the tile, 4–7 % of encoder_M's GEMMs with an epilogue; `BENCHMARKS.md`.)
 
 use super::emit::Emit;
 use super::math::eval;
 use super::softmax::lanes;
-use crate::kernel::{Gemm, Operand};
+use crate::kernel::{Gemm, Operand, Rope};
 use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
@@ -21,6 +21,10 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         .iter()
         .flat_map(|ep| 0..ep.inputs.len())
         .map(|i| e.arg(first_input + i))
+        .collect();
+    let first_table = first_input + epilogue_ptrs.len();
+    let tables: Vec<(Value, Value)> = (0..g.rope.len())
+        .map(|i| (e.arg(first_table + 2 * i), e.arg(first_table + 2 * i + 1)))
         .collect();
     let (rb, cb) = g.block;
     let (nrb, ncb) = (g.m.div_ceil(rb), g.n.div_ceil(cb));
@@ -51,25 +55,29 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         let n_left = e.b.ins().isub(n_all, j0);
         let cb_v = e.int(cb as i64);
         let cols = e.min_usize(cb_v, n_left);
-        tile(
+        let c = tile(
             e,
             g,
             (&idx, i0, j0, rows, cols),
             (a_ptr, b_ptr, c_ptr, bias_ptr),
             &epilogue_ptrs,
         );
+        for (r, &ptrs) in g.rope.iter().zip(&tables) {
+            rope(e, g, r, (c, i0, j0, rows, cols), ptrs);
+        }
     });
 }
 
 /// One task's tile: `rows × cols` of `c` from row `i0`, column `j0` of the batch element
-/// `idx`: the product (both, paired), then the bias and the epilogue in one pass.
+/// `idx`: the product (both, paired), then the bias and the epilogue in one pass; returns
+/// the tile's first element.
 fn tile(
     e: &mut Emit,
     g: &Gemm,
     (idx, i0, j0, rows, cols): (&[Value], Value, Value, Value, Value),
     (a_ptr, b_ptr, c_ptr, bias_ptr): (Value, Value, Value, Option<Value>),
     epilogue_ptrs: &[Value],
-) {
+) -> Value {
     let r = g.batch.len();
     let (a_s, b_s, c_s) = (&g.a.strides, &g.b.strides, &g.c.strides);
     let ao = e.dot(idx, &a_s[..r]);
@@ -106,7 +114,7 @@ fn tile(
         c1
     });
     if g.epilogue.is_none() && bias.is_none() {
-        return;
+        return c;
     }
     let inputs = g.epilogue.iter().flat_map(|ep| &ep.inputs);
     let bases: Vec<Value> = inputs
@@ -119,6 +127,7 @@ fn tile(
         })
         .collect();
     epilogue(e, g, (c, second, rows, cols), &bases, bias);
+    c
 }
 
 /// `c[i, j] = expr(c[i, j] + bias[j], inputs[..][i, j])` over the tile at `c` (and at
@@ -168,6 +177,64 @@ fn epilogue(
                 None => first,
             };
             e.store(v, dst);
+        });
+    });
+}
+
+/// The rotary embeddings `r` over the heads of the tile at `c` (rows `i0..i0 + rows`,
+/// columns `j0..j0 + cols` of the result) that lie in its column range, each pair of
+/// partners rotated together from their un-rotated values. The tile holds whole heads
+/// ([`Rope::fits`]), so the range's part in it is a whole number of heads.
+fn rope(
+    e: &mut Emit,
+    g: &Gemm,
+    r: &Rope,
+    (c, i0, j0, rows, cols): (Value, Value, Value, Value, Value),
+    (cos, sin): (Value, Value),
+) {
+    let (c_rs, c_cs) = (g.c.strides[0], g.c.strides[1]);
+    let half = r.dim / 2;
+    // The range's columns within the tile, relative to its first column.
+    let start = e.int(r.start as i64);
+    let end = e.int(r.end() as i64);
+    let tile_end = e.b.ins().iadd(j0, cols);
+    let lo = e.max_usize(j0, start);
+    let lo = e.b.ins().isub(lo, j0);
+    let hi = e.min_usize(tile_end, end);
+    let hi = e.b.ins().isub(hi, j0);
+    let [cos_s, sin_s] = [&r.cos.strides, &r.sin.strides];
+    let vector = c_cs == 1;
+    let zero = e.int(0);
+    let half_v = e.int(half as i64);
+    e.for_range(zero, rows, 1, |e, i| {
+        let row = e.step(c, i, c_rs);
+        let at = e.b.ins().iadd(i0, i);
+        let seq = e.b.ins().udiv_imm_u(at, r.period as i64);
+        let pos = e.b.ins().urem_imm_u(at, r.period as i64);
+        let tables = [(cos, cos_s), (sin, sin_s)].map(|(p, s)| {
+            let p = e.step(p, seq, s[0]);
+            e.step(p, pos, s[1])
+        });
+        e.for_range(lo, hi, r.dim as i64, |e, h| {
+            let first = e.step(row, h, c_cs);
+            let second = e.b.ins().iadd_imm_s(first, (half * c_cs * 4) as i64);
+            lanes(e, half_v, vector, |e, d, w| {
+                let (a1, a2) = (e.step(first, d, c_cs), e.step(second, d, c_cs));
+                let (x1, x2) = (e.load(a1, w, c_cs, false), e.load(a2, w, c_cs, false));
+                let [(cos1, cos2), (sin1, sin2)] = [0, 1].map(|t| {
+                    let (p, s) = (tables[t], [cos_s, sin_s][t][2]);
+                    let p1 = e.step(p, d, s);
+                    let p2 = e.b.ins().iadd_imm_s(p1, (half * s * 4) as i64);
+                    (e.load(p1, w, s, true), e.load(p2, w, s, true))
+                });
+                // x1 * cos + (-x2) * sin, as PyTorch rounds it; then x2 * cos + x1 * sin.
+                let (p, q) = (e.b.ins().fmul(x1, cos1), e.b.ins().fmul(x2, sin1));
+                let y1 = e.b.ins().fsub(p, q);
+                let (p, q) = (e.b.ins().fmul(x2, cos2), e.b.ins().fmul(x1, sin2));
+                let y2 = e.b.ins().fadd(p, q);
+                e.store(y1, a1);
+                e.store(y2, a2);
+            });
         });
     });
 }

@@ -50,6 +50,12 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
     }
 }
 
+/// Columns per task `cols` made a multiple of the head `dim` (or all `n`), so that a
+/// rotary embedding ([`crate::kernel::Rope`]) finds whole heads in every tile.
+pub fn whole_heads(cols: usize, n: usize, dim: usize) -> usize {
+    cols.div_ceil(dim.max(1)).saturating_mul(dim).min(n)
+}
+
 /// Query rows per task and keys per block of the attention kernel. At L, blocks of 64 to
 /// 128 rows and 128 to 512 keys measured within 6 % of each other (64 keys: 15 % slower);
 /// 64 rows × 256 keys keep the scores tile at 64 KiB and give enough tasks for the threads.
