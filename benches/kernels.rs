@@ -6,14 +6,18 @@
 //! `ATTNC_NO_TILE=1` sends every tile to the `gemm` crate instead of the AVX-512 tile
 //! product. The `(64, 256, 64)` and `(64, 64, 256)` shapes are the attention kernel's tiles.
 //! Plain timing, no harness: warm-up, then the median of repeated calls.
+//! `cargo bench --bench kernels -- norm` times only the norm feeding a GEMM, three ways
+//! (BENCHMARKS.md, "decisions").
 
+use attnc::driver::check_source;
 use attnc::ir::CmpOp;
 use attnc::kernel::{
     Binary, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan, Reduce, Row,
     Softmax, Stage, Unary,
 };
 use attnc::runtime::jit::{pool, Executable};
-use attnc::runtime::{Bound, Tensor};
+use attnc::runtime::{bind, Bound, RunOptions, Tensor};
+use rayon::prelude::*;
 use std::time::{Duration, Instant};
 
 /// The median seconds of `f` after a warm-up, over at least 0.5 s.
@@ -335,11 +339,221 @@ fn layer_norm(rows: usize, len: usize, threads: usize) -> f64 {
     )
 }
 
+/// A norm over rows of `k` feeding a `k -> n` projection: layer_norm (encoder_M) or
+/// rms_norm (llama_S).
+#[derive(Clone, Copy)]
+struct NormGemm {
+    m: usize,
+    k: usize,
+    n: usize,
+    rms: bool,
+}
+
+impl NormGemm {
+    fn source(&self) -> String {
+        let norm = match self.rms {
+            true => "rms_norm(x, [K], g, eps=1e-5)",
+            false => "layer_norm(x, [K], g, b)",
+        };
+        format!(
+            "dim M = {}, K = {}, N = {}\ninput x: [M, K]\nparam g: [K]\nparam b: [K]\nparam w: [N, K]\noutput y = linear({norm}, w)\n",
+            self.m, self.k, self.n
+        )
+    }
+
+    /// One row normalized, as the row kernel computes it.
+    fn normalize(&self, x: &[f32], g: &[f32], b: &[f32], out: &mut [f32]) {
+        let k = self.k as f32;
+        if self.rms {
+            let ss: f32 = x.iter().map(|v| v * v).sum();
+            let r = 1.0 / (ss / k + 1e-5).sqrt();
+            for ((o, &v), &g) in out.iter_mut().zip(x).zip(g) {
+                *o = v * r * g;
+            }
+        } else {
+            let mean = x.iter().sum::<f32>() / k;
+            let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / k;
+            let r = 1.0 / (var + 1e-5).sqrt();
+            for (((o, &v), &g), &b) in out.iter_mut().zip(x).zip(g).zip(b) {
+                *o = (v - mean) * r * g + b;
+            }
+        }
+    }
+}
+
+/// Raw pointers handed to rayon tasks that write disjoint rows.
+#[derive(Clone, Copy)]
+struct Rows(*mut f32);
+// SAFETY: each task writes only its own block of rows.
+unsafe impl Send for Rows {}
+// SAFETY: as above.
+unsafe impl Sync for Rows {}
+
+impl Rows {
+    /// The first element of row `i` of rows of `n`.
+    fn row(self, i: usize, n: usize) -> *mut f32 {
+        self.0.wrapping_add(i * n)
+    }
+}
+
+/// `c [rows, n] = a [rows, k] @ w [k, n]`, `a` and `w` row-major, one thread; `c` points at
+/// this task's rows of the result, which no other task writes.
+fn block_gemm(rows: usize, s: NormGemm, a: &[f32], w: &[f32], c: *mut f32) {
+    // SAFETY: `a` holds `rows * k` floats, `w` `k * n`, and `c` points at `rows * n` floats
+    // of this task's own rows.
+    unsafe {
+        gemm::gemm(
+            rows,
+            s.n,
+            s.k,
+            c,
+            1,
+            s.n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            s.k as isize,
+            w.as_ptr(),
+            1,
+            s.n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// Milliseconds of the norm and the GEMM in Rust over blocks of `rb` rows per task, either
+/// as two passes (all rows normalized into memory, then the products) or fused (each task
+/// normalizes its rows into a buffer that stays in L2, then multiplies them).
+fn norm_gemm_rust(s: NormGemm, rb: usize, fused: bool, threads: usize) -> f64 {
+    let (x, w) = (data(s.m * s.k, 1), data(s.k * s.n, 2));
+    let (g, b) = (data(s.k, 3), data(s.k, 4));
+    let mut normed = vec![0.0f32; s.m * s.k];
+    let mut c = vec![0.0f32; s.m * s.n];
+    let pool = pool(threads).unwrap();
+    let blocks = s.m.div_ceil(rb);
+    let rows_of = |blk: usize| (blk * rb, ((blk + 1) * rb).min(s.m));
+    let normalize = |(lo, hi): (usize, usize), out: &mut [f32]| {
+        for (i, row) in (lo..hi).zip(out.chunks_mut(s.k)) {
+            s.normalize(&x[i * s.k..(i + 1) * s.k], &g, &b, row);
+        }
+    };
+    let out = Rows(c.as_mut_ptr());
+    let secs = time(|| {
+        pool.install(|| {
+            if fused {
+                (0..blocks).into_par_iter().for_each_init(
+                    || vec![0.0f32; rb * s.k],
+                    |scratch, blk| {
+                        let (lo, hi) = rows_of(blk);
+                        normalize((lo, hi), scratch);
+                        block_gemm(hi - lo, s, scratch, &w, out.row(lo, s.n));
+                    },
+                );
+            } else {
+                normed
+                    .par_chunks_mut(rb * s.k)
+                    .enumerate()
+                    .for_each(|(blk, rows)| normalize(rows_of(blk), rows));
+                (0..blocks).into_par_iter().for_each(|blk| {
+                    let (lo, hi) = rows_of(blk);
+                    block_gemm(hi - lo, s, &normed[lo * s.k..hi * s.k], &w, out.row(lo, s.n));
+                });
+            }
+        })
+    });
+    std::hint::black_box(&c);
+    secs * 1e3
+}
+
+/// Milliseconds of attnc's plan for the norm and the projection (a row kernel writing the
+/// normalized rows, a GEMM reading them), with the norm's output row-major (today) or
+/// column-major (`transposed`: the layout in which the `gemm` crate may skip packing `a`).
+fn norm_gemm_plan(s: NormGemm, transposed: bool, threads: usize) -> f64 {
+    let program = check_source(&s.source(), &[]).unwrap().program;
+    let bound = bind(&program, &RunOptions::default()).unwrap();
+    let mut plan = Executable::compile(&program, &bound.dims).unwrap().plan().clone();
+    if transposed {
+        let column_major = vec![1, s.m];
+        let normed = plan.kernels.iter().find_map(|k| match &k.op {
+            KernelOp::Row(r) => Some(r.out.buf),
+            _ => None,
+        });
+        for k in &mut plan.kernels {
+            match &mut k.op {
+                KernelOp::Row(r) => r.out.strides = column_major.clone(),
+                KernelOp::Gemm(g) if Some(g.a.buf) == normed => g.a.strides = column_major.clone(),
+                _ => {}
+            }
+        }
+    }
+    let exe = Executable::from_plan(plan).unwrap();
+    let pool = pool(threads).unwrap();
+    let prepared = exe.prepare(&bound.params, &pool).unwrap();
+    let mut out = Vec::new();
+    let secs = time(|| {
+        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
+            .unwrap()
+    });
+    secs * 1e3
+}
+
+/// The norm feeding the next GEMM: attnc's plan with the norm's output row-major and
+/// column-major, and in Rust, separate passes against the norm fused into each task.
+fn norm_into_gemm(threads: usize) {
+    println!("norm -> GEMM, {threads} thread(s), median ms");
+    let cases = [
+        (
+            "encoder_M",
+            NormGemm {
+                m: 4096,
+                k: 512,
+                n: 1536,
+                rms: false,
+            },
+        ),
+        (
+            "llama_S",
+            NormGemm {
+                m: 1024,
+                k: 2048,
+                n: 2560,
+                rms: true,
+            },
+        ),
+    ];
+    for (name, s) in cases {
+        println!(
+            "  {name} {}x{} -> {}: attnc plan, row-major {:7.2} | column-major {:7.2}",
+            s.m,
+            s.k,
+            s.n,
+            norm_gemm_plan(s, false, threads),
+            norm_gemm_plan(s, true, threads)
+        );
+        for rb in [64, 128, 256, 512] {
+            println!(
+                "    Rust, {rb:>3} rows per task: two passes {:7.2} | fused {:7.2}",
+                norm_gemm_rust(s, rb, false, threads),
+                norm_gemm_rust(s, rb, true, threads)
+            );
+        }
+    }
+}
+
 fn main() {
     let threads: usize = std::env::var("ATTNC_THREADS")
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(1);
+    if std::env::args().any(|a| a == "norm") {
+        norm_into_gemm(threads);
+        return;
+    }
     println!("GEMM GFLOP/s, {threads} thread(s) (the FMA peak: `cargo bench --bench peak`)");
     for &(m, n, k) in &[
         (128, 512, 512),

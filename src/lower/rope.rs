@@ -112,6 +112,29 @@ fn rotate_half(
     halves.then(|| (x, vec![neg, upper, lower]))
 }
 
+/// `x * cos + p * sin` over the inputs `[x, cos, p, sin]`, where `p` is the partner half,
+/// negated for the first half (`rotate_half`'s `-x2`).
+fn half_formula(negate: bool) -> Vec<Expr> {
+    let mut expr = vec![
+        Expr::Input(0),
+        Expr::Input(1),
+        Expr::Binary(Binary::Mul, 0, 1),
+        Expr::Input(2),
+    ];
+    let partner = match negate {
+        true => {
+            expr.push(Expr::Unary(Unary::Neg, 3));
+            4
+        }
+        false => 3,
+    };
+    expr.push(Expr::Input(3));
+    let sin = expr.len() - 1;
+    expr.push(Expr::Binary(Binary::Mul, partner, sin));
+    expr.push(Expr::Binary(Binary::Add, 2, sin + 1));
+    expr
+}
+
 fn literal(program: &Program, id: ValueId) -> Option<f64> {
     match program.node(id).op {
         Op::Literal(v) => Some(v),
@@ -193,23 +216,7 @@ impl Lowerer<'_> {
                 part(&x, !first)?,
                 part(&sin, first)?,
             ];
-            let mut expr = vec![
-                Expr::Input(0),
-                Expr::Input(1),
-                Expr::Binary(Binary::Mul, 0, 1),
-                Expr::Input(2),
-            ];
-            let partner = match first {
-                true => {
-                    expr.push(Expr::Unary(Unary::Neg, 3));
-                    4
-                }
-                false => 3,
-            };
-            expr.push(Expr::Input(3));
-            let n = expr.len();
-            expr.push(Expr::Binary(Binary::Mul, partner, n - 1));
-            expr.push(Expr::Binary(Binary::Add, 2, n));
+            let expr = half_formula(first);
             let dest = out.slice(last, lo, lo + half).ok_or_else(bad)?;
             self.map(inputs, expr, &dest, label.clone());
         }

@@ -109,4 +109,12 @@ mod tests {
         }
         assert_eq!(gemm_blocks(&gemm(1024, 1440, 2048)).1, 384);
     }
+
+    #[test]
+    fn rotary_embeddings_round_columns_up_to_whole_heads() {
+        assert_eq!(whole_heads(384, 1440, 128), 384);
+        assert_eq!(whole_heads(320, 1440, 128), 384);
+        assert_eq!(whole_heads(320, 1440, 96), 384);
+        assert_eq!(whole_heads(900, 1000, 128), 1000);
+    }
 }
