@@ -140,6 +140,7 @@ fn gemm_kernel(m: usize, n: usize, k: usize, block: (usize, usize), threads: usi
                 alpha: 1.0,
                 bias: Some(op(2, &[1])),
                 epilogue: None,
+                rope: Vec::new(),
                 block,
             }),
         }],

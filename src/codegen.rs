@@ -22,15 +22,17 @@ mod row;
 mod softmax;
 
 use crate::kernel::{KernelOp, Plan};
+use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::types::{F32, I32, I64};
 use cranelift_codegen::ir::{AbiParam, Function, InstBuilder, Signature, UserFuncName};
-use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
+use cranelift_module::{default_libcall_names, FuncId, Linkage, Module, ModuleReloc};
 use emit::Emit;
+use rayon::prelude::*;
 
 /// The name JIT code calls the GEMM microkernel shim by.
 pub const SGEMM_SYMBOL: &str = "attnc_sgemm";
@@ -46,6 +48,8 @@ pub struct Compiled {
     pub code: Vec<*const u8>,
     /// Distinct functions compiled (kernels with equal code share one).
     pub functions: usize,
+    /// Each distinct function's kind and the ms Cranelift took to compile it.
+    pub function_ms: Vec<(&'static str, f64)>,
 }
 
 /// A code generator: the ISA of this CPU, a JIT module, and the contexts reused from one
@@ -181,31 +185,39 @@ impl Jit {
         (keys, which)
     }
 
-    /// Compiles every kernel of `plan`.
+    /// Compiles every kernel of `plan`: each distinct function translated here, then
+    /// compiled to machine code on rayon's threads (Cranelift's compile of one function
+    /// needs nothing but the ISA), then defined in the module in order.
     pub fn compile(mut self, plan: &Plan) -> Result<Compiled, String> {
         let (keys, which) = Jit::distinct(plan);
         let sig = kernel_signature(&self.module);
-        let mut ids = Vec::new();
+        let mut functions = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let id = self
                 .module
                 .declare_function(&format!("kernel{i}"), Linkage::Local, &sig)
                 .map_err(|e| e.to_string())?;
             self.translate(key, id.as_u32());
-            let disasm = std::env::var_os("ATTNC_DISASM").is_some();
-            self.ctx.set_disasm(disasm);
-            self.module
-                .define_function(id, &mut self.ctx)
-                .map_err(|e| format!("kernel {i}: {e:?}"))?;
-            if let Some(vcode) = self
-                .ctx
-                .compiled_code()
-                .and_then(|c| c.vcode.as_ref())
-                .filter(|_| disasm)
-            {
+            functions.push((id, std::mem::replace(&mut self.ctx.func, Function::new())));
+        }
+        let disasm = std::env::var_os("ATTNC_DISASM").is_some();
+        let isa = self.module.isa();
+        let machine: Vec<Result<Machine, String>> = functions
+            .into_par_iter()
+            .map(|(id, func)| Machine::compile(isa, id, func, disasm))
+            .collect();
+        let mut ids = Vec::new();
+        let mut function_ms = Vec::new();
+        for (i, (code, key)) in machine.into_iter().zip(&keys).enumerate() {
+            let code = code.map_err(|e| format!("kernel {i}: {e}"))?;
+            if let Some(vcode) = &code.vcode {
                 eprintln!("; kernel{i} ({})\n{vcode}", key.kind());
             }
-            ids.push(id);
+            self.module
+                .define_function_bytes(code.id, code.alignment, &code.bytes, &code.relocs)
+                .map_err(|e| format!("kernel {i}: {e:?}"))?;
+            ids.push(code.id);
+            function_ms.push((key.kind(), code.ms));
         }
         self.module.clear_context(&mut self.ctx);
         self.module.finalize_definitions().map_err(|e| e.to_string())?;
@@ -219,6 +231,7 @@ impl Jit {
             prologue: code,
             code: main,
             functions: keys.len(),
+            function_ms,
         })
     }
 
@@ -236,6 +249,50 @@ impl Jit {
             out.push((users, display(&self.ctx.func)));
         }
         Ok(out)
+    }
+}
+
+/// One function's machine code, ready to be defined in the module.
+struct Machine {
+    id: FuncId,
+    bytes: Vec<u8>,
+    alignment: u64,
+    relocs: Vec<ModuleReloc>,
+    /// The code as Cranelift's VCode text, with `ATTNC_DISASM`.
+    vcode: Option<String>,
+    /// The ms its compilation took.
+    ms: f64,
+}
+
+impl Machine {
+    /// Compiles `func` for `isa` (as `JITModule::define_function` does, less the
+    /// definition, which needs the module).
+    fn compile(isa: &dyn TargetIsa, id: FuncId, func: Function, disasm: bool) -> Result<Machine, String> {
+        let start = std::time::Instant::now();
+        let mut ctx = Context::for_function(func);
+        ctx.set_disasm(disasm);
+        ctx.compile(isa, &mut ControlPlane::default())
+            .map_err(|e| format!("{:?}", e.inner))?;
+        let code = ctx.compiled_code().ok_or("no code was compiled")?;
+        let alignment = u64::from(code.buffer.alignment)
+            .max(u64::from(isa.function_alignment().minimum))
+            .max(isa.symbol_alignment());
+        let bytes = code.code_buffer().to_vec();
+        let vcode = code.vcode.clone();
+        let relocs = code
+            .buffer
+            .relocs()
+            .iter()
+            .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+            .collect();
+        Ok(Machine {
+            id,
+            bytes,
+            alignment,
+            relocs,
+            vcode,
+            ms: start.elapsed().as_secs_f64() * 1e3,
+        })
     }
 }
 

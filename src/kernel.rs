@@ -108,6 +108,8 @@ pub struct Gemm {
     pub bias: Option<Operand>,
     /// Elementwise work on each tile once its product is written, while it is in cache.
     pub epilogue: Option<Epilogue>,
+    /// Rotary embeddings of column ranges of heads, applied after the epilogue.
+    pub rope: Vec<Rope>,
     /// Rows and columns of `c` per task.
     pub block: (usize, usize),
 }
@@ -168,6 +170,46 @@ impl Gemm {
     /// Whether one task computes both products of the last batch axis ([`Epilogue::pair`]).
     pub fn paired(&self) -> bool {
         self.epilogue.as_ref().is_some_and(|e| e.pair) && !self.batch.is_empty()
+    }
+}
+
+/// Rotary position embeddings (GPT-NeoX's and Llama's halves) applied by a [`Gemm`] without
+/// batch axes to the columns `start..start + heads * dim` of its tile, in place: in each
+/// head, for `d < dim / 2` and its partner `d + dim / 2`,
+/// `c[d] = c[d] * cos[d] - c[d + dim/2] * sin[d]` and
+/// `c[d + dim/2] = c[d + dim/2] * cos[d + dim/2] + c[d] * sin[d + dim/2]`, from the
+/// un-rotated pair: `x * cos + rotate_half(x) * sin` as the projection writes q or k, never
+/// a pass of its own. A task's columns must hold whole heads ([`Rope::fits`]).
+///
+/// Row `i` of `c` is position `i % period` of sequence `i / period`; `cos` and `sin` are
+/// strided over `[m / period, period, dim]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    pub start: usize,
+    pub heads: usize,
+    pub dim: usize,
+    pub period: usize,
+    pub cos: Operand,
+    pub sin: Operand,
+}
+
+impl Rope {
+    /// The columns rotated.
+    pub fn end(&self) -> usize {
+        self.start + self.heads * self.dim
+    }
+
+    /// Whether every head lies within one task's columns, for tiles of `cols` columns of a
+    /// result of `n` columns, and the rows split into sequences of `period`.
+    pub fn fits(&self, cols: usize, n: usize, m: usize) -> bool {
+        let aligned = cols >= n || (cols.is_multiple_of(self.dim) && self.start.is_multiple_of(self.dim));
+        let rows = self.period > 0 && m.is_multiple_of(self.period);
+        self.dim.is_multiple_of(2) && self.dim > 0 && self.end() <= n && aligned && rows
+    }
+
+    /// The iteration shape `cos` and `sin` are read over, for a GEMM of `m` rows.
+    pub fn table_shape(&self, m: usize) -> Vec<usize> {
+        vec![m / self.period.max(1), self.period, self.dim]
     }
 }
 
@@ -641,6 +683,10 @@ impl KernelOp {
                 for input in g.epilogue.iter().flat_map(|e| &e.inputs) {
                     v.push((input, with([g.m, g.n]), false));
                 }
+                for r in &g.rope {
+                    v.push((&r.cos, r.table_shape(g.m), false));
+                    v.push((&r.sin, r.table_shape(g.m), false));
+                }
                 v
             }
             KernelOp::Softmax(s) => {
@@ -702,6 +748,9 @@ impl KernelOp {
                 g.epilogue
                     .iter_mut()
                     .for_each(|e| e.inputs.iter_mut().for_each(clear));
+                for r in &mut g.rope {
+                    [&mut r.cos, &mut r.sin].into_iter().for_each(clear);
+                }
             }
             KernelOp::Softmax(s) => {
                 [&mut s.x, &mut s.out].into_iter().for_each(clear);
@@ -800,6 +849,10 @@ fn formulas(op: &KernelOp) -> Result<(), String> {
             }
             Some(e) if e.pair && (g.batch.last() != Some(&2) || g.bias.is_some()) => {
                 Err("a paired epilogue without a last batch axis of 2, or with a bias".into())
+            }
+            _ if !g.rope.is_empty() && !g.batch.is_empty() => Err("rotary embeddings over batch axes".into()),
+            _ if g.rope.iter().any(|r| !r.fits(g.block.1, g.n, g.m)) => {
+                Err("rotary embeddings whose heads a task's columns split".into())
             }
             _ => Ok(()),
         },

@@ -29,6 +29,7 @@ mod fuse;
 mod memory;
 mod positions;
 mod relayout;
+mod rope;
 mod scores;
 mod sdpa;
 mod tiling;
@@ -486,6 +487,10 @@ impl<'p> Lowerer<'p> {
                 self.softmax(id, *axis, x, scale, mask).map(Val::Tensor)
             }
             op if fuse::is_map(op) && self.fusion.rows.contains_key(&id) => self.row(id).map(Val::Tensor),
+            op if fuse::is_map(op) && self.fusion.rope.contains_key(&id) => {
+                let pat = self.fusion.rope[&id].clone();
+                self.rope(id, &pat).map(Val::Tensor)
+            }
             op if fuse::is_map(op) => match self.fusion.fused.get(&id).copied() {
                 Some(Fused::GemmAlpha { matmul, scale }) => {
                     let alpha = self.scale(scale)?;
@@ -888,7 +893,8 @@ impl<'p> Lowerer<'p> {
             return None;
         };
         let space = [g.batch.as_slice(), &[g.m, g.n]].concat();
-        if g.c.offset != 0 || g.c.strides != view::row_major(&space) {
+        // A rotation applies after the epilogue: nothing may follow it.
+        if g.c.offset != 0 || g.c.strides != view::row_major(&space) || !g.rope.is_empty() {
             return None;
         }
         let paired = c.shape != shape;
@@ -1138,6 +1144,7 @@ impl<'p> Lowerer<'p> {
             alpha,
             bias,
             epilogue: None,
+            rope: Vec::new(),
             block: (m, n),
         };
         fold_batch_into_rows(&mut g);
@@ -1417,7 +1424,7 @@ impl<'p> Lowerer<'p> {
 /// yet) as a GEMM over `half` columns with a last batch axis of 2 for the halves: the
 /// shape a paired epilogue reads them in.
 fn pair(g: &Gemm, half: usize) -> Option<Gemm> {
-    if g.n != 2 * half || g.bias.is_some() || g.epilogue.is_some() {
+    if g.n != 2 * half || g.bias.is_some() || g.epilogue.is_some() || !g.rope.is_empty() {
         return None;
     }
     let r = g.batch.len();

@@ -11,7 +11,7 @@ use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, interpret, RunOptions, Tensor};
 
 mod common;
-use common::program;
+use common::{assert_close, program};
 
 /// The plan of the optimized program at `dims`.
 fn plan(program: &Program, dims: &[Option<i64>]) -> Plan {
@@ -43,21 +43,6 @@ fn one_attention(plan: &Plan) -> Attention {
         );
     }
     a.clone()
-}
-
-/// Elementwise equality within `1e-5` of the largest element, NaN where the reference has NaN.
-fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.shape, want.shape, "{what}");
-    let scale = want
-        .data
-        .iter()
-        .filter(|x| x.is_finite())
-        .fold(0f32, |m, x| m.max(x.abs()))
-        .max(1e-6);
-    for (i, (a, b)) in got.data.iter().zip(&want.data).enumerate() {
-        let ok = (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-5 * scale + 1e-6;
-        assert!(ok, "{what}: element {i} is {a}, the interpreter's {b}");
-    }
 }
 
 /// The JIT on the typed and the optimized program against the interpreter.

@@ -14,7 +14,11 @@ const DIMS: &[(&str, i64)] = &[("B", 2), ("N", 37)];
 
 /// The plan `attnc run` executes: the optimized program's.
 fn plan(src: &str) -> Plan {
-    let p = program(src, DIMS);
+    plan_at(src, DIMS)
+}
+
+fn plan_at(src: &str, dims: &[(&str, i64)]) -> Plan {
+    let p = program(src, dims);
     let bound = bind(&p, &RunOptions::default()).unwrap();
     let optimized = attnc::opt::optimize(&p).program;
     attnc::lower::lower(&optimized, &bound.dims).unwrap()
@@ -187,4 +191,77 @@ fn a_plan_counts_the_flops_of_the_source() {
     let want = attnc::lower::source_flops(&p, &bound.dims);
     assert_eq!(want, 2.0 * 2.0 * 37.0 * (96.0 * 40.0) * 2.0);
     assert_eq!(plan(&src).flops, want);
+}
+
+/// Q, K and V projected from one input (merged into one GEMM), rotated by `rope` (with
+/// `rotate_half` spelled `body`) and attended with grouped heads.
+fn rotated_attention(d: usize, rope: &str, body: &str, extra: &str) -> String {
+    let q = rope.replace('x', "q");
+    let k = rope.replace('x', "k");
+    format!(
+        "dim B, N\ndim D = {d}, H = 4, Hkv = 2\ndim Dk = D / H\nparam wq: [H * Dk, D]\nparam wk: [Hkv * Dk, D]\nparam wv: [Hkv * Dk, D]\ninput x: [B, N, D]\ninput cos: [N, Dk]\ninput sin: [N, Dk]\nfn rotate_half(t: [B, G, N, Dk]) -> [B, G, N, Dk] {{\n{body}\n}}\nlet q = linear(x, wq).view(B, N, H, Dk).transpose(1, 2)\nlet k = linear(x, wk).view(B, N, Hkv, Dk).transpose(1, 2)\nlet v = linear(x, wv).view(B, N, Hkv, Dk).transpose(1, 2)\noutput o = scaled_dot_product_attention({q}, {k}, v, enable_gqa=True)\n{extra}"
+    )
+}
+
+const HALVES: &str = "let t1 = t[..., : Dk / 2]\nlet t2 = t[..., Dk / 2 :]\ncat([-t2, t1], dim=-1)";
+
+/// The rotation of q and k (RoPE, halves) is applied by the merged projection as it writes
+/// its tile: only q's and k's columns are rotated, v's are not, and no map is left. The
+/// results equal the interpreter's where the tiles split the heads' columns and rows
+/// differently: head dims of 64 and 128, several tasks, rows not a multiple of the row
+/// tile, one sequence or two (positions repeating down the rows).
+#[test]
+fn rope_is_the_epilogue_of_the_projection() {
+    let spellings = [
+        ("x * cos + rotate_half(x) * sin", HALVES),
+        (
+            "rotate_half(x) * sin + cos * x",
+            "let (t1, t2) = t.chunk(2, dim=-1)\ncat((-t2, t1), dim=-1)",
+        ),
+    ];
+    for (d, dims) in [(256, [("B", 1), ("N", 300)]), (512, [("B", 2), ("N", 150)])] {
+        for (rope, body) in spellings {
+            let src = rotated_attention(d, rope, body, "");
+            let p = plan_at(&src, &dims);
+            assert_eq!(kinds(&p), ["gemm", "attention"], "{rope}: {}", p.to_text());
+            let KernelOp::Gemm(g) = &p.kernels[0].op else {
+                unreachable!()
+            };
+            let dk = d / 4;
+            let columns: Vec<_> = g.rope.iter().map(|r| (r.start, r.end(), r.dim)).collect();
+            assert_eq!(columns, [(0, d, dk), (d, d + 2 * dk, dk)], "{}", p.to_text());
+            assert!(p.kernels[0].op.tasks() >= 4, "{}", p.to_text());
+            assert!(g.m % g.block.0 != 0 || g.block.1 < g.n, "{}", p.to_text());
+            agrees(rope, &program(&src, &dims));
+        }
+    }
+}
+
+/// Where the un-rotated q is also read (an output), the projection keeps its values and
+/// the rotation is two maps, one per half, each reading its partner half; the same for a
+/// rotation of an input, which no GEMM writes.
+#[test]
+fn rope_of_a_value_read_elsewhere_is_two_maps() {
+    let rope = "x * cos + rotate_half(x) * sin";
+    let src = rotated_attention(256, rope, HALVES, "output q0 = q\n");
+    let dims = [("B", 2), ("N", 37)];
+    let p = plan_at(&src, &dims);
+    let KernelOp::Gemm(g) = &p.kernels[0].op else {
+        unreachable!()
+    };
+    assert_eq!(g.rope.len(), 1, "{}", p.to_text());
+    assert_eq!((g.rope[0].start, g.rope[0].end()), (256, 384), "{}", p.to_text());
+    let maps = p
+        .kernels
+        .iter()
+        .filter(|k| k.label.contains("(rotary embedding)"));
+    assert_eq!(maps.count(), 2, "{}", p.to_text());
+    agrees("q read twice", &program(&src, &dims));
+
+    let src = format!(
+        "dim B, N\ndim Dk = 64\ninput x: [B, 3, N, Dk]\ninput cos: [N, Dk]\ninput sin: [N, Dk]\nfn rotate_half(t: [B, G, N, Dk]) -> [B, G, N, Dk] {{\n{HALVES}\n}}\noutput o = {rope}\n"
+    );
+    let p = plan(&src);
+    assert_eq!(kinds(&p), ["map", "map"], "{}", p.to_text());
+    agrees("an input rotated", &program(&src, DIMS));
 }

@@ -8,7 +8,7 @@ use attnc::runtime::Tensor;
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{attnc, stderr};
+use common::{assert_close, attnc, stderr};
 
 fn blocks() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blocks")
@@ -20,28 +20,6 @@ fn tensor(file: &Path, key: &str) -> Tensor {
         .get(key)
         .and_then(|e| e.tensor)
         .unwrap_or_else(|| panic!("{key} in {}", file.display()))
-}
-
-/// Whether `got` is `want` within the fixtures' tolerance, special values in place.
-fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.shape, want.shape, "{what}: shape");
-    let scale = want
-        .data
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(0f32, |m, v| m.max(v.abs()));
-    let tol = 1e-5 * scale + 1e-6;
-    for (i, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
-        let ok = match (w.is_nan(), w.is_infinite()) {
-            (true, _) => g.is_nan(),
-            (_, true) => g == w,
-            _ => (g - w).abs() <= tol,
-        };
-        assert!(
-            ok,
-            "{what}: element {i} is {g}, PyTorch gives {w} (tolerance {tol:e})"
-        );
-    }
 }
 
 /// Runs `example` on fixture `name` with `dims` on `backend` and compares `out`.

@@ -279,6 +279,16 @@ fn bench_json_has_every_key_and_positive_numbers() {
         assert!(x > 0.0, "`{key}` is {}", v[key]);
     }
     assert!(v["min_ms"].as_f64() <= v["median_ms"].as_f64());
+    // The compile time's phases, each a part of it.
+    let phases = ["optimize_ms", "lower_ms", "validate_ms", "cranelift_ms"];
+    let mut sum = 0.0;
+    for key in phases {
+        let x = v[key].as_f64().unwrap_or(-1.0);
+        assert!(x >= 0.0, "`{key}` is {}", v[key]);
+        sum += x;
+    }
+    assert!(v["optimize_ms"].as_f64() > Some(0.0) && v["cranelift_ms"].as_f64() > Some(0.0));
+    assert!(sum <= v["compile_ms"].as_f64().unwrap(), "{v}");
 }
 
 #[test]
@@ -306,6 +316,21 @@ fn bench_profile_lists_every_kernel_with_its_share() {
         .lines()
         .last()
         .is_some_and(|l| l.starts_with("total") && l.ends_with("100.0%")));
+    let compile = text
+        .lines()
+        .find(|l| l.starts_with("compile "))
+        .expect("a compile line");
+    for part in [
+        "optimize",
+        "iterations",
+        "saturate",
+        "extract",
+        "lower",
+        "cranelift",
+        "functions for",
+    ] {
+        assert!(compile.contains(part), "no `{part}` in {compile}");
+    }
 
     args.extend(["--format", "json"]);
     let o = attnc(&args);

@@ -71,6 +71,7 @@ fn gemm_with_bias_calls_the_microkernel_per_tile() {
         alpha: 0.5,
         bias: Some(op(2, &[1])),
         epilogue: None,
+        rope: Vec::new(),
         block: (3, 4),
     };
     let p = plan(&[30, 40, 8], 48, KernelOp::Gemm(g));
@@ -100,6 +101,7 @@ fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
             ],
             pair: false,
         }),
+        rope: Vec::new(),
         block: (3, 8),
     };
     let p = plan(&[30, 40, 48], 48, KernelOp::Gemm(g));

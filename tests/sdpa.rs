@@ -5,11 +5,11 @@
 
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::jit::{pool, Executable};
-use attnc::runtime::{bind, interpret, RunOptions, Tensor};
+use attnc::runtime::{bind, interpret, RunOptions};
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::program;
+use common::{assert_close, program};
 
 const SRC: &str = "
 dim B, L, S
@@ -33,25 +33,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/sdpa")
         .join(name)
-}
-
-/// Whether `got` is `want` within the fixtures' tolerance, NaN in the same places.
-fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.shape, want.shape, "{what}: shape");
-    let scale = want
-        .data
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(0f32, |m, v| m.max(v.abs()));
-    let tol = 1e-5 * scale + 1e-6;
-    for (i, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else {
-            (g - w).abs() <= tol
-        };
-        assert!(ok, "{what}: element {i} is {g}, PyTorch gives {w}");
-    }
 }
 
 #[test]

@@ -51,17 +51,73 @@ pub fn run(
     t: Option<u16>,
     budget: u64,
 ) -> Result<(Vec<(String, Tensor)>, f64), RunError> {
-    let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
-    Ok((exe.run(bound, &pool(threads(t))?)?, compile_ms))
+    let (exe, time) = compile(program, &bound.dims, budget)?;
+    Ok((exe.run(bound, &pool(threads(t))?)?, time.total_ms))
+}
+
+/// What compiling a program took: in all, and the optimizer's figures (the executable
+/// holds the rest, see [`CompileTime::text`]).
+struct CompileTime {
+    total_ms: f64,
+    optimizer: attnc::opt::Stats,
+}
+
+impl CompileTime {
+    /// Each phase's ms, by name, for `bench --format json`.
+    fn phases(&self, exe: &Executable) -> Vec<(&'static str, f64)> {
+        let p = &exe.phases;
+        vec![
+            ("optimize", self.optimizer.time.as_secs_f64() * 1e3),
+            ("lower", p.lower),
+            ("validate", p.validate),
+            ("cranelift", p.cranelift),
+        ]
+    }
+
+    /// `optimize 41.2 ms (..), lower 3.1 ms, cranelift 9.8 ms (..)`, for `bench --profile`.
+    fn text(&self, exe: &Executable) -> String {
+        let o = &self.optimizer;
+        let p = &exe.phases;
+        let slowest = exe
+            .function_ms()
+            .iter()
+            .copied()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or(String::new(), |(kind, ms)| {
+                format!("; slowest: {kind} {ms:.1} ms")
+            });
+        format!(
+            "compile {:.1} ms: optimize {:.1} ms (egg {} iterations, {} nodes; {}), lower {:.1} ms, \
+             validate {:.1} ms, cranelift {:.1} ms ({} functions for {} kernels{slowest})",
+            self.total_ms,
+            o.time.as_secs_f64() * 1e3,
+            o.iterations,
+            o.nodes,
+            o.phases,
+            p.lower,
+            p.validate,
+            p.cranelift,
+            exe.functions(),
+            exe.plan().prologue.len() + exe.plan().kernels.len(),
+        )
+    }
 }
 
 /// The native code of `program`: optimized (the e-graph pass), then lowered and compiled
-/// for these dims; with the time all of it took, in ms.
-fn compile(program: &Program, dims: &[Option<i64>], budget: u64) -> Result<(Executable, f64), RunError> {
+/// for these dims; with the time it took.
+fn compile(
+    program: &Program,
+    dims: &[Option<i64>],
+    budget: u64,
+) -> Result<(Executable, CompileTime), RunError> {
     let start = Instant::now();
-    let optimized = attnc::opt::optimize(program).program;
-    let exe = Executable::compile_within(&optimized, dims, budget)?;
-    Ok((exe, start.elapsed().as_secs_f64() * 1e3))
+    let optimized = attnc::opt::optimize(program);
+    let exe = Executable::compile_within(&optimized.program, dims, budget)?;
+    let time = CompileTime {
+        total_ms: start.elapsed().as_secs_f64() * 1e3,
+        optimizer: optimized.stats,
+    };
+    Ok((exe, time))
 }
 
 /// A checked program, or the exit code after printing why there is none.
@@ -147,6 +203,7 @@ pub fn bench(args: &BenchArgs) -> i32 {
                         m.prepare_ms
                     );
                     if let Some(rows) = &m.profile {
+                        outln!("{}", m.compile);
                         out!("{}", profile_table(rows));
                     }
                 }
@@ -168,6 +225,9 @@ fn json(m: &Measured) -> serde_json::Value {
         "gflops": m.gflops,
         "compile_ms": m.compile_ms,
     });
+    for (phase, ms) in &m.compile_phases {
+        v[format!("{phase}_ms")] = serde_json::json!(ms);
+    }
     if let Some(rows) = &m.profile {
         let total: f64 = rows.iter().map(|r| r.ms).sum();
         v["profile"] = rows
@@ -261,6 +321,9 @@ struct Measured {
     iters: usize,
     gflops: f64,
     compile_ms: f64,
+    /// The compile time's breakdown, as text and by phase.
+    compile: String,
+    compile_phases: Vec<(&'static str, f64)>,
     prepare_ms: f64,
     kernels: usize,
     functions: usize,
@@ -276,7 +339,7 @@ fn measure(
 ) -> Result<Measured, RunError> {
     let budget = opts.max_memory.unwrap_or_else(runtime::budget::physical_memory);
     let bound = runtime::bind(program, opts)?;
-    let (exe, compile_ms) = compile(program, &bound.dims, budget)?;
+    let (exe, compile_time) = compile(program, &bound.dims, budget)?;
     let pool = pool(threads)?;
     let start = Instant::now();
     let prepared = exe.prepare(&bound.params, &pool)?;
@@ -315,7 +378,9 @@ fn measure(
         min_ms: times[0],
         iters: times.len(),
         gflops: flops / (median_ms * 1e-3) / 1e9,
-        compile_ms,
+        compile_ms: compile_time.total_ms,
+        compile: compile_time.text(&exe),
+        compile_phases: compile_time.phases(&exe),
         prepare_ms,
         kernels: exe.plan().kernels.len(),
         functions: exe.functions(),

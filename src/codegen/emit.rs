@@ -149,6 +149,11 @@ impl Emit<'_> {
         self.b.ins().select(lt, a, b)
     }
 
+    pub fn max_usize(&mut self, a: Value, b: Value) -> Value {
+        let lt = self.b.ins().icmp(IntCC::SignedLessThan, a, b);
+        self.b.ins().select(lt, b, a)
+    }
+
     /// `for i in lo..hi step step { body(i) }`: a header that tests, a body, an exit.
     pub fn for_range(&mut self, lo: Value, hi: Value, step: i64, mut body: impl FnMut(&mut Self, Value)) {
         let var = self.b.declare_var(I64);

@@ -1,12 +1,13 @@
 //! The batched GEMM kernel: Cranelift walks the (batch, row block, column block) tasks,
-//! computes the tile's pointers, writes the bias prologue into the tile, and calls the
-//! microkernel shim for the tile product (accumulating onto the bias), then applies the
-//! epilogue to the tile it just wrote.
+//! computes the tile's pointers, calls the microkernel shim for the tile product, then adds
+//! the bias and applies the epilogue to the tile it just wrote, in one pass, then the
+//! rotary embeddings. (The bias used to be a prologue the product accumulated onto: one
+//! more pass over the tile, 4–7 % of encoder_M's GEMMs with an epilogue; `BENCHMARKS.md`.)
 
 use super::emit::Emit;
 use super::math::eval;
 use super::softmax::lanes;
-use crate::kernel::{Epilogue, Gemm};
+use crate::kernel::{Gemm, Operand, Rope};
 use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
@@ -20,6 +21,10 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         .iter()
         .flat_map(|ep| 0..ep.inputs.len())
         .map(|i| e.arg(first_input + i))
+        .collect();
+    let first_table = first_input + epilogue_ptrs.len();
+    let tables: Vec<(Value, Value)> = (0..g.rope.len())
+        .map(|i| (e.arg(first_table + 2 * i), e.arg(first_table + 2 * i + 1)))
         .collect();
     let (rb, cb) = g.block;
     let (nrb, ncb) = (g.m.div_ceil(rb), g.n.div_ceil(cb));
@@ -50,119 +55,186 @@ pub fn translate(e: &mut Emit, g: &Gemm) {
         let n_left = e.b.ins().isub(n_all, j0);
         let cb_v = e.int(cb as i64);
         let cols = e.min_usize(cb_v, n_left);
-        let (a_s, b_s, c_s) = (&g.a.strides, &g.b.strides, &g.c.strides);
-        let ao = e.dot(&idx, &a_s[..r]);
-        let a = e.at(a_ptr, ao);
-        let a = e.step(a, i0, a_s[r]);
-        let bo = e.dot(&idx, &b_s[..r]);
-        let b = e.at(b_ptr, bo);
-        let b = e.step(b, j0, b_s[r + 1]);
-        let co = e.dot(&idx, &c_s[..r]);
-        let c = e.at(c_ptr, co);
-        let c = e.step(c, i0, c_s[r]);
-        let c = e.step(c, j0, c_s[r + 1]);
-        let acc = match (&g.bias, bias_ptr) {
-            (Some(bias), Some(p)) => {
-                let bias_row = e.step(p, j0, bias.strides[0]);
-                bias_prologue(e, g, (c, rows, cols), (bias_row, bias.strides[0]));
-                1
-            }
-            _ => 0,
-        };
-        let k = e.int(g.k as i64);
-        let ints = [c_s[r], c_s[r + 1], a_s[r], a_s[r + 1], b_s[r], b_s[r + 1]].map(|s| e.int(s as i64));
-        let alpha = e.f32(g.alpha);
-        let acc = e.b.ins().iconst(I32, acc);
-        e.sgemm([
-            rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
-        ]);
-        let second = g.paired().then(|| {
-            let one = e.int(1);
-            let (a1, b1, c1) = (
-                e.step(a, one, a_s[r - 1]),
-                e.step(b, one, b_s[r - 1]),
-                e.step(c, one, c_s[r - 1]),
-            );
-            e.sgemm([
-                rows, cols, k, c1, ints[0], ints[1], a1, ints[2], ints[3], b1, ints[4], ints[5], alpha, acc,
-            ]);
-            c1
-        });
-        if let Some(ep) = &g.epilogue {
-            let bases: Vec<Value> = ep
-                .inputs
-                .iter()
-                .zip(&epilogue_ptrs)
-                .map(|(o, &p)| {
-                    let off = e.dot(&idx, &o.strides[..r]);
-                    let p = e.at(p, off);
-                    let p = e.step(p, i0, o.strides[r]);
-                    e.step(p, j0, o.strides[r + 1])
-                })
-                .collect();
-            epilogue(e, g, ep, (c, second, rows, cols), &bases);
+        let c = tile(
+            e,
+            g,
+            (&idx, i0, j0, rows, cols),
+            (a_ptr, b_ptr, c_ptr, bias_ptr),
+            &epilogue_ptrs,
+        );
+        for (r, &ptrs) in g.rope.iter().zip(&tables) {
+            rope(e, g, r, (c, i0, j0, rows, cols), ptrs);
         }
     });
 }
 
-/// `c[i, j] = expr(c[i, j], inputs[..][i, j])` over the tile at `c` (and at `bases`, the
-/// inputs' elements of the tile's first row and column; at `second`, a paired epilogue's
-/// second product), four lanes at a time where `c` is contiguous along the row.
+/// One task's tile: `rows × cols` of `c` from row `i0`, column `j0` of the batch element
+/// `idx`: the product (both, paired), then the bias and the epilogue in one pass; returns
+/// the tile's first element.
+fn tile(
+    e: &mut Emit,
+    g: &Gemm,
+    (idx, i0, j0, rows, cols): (&[Value], Value, Value, Value, Value),
+    (a_ptr, b_ptr, c_ptr, bias_ptr): (Value, Value, Value, Option<Value>),
+    epilogue_ptrs: &[Value],
+) -> Value {
+    let r = g.batch.len();
+    let (a_s, b_s, c_s) = (&g.a.strides, &g.b.strides, &g.c.strides);
+    let ao = e.dot(idx, &a_s[..r]);
+    let a = e.at(a_ptr, ao);
+    let a = e.step(a, i0, a_s[r]);
+    let bo = e.dot(idx, &b_s[..r]);
+    let b = e.at(b_ptr, bo);
+    let b = e.step(b, j0, b_s[r + 1]);
+    let co = e.dot(idx, &c_s[..r]);
+    let c = e.at(c_ptr, co);
+    let c = e.step(c, i0, c_s[r]);
+    let c = e.step(c, j0, c_s[r + 1]);
+    let bias = match (&g.bias, bias_ptr) {
+        (Some(bias), Some(p)) => Some((e.step(p, j0, bias.strides[0]), bias.strides[0])),
+        _ => None,
+    };
+    let k = e.int(g.k as i64);
+    let ints = [c_s[r], c_s[r + 1], a_s[r], a_s[r + 1], b_s[r], b_s[r + 1]].map(|s| e.int(s as i64));
+    let alpha = e.f32(g.alpha);
+    let acc = e.b.ins().iconst(I32, 0);
+    e.sgemm([
+        rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
+    ]);
+    let second = g.paired().then(|| {
+        let one = e.int(1);
+        let (a1, b1, c1) = (
+            e.step(a, one, a_s[r - 1]),
+            e.step(b, one, b_s[r - 1]),
+            e.step(c, one, c_s[r - 1]),
+        );
+        e.sgemm([
+            rows, cols, k, c1, ints[0], ints[1], a1, ints[2], ints[3], b1, ints[4], ints[5], alpha, acc,
+        ]);
+        c1
+    });
+    if g.epilogue.is_none() && bias.is_none() {
+        return c;
+    }
+    let inputs = g.epilogue.iter().flat_map(|ep| &ep.inputs);
+    let bases: Vec<Value> = inputs
+        .zip(epilogue_ptrs)
+        .map(|(o, &p)| {
+            let off = e.dot(idx, &o.strides[..r]);
+            let p = e.at(p, off);
+            let p = e.step(p, i0, o.strides[r]);
+            e.step(p, j0, o.strides[r + 1])
+        })
+        .collect();
+    epilogue(e, g, (c, second, rows, cols), &bases, bias);
+    c
+}
+
+/// `c[i, j] = expr(c[i, j] + bias[j], inputs[..][i, j])` over the tile at `c` (and at
+/// `bases`, the inputs' elements of the tile's first row and column; at `second`, a paired
+/// epilogue's second product), four lanes at a time where `c` is contiguous along the row.
+/// Without an epilogue, `c[i, j] += bias[j]`.
 fn epilogue(
     e: &mut Emit,
     g: &Gemm,
-    ep: &Epilogue,
     (c, second, rows, cols): (Value, Option<Value>, Value, Value),
     bases: &[Value],
+    bias: Option<(Value, usize)>,
 ) {
     let r = g.batch.len();
     let (c_rs, c_cs) = (g.c.strides[r], g.c.strides[r + 1]);
+    let inputs: &[Operand] = g.epilogue.as_ref().map_or(&[], |ep| &ep.inputs);
     let vector = c_cs == 1;
     let zero = e.int(0);
     e.for_range(zero, rows, 1, |e, i| {
         let row = e.step(c, i, c_rs);
         let second_row = second.map(|p| e.step(p, i, c_rs));
-        let starts: Vec<Value> = ep
-            .inputs
+        let starts: Vec<Value> = inputs
             .iter()
             .zip(bases)
             .map(|(o, &b)| e.step(b, i, o.strides[r]))
             .collect();
         lanes(e, cols, vector, |e, j, w| {
             let dst = e.step(row, j, c_cs);
-            let mut vals = vec![e.load(dst, w, c_cs, false)];
+            let mut first = e.load(dst, w, c_cs, false);
+            if let Some((p, s)) = bias {
+                let addr = e.step(p, j, s);
+                let b = e.load(addr, w, s, true);
+                first = e.b.ins().fadd(first, b);
+            }
+            let mut vals = vec![first];
             if let Some(p) = second_row {
                 let addr = e.step(p, j, c_cs);
                 vals.push(e.load(addr, w, c_cs, false));
             }
-            for (o, &start) in ep.inputs.iter().zip(&starts) {
+            for (o, &start) in inputs.iter().zip(&starts) {
                 let s = o.strides[r + 1];
                 let addr = e.step(start, j, s);
                 vals.push(e.load(addr, w, s, true));
             }
-            let v = eval(e, &ep.expr, &vals, &[], w);
+            let v = match &g.epilogue {
+                Some(ep) => eval(e, &ep.expr, &vals, &[], w),
+                None => first,
+            };
             e.store(v, dst);
         });
     });
 }
 
-/// `c[i, j] = bias[j]` over the tile, so the product accumulates onto it.
-fn bias_prologue(
+/// The rotary embeddings `r` over the heads of the tile at `c` (rows `i0..i0 + rows`,
+/// columns `j0..j0 + cols` of the result) that lie in its column range, each pair of
+/// partners rotated together from their un-rotated values. The tile holds whole heads
+/// ([`Rope::fits`]), so the range's part in it is a whole number of heads.
+fn rope(
     e: &mut Emit,
     g: &Gemm,
-    (c, rows, cols): (Value, Value, Value),
-    (bias, bias_stride): (Value, usize),
+    r: &Rope,
+    (c, i0, j0, rows, cols): (Value, Value, Value, Value, Value),
+    (cos, sin): (Value, Value),
 ) {
-    let r = g.batch.len();
-    let (c_rs, c_cs) = (g.c.strides[r], g.c.strides[r + 1]);
+    let (c_rs, c_cs) = (g.c.strides[0], g.c.strides[1]);
+    let half = r.dim / 2;
+    // The range's columns within the tile, relative to its first column.
+    let start = e.int(r.start as i64);
+    let end = e.int(r.end() as i64);
+    let tile_end = e.b.ins().iadd(j0, cols);
+    let lo = e.max_usize(j0, start);
+    let lo = e.b.ins().isub(lo, j0);
+    let hi = e.min_usize(tile_end, end);
+    let hi = e.b.ins().isub(hi, j0);
+    let [cos_s, sin_s] = [&r.cos.strides, &r.sin.strides];
+    let vector = c_cs == 1;
     let zero = e.int(0);
+    let half_v = e.int(half as i64);
     e.for_range(zero, rows, 1, |e, i| {
         let row = e.step(c, i, c_rs);
-        lanes(e, cols, c_cs == 1 && bias_stride == 1, |e, j, w| {
-            let src = e.step(bias, j, bias_stride);
-            let v = e.load(src, w, bias_stride, true);
-            let dst = e.step(row, j, c_cs);
-            e.store(v, dst);
+        let at = e.b.ins().iadd(i0, i);
+        let seq = e.b.ins().udiv_imm_u(at, r.period as i64);
+        let pos = e.b.ins().urem_imm_u(at, r.period as i64);
+        let tables = [(cos, cos_s), (sin, sin_s)].map(|(p, s)| {
+            let p = e.step(p, seq, s[0]);
+            e.step(p, pos, s[1])
+        });
+        e.for_range(lo, hi, r.dim as i64, |e, h| {
+            let first = e.step(row, h, c_cs);
+            let second = e.b.ins().iadd_imm_s(first, (half * c_cs * 4) as i64);
+            lanes(e, half_v, vector, |e, d, w| {
+                let (a1, a2) = (e.step(first, d, c_cs), e.step(second, d, c_cs));
+                let (x1, x2) = (e.load(a1, w, c_cs, false), e.load(a2, w, c_cs, false));
+                let [(cos1, cos2), (sin1, sin2)] = [0, 1].map(|t| {
+                    let (p, s) = (tables[t], [cos_s, sin_s][t][2]);
+                    let p1 = e.step(p, d, s);
+                    let p2 = e.b.ins().iadd_imm_s(p1, (half * s * 4) as i64);
+                    (e.load(p1, w, s, true), e.load(p2, w, s, true))
+                });
+                // x1 * cos + (-x2) * sin, as PyTorch rounds it; then x2 * cos + x1 * sin.
+                let (p, q) = (e.b.ins().fmul(x1, cos1), e.b.ins().fmul(x2, sin1));
+                let y1 = e.b.ins().fsub(p, q);
+                let (p, q) = (e.b.ins().fmul(x2, cos2), e.b.ins().fmul(x1, sin2));
+                let y2 = e.b.ins().fadd(p, q);
+                e.store(y1, a1);
+                e.store(y2, a2);
+            });
         });
     });
 }

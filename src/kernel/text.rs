@@ -118,6 +118,20 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                         let _ = writeln!(out, "      in{} {}", j + e.leaves(), operand(o));
                     }
                 }
+                for r in &g.rope {
+                    let _ = writeln!(
+                        out,
+                        "      then rotary embeddings of columns {}..{} ({} heads of {}), row i at position i % {}: c = c * cos + rotate_half(c) * sin, halves of {}",
+                        r.start,
+                        r.end(),
+                        r.heads,
+                        r.dim,
+                        r.period,
+                        r.dim / 2
+                    );
+                    let _ = writeln!(out, "      cos {}", operand(&r.cos));
+                    let _ = writeln!(out, "      sin {}", operand(&r.sin));
+                }
             }
             KernelOp::Softmax(s) => {
                 let _ = writeln!(

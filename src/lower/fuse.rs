@@ -22,9 +22,13 @@
 //!   `scored_attention` ([`super::scores`]) is computed in the kernel; keys and values that
 //!   are `cat([cache, new])` along the keys are read as two segments, never joined.
 //!
+//! - `x * cos + rotate_half(x) * sin` ([`super::rope`]): the rotation of q or k, made part
+//!   of the projection that writes `x` where nothing else reads it.
+//!
 //! Rank-0 values computed from literals and dims alone (`sqrt(Dk)`) are constants.
 
 use super::positions::{self, Positions};
+use super::rope::{self, RopePat};
 use super::scores::{self, ScorePlan};
 use crate::dims::DimTable;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, Program, ValueId};
@@ -100,6 +104,8 @@ pub struct Fusion {
     /// By attention node: keys and values of fewer heads that it repeats, read in place,
     /// and how many query heads share each.
     pub groups: HashMap<ValueId, ([ValueId; 2], usize)>,
+    /// Rotary embeddings, by their root.
+    pub rope: HashMap<ValueId, RopePat>,
 }
 
 /// The decisions for `program` at the dim values `dims`.
@@ -125,6 +131,7 @@ pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
         fused: HashMap::new(),
         epilogue: HashMap::new(),
         rows: HashMap::new(),
+        rope: HashMap::new(),
         values: dims,
         attention: Default::default(),
     };
@@ -147,6 +154,7 @@ pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
         scores: f.attention.scores,
         tails: f.attention.tails,
         groups: f.attention.groups,
+        rope: f.rope,
     }
 }
 
@@ -204,6 +212,7 @@ struct Decider<'p> {
     fused: HashMap<ValueId, Fused>,
     epilogue: HashMap<ValueId, ValueId>,
     rows: HashMap<ValueId, Vec<ValueId>>,
+    rope: HashMap<ValueId, RopePat>,
     /// The dims' values.
     values: &'p [Option<i64>],
     attention: AttentionParts,
@@ -246,6 +255,14 @@ impl Decider<'_> {
                 self.fused.insert(id, Fused::Softmax(pat));
             }
             op if is_map(op) && !self.constant[id] => {
+                let free = |x: ValueId| self.free(x);
+                if let Some(pat) = rope::find(self.program, self.values, id, &self.uses, &free) {
+                    for &n in &pat.inner {
+                        self.absorbed[n] = true;
+                    }
+                    self.rope.insert(id, pat);
+                    return;
+                }
                 if let Some(scale) = self.scaled_matmul(id) {
                     self.fused.insert(id, scale);
                     return;

@@ -25,11 +25,13 @@ pub fn fold_batch_into_rows(g: &mut Gemm) {
 /// every thread count computes the same bits): while there are fewer than 4 tasks of more
 /// than 16 MFLOP each, halve the columns (down to 128) or the rows (down to 256). The
 /// `gemm` crate packs its operands on every call, so small tiles lose much of its speed
-/// (see BENCHMARKS.md): tiles stay large and few.
+/// (see BENCHMARKS.md): tiles stay large and few. A column block is a multiple of 64, so
+/// that a task's columns hold whole heads of 64 (or 128, where the halves allow) for an
+/// epilogue that works per head (RoPE); rows are halved to multiples of 16.
 pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
     let batch: usize = g.batch.iter().product();
     let (mut rb, mut cb) = (g.m.max(1), g.n.max(1));
-    let half = |x: usize| (x / 2).div_ceil(16) * 16;
+    let half = |x: usize, unit: usize| (x / 2).div_ceil(unit) * unit;
     loop {
         let tasks = batch * g.m.div_ceil(rb) * g.n.div_ceil(cb);
         let flops = 2.0 * (rb * cb * g.k) as f64;
@@ -37,15 +39,21 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
             return (rb, cb);
         }
         if cb > 256 && cb * 4 >= rb {
-            cb = half(cb);
+            cb = half(cb, 64);
         } else if rb > 256 {
-            rb = half(rb);
+            rb = half(rb, 16);
         } else if cb > 128 {
-            cb = half(cb);
+            cb = half(cb, 64);
         } else {
             return (rb, cb);
         }
     }
+}
+
+/// Columns per task `cols` made a multiple of the head `dim` (or all `n`), so that a
+/// rotary embedding ([`crate::kernel::Rope`]) finds whole heads in every tile.
+pub fn whole_heads(cols: usize, n: usize, dim: usize) -> usize {
+    cols.div_ceil(dim.max(1)).saturating_mul(dim).min(n)
 }
 
 /// Query rows per task and keys per block of the attention kernel. At L, blocks of 64 to
@@ -56,4 +64,49 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
 pub fn attention_blocks(n: usize, m: usize, positions: bool) -> (usize, usize) {
     let keys = if positions { 64 } else { 256 };
     (n.clamp(1, 64), m.clamp(1, keys))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::Operand;
+
+    fn gemm(m: usize, n: usize, k: usize) -> Gemm {
+        let op = |strides: &[usize]| Operand {
+            buf: 0,
+            offset: 0,
+            strides: strides.to_vec(),
+        };
+        Gemm {
+            batch: vec![],
+            m,
+            n,
+            k,
+            a: op(&[k, 1]),
+            b: op(&[n, 1]),
+            c: op(&[n, 1]),
+            alpha: 1.0,
+            bias: None,
+            epilogue: None,
+            rope: Vec::new(),
+            block: (m, n),
+        }
+    }
+
+    #[test]
+    fn column_blocks_hold_whole_heads_of_64() {
+        // Halving 1440 columns by 16s gave 720, then 360 (5.6 heads); by 64s it gives 768,
+        // then 384 (6 heads), the last task taking the 288 left.
+        for (m, n, k) in [
+            (1024, 1440, 2048),
+            (4096, 1536, 512),
+            (1024, 2560, 2048),
+            (1024, 2000, 768),
+            (64, 1000, 4096),
+        ] {
+            let (_, cb) = gemm_blocks(&gemm(m, n, k));
+            assert!(cb == n || cb % 64 == 0, "{m}x{n}x{k}: column block {cb}");
+        }
+        assert_eq!(gemm_blocks(&gemm(1024, 1440, 2048)).1, 384);
+    }
 }

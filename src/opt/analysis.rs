@@ -143,6 +143,8 @@ pub struct Ctx {
     pub conflicts: usize,
     /// Rule applications refused because the right side's shape would differ.
     pub refused: usize,
+    /// The layouts of elementwise results already worked out (see `layout::lay_out`).
+    pub layouts: super::layout::Memo,
 }
 
 impl Ctx {

@@ -8,8 +8,35 @@
 use super::analysis::{perm_of, Ctx, Data, Kind};
 use super::lang::Tensor;
 use crate::check::layout::{self, Layout};
-use crate::dims::Poly;
+use crate::dims::{DimTable, Poly};
 use crate::ir::TensorType;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Elementwise layouts by operand types and result shape. Working one out proves the order
+/// at every size (each combination of free dims at 1, each stride it cannot know): about
+/// a millisecond for a 4-d `add`, where everything else extraction does for a node takes
+/// microseconds. The same operands come back in many classes (every head's `rope`, the
+/// alternatives of one value) and in both extractions (the source's cost, then the
+/// cheapest program), so each is worked out once per e-graph.
+#[derive(Debug, Default)]
+pub struct Memo(RefCell<HashMap<Operands, Layout>>);
+
+/// An elementwise op's operand types and result shape.
+type Operands = (Vec<TensorType>, Vec<Poly>);
+
+impl Memo {
+    /// `layout::elementwise_order`, remembered.
+    fn elementwise_order(&self, dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+        let key = (operands.iter().map(|&t| t.clone()).collect(), shape.to_vec());
+        if let Some(laid) = self.0.borrow().get(&key) {
+            return laid.clone();
+        }
+        let laid = layout::elementwise_order(dims, operands, shape);
+        self.0.borrow_mut().insert(key, laid.clone());
+        laid
+    }
+}
 
 /// The type (with strides) of `node`'s value given its operands' types, and whether a
 /// `reshape` has to copy. `attrs` are the children's data (for axes), `kids` their
@@ -29,7 +56,7 @@ pub fn lay_out(
     };
     let kid = |i: usize| kids.get(i).copied().flatten();
     let operands: Vec<&TensorType> = kids.iter().copied().flatten().collect();
-    let dims = &ctx.dims;
+    let (dims, memo) = (&ctx.dims, &ctx.layouts);
     let mut copies = false;
     let laid = match node {
         Tensor::Transpose(_) => {
@@ -69,16 +96,16 @@ pub fn lay_out(
         Tensor::Select(_) => strides_of(layout::without_axis(dims, kid(0)?, attrs.get(1)?.axis()?)),
         // `mul(x, literal)` for `Scale`: the literal, of rank 0, decides nothing.
         Tensor::Unary(..) | Tensor::Scale(_) => {
-            layout::elementwise_order(dims, &operands[..1.min(operands.len())], &shape)
+            memo.elementwise_order(dims, &operands[..1.min(operands.len())], &shape)
         }
-        Tensor::Where(_) => layout::elementwise_order(dims, &[kid(0)?, kid(1)?, kid(2)?], &shape),
+        Tensor::Where(_) => memo.elementwise_order(dims, &[kid(0)?, kid(1)?, kid(2)?], &shape),
         Tensor::Binary(..)
         | Tensor::Eq(_)
         | Tensor::Ne(_)
         | Tensor::Lt(_)
         | Tensor::Le(_)
         | Tensor::Gt(_)
-        | Tensor::Ge(_) => layout::elementwise_order(dims, &[kid(0)?, kid(1)?], &shape),
+        | Tensor::Ge(_) => memo.elementwise_order(dims, &[kid(0)?, kid(1)?], &shape),
         // Fresh results: parameters, inputs, constants, GEMMs, softmax, masked_fill, fused
         // ops, copies, joins.
         _ => layout::fresh_row_major(dims, &operands, &shape),

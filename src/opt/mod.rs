@@ -65,6 +65,35 @@ pub struct Stats {
     /// Why the source was kept, when it was.
     pub fallback: Option<String>,
     pub time: Duration,
+    /// Where `time` went.
+    pub phases: Phases,
+}
+
+/// The optimizer's time by phase, for `--stats` and `attnc bench --profile`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Phases {
+    /// The program as a term, added to a fresh e-graph (the analysis of every node).
+    pub build: Duration,
+    /// Equality saturation: the rules' searches, applications and rebuilds.
+    pub saturate: Duration,
+    /// Extraction, of the source's cost and of the cheapest program.
+    pub extract: Duration,
+    /// The extracted term back to a program.
+    pub convert: Duration,
+}
+
+impl fmt::Display for Phases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "build {:.1}, saturate {:.1}, extract {:.1}, convert {:.1} ms",
+            ms(self.build),
+            ms(self.saturate),
+            ms(self.extract),
+            ms(self.convert)
+        )
+    }
 }
 
 impl fmt::Display for Stats {
@@ -90,7 +119,13 @@ impl fmt::Display for Stats {
         if let Some(why) = &self.fallback {
             writeln!(f, "kept the source program: {why}")?;
         }
-        writeln!(f, "time: {:.3} ms", self.time.as_secs_f64() * 1e3)
+        // One line, the last: it varies from run to run (the stage snapshots leave it out).
+        writeln!(
+            f,
+            "time: {:.3} ms ({})",
+            self.time.as_secs_f64() * 1e3,
+            self.phases
+        )
     }
 }
 
@@ -127,25 +162,37 @@ struct Run {
     root: egg::Id,
     extraction: cost::Extraction,
     before: Cost,
+    phases: Phases,
 }
 
 fn run(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
+    let mut phases = Phases::default();
+    let mut clock = Instant::now();
+    let mut lap = |phase: &mut Duration| {
+        *phase += clock.elapsed();
+        clock = Instant::now();
+    };
     let source = convert::to_expr(prog)?;
     let mut runner = runner(prog, explanations, source.as_ref().len()).with_expr(&source);
     let root = *runner.roots.last().ok_or("no root")?;
     runner.egraph.rebuild();
+    lap(&mut phases.build);
     let before = cost::extract(&runner.egraph, root)
         .ok_or("the source has no cost")?
         .total;
+    lap(&mut phases.extract);
     let mut runner = runner.run(&rules());
     runner.egraph.rebuild();
+    lap(&mut phases.saturate);
     let extraction = cost::extract(&runner.egraph, root).ok_or("no term was extracted")?;
+    lap(&mut phases.extract);
     Ok(Run {
         source,
         runner,
         root,
         extraction,
         before,
+        phases,
     })
 }
 
@@ -202,11 +249,15 @@ fn optimize_here(prog: &ir::Program) -> Optimized {
         stats.refused = eg.analysis.refused;
         stats.rules = fired(&run.runner);
         stats.before = run.before;
+        stats.phases = run.phases;
         if eg.analysis.conflicts > 0 {
             return Err(format!("{} merges of different shapes", eg.analysis.conflicts));
         }
         stats.after = run.extraction.total;
-        convert::lower(eg, &run.extraction, eg.find(run.root), prog)
+        let start = Instant::now();
+        let program = convert::lower(eg, &run.extraction, eg.find(run.root), prog);
+        stats.phases.convert = start.elapsed();
+        program
     });
     let program = match result {
         Ok(p) => p,

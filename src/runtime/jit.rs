@@ -28,9 +28,22 @@ pub struct Executable {
     compiled: Compiled,
     /// Milliseconds spent lowering and generating code.
     pub compile_ms: f64,
+    /// Where `compile_ms` went.
+    pub phases: CompilePhases,
     arena: Mutex<Vec<f32>>,
     /// Scratch per pool thread (grown to the pool's size on first use), plus one.
     scratch: Mutex<Vec<Mutex<Vec<f32>>>>,
+}
+
+/// An executable's compile time by phase, in ms.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CompilePhases {
+    /// The plan: lowering, with the memory budget checked before and after.
+    pub lower: f64,
+    /// The plan's validation (the proof its kernels stay in bounds).
+    pub validate: f64,
+    /// Cranelift: every distinct function translated, compiled and finalized.
+    pub cranelift: f64,
 }
 
 fn internal(what: impl std::fmt::Display) -> RunError {
@@ -54,7 +67,10 @@ impl Executable {
     ) -> Result<Executable, RunError> {
         let start = Instant::now();
         let plan = plan(program, dims, budget)?;
-        Executable::from_plan_since(plan, start, budget)
+        let lower = start.elapsed().as_secs_f64() * 1e3;
+        let mut exe = Executable::from_plan_since(plan, start, budget)?;
+        exe.phases.lower = lower;
+        Ok(exe)
     }
 
     /// Compiles a plan made by hand (kernel tests and benchmarks). Its params and inputs
@@ -71,13 +87,23 @@ impl Executable {
     /// Every executable's plan is validated here, once: the runtime calls kernels of valid
     /// plans only.
     fn from_plan_since(plan: Plan, start: Instant, budget: u64) -> Result<Executable, RunError> {
+        let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
+        let validating = Instant::now();
         budget::plan(&plan, budget)?;
         plan.validate().map_err(internal)?;
+        let validate = ms(validating);
+        let generating = Instant::now();
         let compiled = Jit::new(sgemm_address())
             .and_then(|jit| jit.compile(&plan))
             .map_err(internal)?;
-        let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+        let phases = CompilePhases {
+            lower: 0.0,
+            validate,
+            cranelift: ms(generating),
+        };
+        let compile_ms = ms(start);
         Ok(Executable {
+            phases,
             arena: Mutex::new(vec![0.0; plan.arena_len + native::HUGE_PAGE]),
             scratch: Mutex::new(Vec::new()),
             plan,
@@ -89,6 +115,11 @@ impl Executable {
     /// Distinct functions compiled for the plan's kernels.
     pub fn functions(&self) -> usize {
         self.compiled.functions
+    }
+
+    /// Each distinct function's kind and the ms Cranelift took for it.
+    pub fn function_ms(&self) -> &[(&'static str, f64)] {
+        &self.compiled.function_ms
     }
 
     /// Runs the prologue on `params` (the weights, as in [`Bound::params`]): do this once

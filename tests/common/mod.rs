@@ -82,3 +82,24 @@ impl Rng {
         (self.next() % n.max(1) as u64) as usize
     }
 }
+
+/// Asserts `got` equals `want` within the fixtures' tolerance,
+/// `|got - want| <= 1e-5 * max|want| + 1e-6` (the maximum over finite values), with NaN where
+/// `want` has NaN and the same infinity where it has one.
+pub fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    let scale = want
+        .data
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f32, |m, v| m.max(v.abs()));
+    let tol = 1e-5 * scale + 1e-6;
+    for (i, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
+        let ok = match (w.is_nan(), w.is_infinite()) {
+            (true, _) => g.is_nan(),
+            (_, true) => g == w,
+            _ => (g - w).abs() <= tol,
+        };
+        assert!(ok, "{what}: element {i} is {g}, expected {w} (tolerance {tol:e})");
+    }
+}
