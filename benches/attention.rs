@@ -123,6 +123,7 @@ impl Case {
             score: None,
             tail: None,
             zero_empty_rows: false,
+            split: None,
             block: self.block,
         };
         let plan = Plan {

@@ -1,8 +1,9 @@
 //! Issue #13's GEMM bar: the blocks' GEMMs within 10 % of the `gemm` crate's GFLOP/s on the
-//! same shapes. Each GEMM kernel of the three blocks' plans, exactly as `attnc bench` runs it
-//! (its shape, weight layout, task split, bias and epilogue), is timed alone, as planned and
-//! without its bias and epilogue, and beside it one call of the `gemm` crate on the same
-//! product with the crate's own parallelism: alternately, in rounds, in one run.
+//! same shapes. Each GEMM kernel of the three blocks' plans (and of the seed module's at M),
+//! exactly as `attnc bench` runs it (its shape, weight layout, task split, bias and
+//! epilogue), is timed alone, as planned and without its bias and epilogue, and beside it
+//! one call of the `gemm` crate on the same product with the crate's own parallelism:
+//! alternately, in rounds, in one run.
 //! `cargo bench --bench gemm_bar`; 2 threads unless `ATTNC_THREADS` says otherwise;
 //! `ATTNC_ROUNDS` rounds (default 3), the median round shown; `ATTNC_BLOCKS=llama_S,..`
 //! picks blocks.
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 /// A block's name, its example and its dims.
 type Block = (&'static str, &'static str, &'static [(&'static str, i64)]);
 
-/// The blocks of `benches/blocks.py` at the issue's dims.
+/// The blocks of `benches/blocks.py` at the issue's dims, and the seed module at shape M.
 const BLOCKS: &[Block] = &[
     (
         "encoder_M",
@@ -28,6 +29,11 @@ const BLOCKS: &[Block] = &[
         "gpt2_S",
         "gpt2_block.attn",
         &[("B", 1), ("N", 1024), ("D", 768), ("H", 12)],
+    ),
+    (
+        "self_attention_M",
+        "self_attention.attn",
+        &[("B", 8), ("N", 512), ("D", 512), ("H", 8)],
     ),
     (
         "llama_S",
@@ -183,7 +189,8 @@ fn main() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(3);
-    let wanted = std::env::var("ATTNC_BLOCKS").unwrap_or_else(|_| "encoder_M,gpt2_S,llama_S".into());
+    let wanted =
+        std::env::var("ATTNC_BLOCKS").unwrap_or_else(|_| "encoder_M,gpt2_S,self_attention_M,llama_S".into());
     let pool = pool(threads).unwrap();
     println!(
         "GEMM kernels of the blocks, {threads} thread(s), GFLOP/s of CPU time per thread (in parentheses: of \

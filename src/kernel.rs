@@ -274,6 +274,20 @@ pub struct Attention {
     /// `scaled_dot_product_attention` (its safe softmax), where `softmax` alone gives NaN.
     pub zero_empty_rows: bool,
     pub block: (usize, usize),
+    /// Flash-decoding: the keys cut into chunks, each chunk of each block of rows a task of
+    /// its own. `out` then holds partial results for a merge kernel to combine.
+    pub split: Option<KeySplit>,
+}
+
+/// The keys of an attention kernel cut into `chunks` chunks of `len` keys (the last one
+/// shorter), so that a few query rows over many keys still make enough tasks for the
+/// threads. With a split, [`Attention::out`] is strided over `[batch.., chunks, n, dv + 2]`:
+/// each chunk's output rows, not yet divided by their sum (0 where the chunk visits no
+/// tile), followed by the rows' running maximum and sum over the chunk's keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySplit {
+    pub len: usize,
+    pub chunks: usize,
 }
 
 /// The last `len` keys of an attention kernel and their values, strided over
@@ -354,7 +368,7 @@ impl Attention {
             .score
             .as_ref()
             .is_some_and(|s| s.expr.contains(&Expr::Input(1)));
-        if g <= 1 || self.n != 1 || r == 0 || self.positions.is_some() || reads_row {
+        if g <= 1 || self.n != 1 || r == 0 || self.positions.is_some() || reads_row || self.split.is_some() {
             return None;
         }
         // [.., heads, 1, x] -> [.., heads / g, g, x]: head h = hk * g + row.
@@ -606,7 +620,9 @@ impl KernelOp {
                 .saturating_mul(ceil_div(g.m, g.block.0))
                 .saturating_mul(ceil_div(g.n, g.block.1)),
             KernelOp::Softmax(s) => ceil_div(rows(&s.shape), s.rows_per_task),
-            KernelOp::Attention(a) => product(&a.batch).saturating_mul(ceil_div(a.n, a.block.0)),
+            KernelOp::Attention(a) => product(&a.batch)
+                .saturating_mul(ceil_div(a.n, a.block.0))
+                .saturating_mul(a.split.map_or(1, |s| s.chunks)),
             KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
             KernelOp::Row(r) => ceil_div(product(&r.rows), r.rows_per_task),
         }
@@ -701,11 +717,15 @@ impl KernelOp {
                 let kv_batch = a.kv_batch();
                 let kv = |tail: [usize; 2]| [kv_batch.as_slice(), &tail].concat();
                 let head = a.m - a.tail.as_ref().map_or(0, |t| t.len.min(a.m));
+                let out = match a.split {
+                    Some(s) => [a.batch.as_slice(), &[s.chunks, a.n, a.dv + 2]].concat(),
+                    None => with([a.n, a.dv]),
+                };
                 let mut v = vec![
                     (&a.q, with([a.n, a.dk]), false),
                     (&a.k, kv([head, a.dk]), false),
                     (&a.v, kv([head, a.dv]), false),
-                    (&a.out, with([a.n, a.dv]), true),
+                    (&a.out, out, true),
                 ];
                 if let Some(mask) = &a.mask {
                     v.push((&mask.mask, with([a.n, a.m]), false));

@@ -32,6 +32,7 @@ mod relayout;
 mod rope;
 mod scores;
 mod sdpa;
+mod split;
 mod tiling;
 mod view;
 
@@ -1327,9 +1328,9 @@ impl<'p> Lowerer<'p> {
             score,
             tail,
             zero_empty_rows: false,
+            split: None,
         };
-        let a = a.fold_query_groups().unwrap_or(a);
-        self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));
+        self.attention_kernel(self.label(id), a);
         Ok(out)
     }
 

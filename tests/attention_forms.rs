@@ -417,3 +417,207 @@ output out = scores.softmax(-1) @ v.repeat_interleave(G, dim=1)
     let a = form("repeat_interleave", src, &[("B", 2), ("N", 70)]);
     assert_eq!(a.kv_group, 3);
 }
+
+/// A decode step of `Hkv` key/value heads shared by `G` query heads each, `N` new query rows
+/// against `M` cached keys plus the new ones, with `body` computing `out` from `scores`
+/// (`[B, H, N, M + N]`, scaled) and `v`: the shapes where flash-decoding splits the keys.
+fn decode_step(body: &str) -> String {
+    format!(
+        "dim B, M, N, Hkv, G
+dim Dk = 8
+dim H = Hkv * G
+input q: [B, H, N, Dk]
+input k_cache: [B, Hkv, M, Dk]
+input v_cache: [B, Hkv, M, Dk]
+input k_new: [B, Hkv, N, Dk]
+input v_new: [B, Hkv, N, Dk]
+fn repeat_kv(x: [B, Hkv, M + N, Dk]) -> [B, H, M + N, Dk] {{
+    x[:, :, None, :, :].expand(B, Hkv, G, M + N, Dk).reshape(B, Hkv * G, M + N, Dk)
+}}
+let k = repeat_kv(cat([k_cache, k_new], dim=2))
+let v = repeat_kv(cat([v_cache, v_new], dim=2))
+let i = arange(N)[:, None] + M
+let j = arange(M + N)[None, :]
+let scores = q @ k.transpose(-2, -1) / sqrt(Dk)
+{body}
+"
+    )
+}
+
+/// The attention kernel of `src` at `dims` after checking the numbers, with its keys split
+/// into `chunks`; the plan's outputs are the same bits on 1 and 3 threads.
+fn split_form(what: &str, src: &str, dims: &[(&str, i64)], chunks: usize) -> Attention {
+    let a = form(what, src, dims);
+    let split = a
+        .split
+        .unwrap_or_else(|| panic!("{what}: the keys are not split"));
+    assert_eq!(split.chunks, chunks, "{what}");
+    let p = attnc::opt::optimize(&program(src, dims)).program;
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let exe = Executable::compile(&p, &bound.dims).unwrap();
+    let one = exe.run(&bound, &pool(1).unwrap()).unwrap();
+    let three = exe.run(&bound, &pool(3).unwrap()).unwrap();
+    for ((name, a), (_, b)) in one.iter().zip(&three) {
+        let same = a
+            .data
+            .iter()
+            .zip(&b.data)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{what}: `{name}` differs between 1 and 3 threads");
+    }
+    a
+}
+
+#[test]
+fn a_decode_step_of_one_or_two_key_heads_splits_its_keys() {
+    let src = decode_step("output out = scores.softmax(-1) @ v");
+    // One kv head of two query heads (folded into two rows of one task): 16 chunks wanted,
+    // 512 keys each at least, 3001 keys.
+    let dims = [("B", 1), ("M", 3000), ("N", 1), ("Hkv", 1), ("G", 2)];
+    let a = split_form("one head", &src, &dims, 6);
+    assert_eq!(a.split.map(|s| s.len), Some(512));
+    assert!(a.tail.is_some());
+    // Two kv heads of four query heads each (folded into rows): 2 tasks, 8 chunks wanted.
+    let dims = [("B", 1), ("M", 2999), ("N", 1), ("Hkv", 2), ("G", 4)];
+    let a = split_form("grouped", &src, &dims, 6);
+    assert_eq!((a.n, a.batch.as_slice()), (4, &[1, 2][..]));
+    // A few query rows of their own positions over the cache.
+    let dims = [("B", 1), ("M", 1300), ("N", 3), ("Hkv", 1), ("G", 2)];
+    split_form("three rows", &src, &dims, 3);
+}
+
+#[test]
+fn split_keys_compose_with_masks_of_positions_and_score_changes() {
+    let dims = [("B", 1), ("M", 3000), ("N", 2), ("Hkv", 1), ("G", 2)];
+    // A window of the last 700 positions: the chunks before it visit no tile.
+    let window = "output out = scores.masked_fill((j > i) | (i - j >= 700), -inf).softmax(-1) @ v";
+    let a = split_form("window", &decode_step(window), &dims, 6);
+    assert!(a.skips_tiles() && a.tile_counts().unwrap().skipped > 0);
+    let causal = "output out = scores.masked_fill(j > i, -1e9).softmax(-1) @ v";
+    split_form("causal -1e9", &decode_step(causal), &dims, 6);
+    let capped = "let s = 5.0 * tanh(scores / 5.0)\noutput out = s.masked_fill(j > i, -inf).softmax(-1) @ v";
+    let a = split_form("soft-capped", &decode_step(capped), &dims, 6);
+    assert!(a.score.is_some());
+    let sdpa = "output out = scaled_dot_product_attention(q, k, v, attn_mask=i - j < 900)";
+    split_form("sdpa window", &decode_step(sdpa), &dims, 6);
+}
+
+#[test]
+fn split_keys_keep_each_forms_meaning_of_a_row_without_keys() {
+    let dims = [("B", 1), ("M", 3000), ("N", 1), ("Hkv", 1), ("G", 1)];
+    // No key is kept: uniform under -1e9, NaN under -inf, 0 for SDPA (as PyTorch).
+    let none = "let removed = j >= 0";
+    for (what, body, row) in [
+        (
+            "-1e9",
+            "output out = scores.masked_fill(removed, -1e9).softmax(-1) @ v",
+            "uniform",
+        ),
+        (
+            "-inf",
+            "output out = scores.masked_fill(removed, -inf).softmax(-1) @ v",
+            "nan",
+        ),
+        (
+            "sdpa",
+            "output out = scaled_dot_product_attention(q, k, v, attn_mask=~removed)",
+            "zero",
+        ),
+    ] {
+        let src = decode_step(&format!("{none}\n{body}"));
+        split_form(what, &src, &dims, 6);
+        let p = program(&src, &dims);
+        let bound = bind(&p, &RunOptions::default()).unwrap();
+        let out = &interpret(&p, &bound).unwrap()[0].1.data;
+        match row {
+            "nan" => assert!(out.iter().all(|x| x.is_nan()), "{what}"),
+            "zero" => assert!(out.iter().all(|&x| x == 0.0), "{what}"),
+            _ => assert!(out.iter().all(|x| x.is_finite() && *x != 0.0), "{what}"),
+        }
+    }
+}
+
+#[test]
+fn enough_tasks_or_few_keys_leave_the_keys_whole() {
+    let src = decode_step("output out = scores.softmax(-1) @ v");
+    // 16 kv heads make 16 tasks; 1000 keys make fewer than two chunks of 512.
+    for dims in [
+        [("B", 2), ("M", 3000), ("N", 1), ("Hkv", 8), ("G", 1)],
+        [("B", 1), ("M", 999), ("N", 1), ("Hkv", 1), ("G", 1)],
+    ] {
+        let a = form("whole", &src, &dims);
+        assert_eq!(a.split, None, "{dims:?}");
+    }
+}
+
+/// Float masks of positions passed to `scaled_dot_product_attention`, written as models
+/// write them: the kernel computes them from `i` and `j` (no `[N, N]` buffer, no kernel
+/// that fills one) and skips the tiles they remove.
+#[test]
+fn float_attention_masks_of_positions_are_masks_of_positions() {
+    let forms = [
+        ("where -inf", "where(j <= i, 0.0, -inf)", f32::NEG_INFINITY),
+        ("(1 - causal) * -1e9", "(1.0 - (j <= i)) * -1e9", -1e9),
+        (
+            "full(min).triu(1)",
+            "full([N, N], -3.4028234663852886e38).triu(1)",
+            f32::MIN,
+        ),
+        (
+            "window, -inf",
+            "where((j <= i) & (i - j < 40), 0.0, -inf)",
+            f32::NEG_INFINITY,
+        ),
+    ];
+    for (what, mask, fill) in forms {
+        let body = format!(
+            "let i = arange(N)[:, None]\nlet j = arange(N)[None, :]\n\
+             output out = scaled_dot_product_attention(q, k, v, attn_mask={mask})"
+        );
+        let src = format!("{SDPA}{body}\n");
+        let a = form(what, &src, DIMS);
+        let p = a
+            .positions
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: no mask of positions"));
+        assert_eq!(p.fill, fill, "{what}");
+        assert!(a.score.is_none() && a.mask.is_none(), "{what}: the mask is read");
+        assert!(a.skips_tiles() && a.tile_counts().unwrap().skipped > 0, "{what}");
+        let prog = program(&src, DIMS);
+        let bound = bind(&prog, &RunOptions::default()).unwrap();
+        let plan = plan(&prog, &bound.dims);
+        assert_eq!(plan.kernels.len(), 1, "{what}\n{}", plan.to_text());
+    }
+}
+
+/// A row that keeps no key: PyTorch's SDPA gives 0 under a `-inf` float mask (as under a
+/// boolean one), and a uniform row under `-1e9` (up to the rounding of `s - 1e9`, which the
+/// kernel keeps by adding the mask as a score change there).
+#[test]
+fn float_masks_of_positions_keep_sdpas_meaning_of_a_row_without_keys() {
+    let prelude = "let i = arange(N)[:, None]\nlet j = arange(N)[None, :]\n";
+    let inf = format!(
+        "{SDPA}{prelude}output out = scaled_dot_product_attention(q, k, v, attn_mask=where(j < i, 0.0, -inf))\n"
+    );
+    let p = program(&inf, DIMS);
+    let out = agrees("-inf, row 0 empty", &p);
+    assert!(out[0].1.data[..8].iter().all(|&x| x == 0.0));
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    assert!(one_attention(&plan(&p, &bound.dims)).positions.is_some());
+    let finite = format!(
+        "{SDPA}{prelude}output out = scaled_dot_product_attention(q, k, v, attn_mask=(1.0 - (j < i)) * -1e9)\n"
+    );
+    let p = program(&finite, DIMS);
+    let out = agrees("-1e9, row 0 empty", &p);
+    assert!(out[0].1.data[..8].iter().all(|&x| x != 0.0 && x.is_finite()));
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let attention = plan(&p, &bound.dims)
+        .kernels
+        .into_iter()
+        .find_map(|k| match k.op {
+            KernelOp::Attention(a) => Some(a),
+            _ => None,
+        });
+    let a = attention.expect("an attention kernel");
+    assert!(a.positions.is_none() && a.score.is_some());
+}

@@ -176,6 +176,7 @@ impl Case {
                 len: t,
             }),
             zero_empty_rows: self.zero_rows,
+            split: None,
             block: self.block,
         }
     }

@@ -147,6 +147,7 @@ fn attention_keeps_a_running_max_and_sum() {
         tail: None,
         zero_empty_rows: false,
         block: (2, 4),
+        split: None,
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));
     insta::assert_snapshot!(clif(&p));
@@ -175,6 +176,7 @@ fn attention_decides_each_tile_of_a_causal_mask_from_its_corners() {
         tail: None,
         zero_empty_rows: false,
         block: (2, 4),
+        split: None,
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));
     insta::assert_snapshot!(clif(&p));

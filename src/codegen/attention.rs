@@ -31,7 +31,16 @@ pub fn translate(e: &mut Emit, a: &Attention) {
     });
     let (br, bc) = a.block;
     let nb = a.n.div_ceil(br);
-    let (qs, ks, vs, os) = (&a.q.strides, &a.k.strides, &a.v.strides, &a.out.strides);
+    let (qs, ks, vs) = (&a.q.strides, &a.k.strides, &a.v.strides);
+    // The output's strides over the batch, then its rows and columns: with a split, the
+    // chunk's axis sits between them.
+    let (os, o_chunk) = match a.split {
+        Some(_) => {
+            let s = &a.out.strides;
+            ([&s[..r], &s[r + 1..]].concat(), s[r])
+        }
+        None => (a.out.strides.clone(), 0),
+    };
     // Scratch: the running maximum and sum of each row, then the scores tile [br, bc].
     let max_row = e.scratch;
     let (off1, off2) = (e.int(br as i64), e.int(2 * br as i64));
@@ -40,6 +49,19 @@ pub fn translate(e: &mut Emit, a: &Attention) {
     let (begin, end) = (e.begin, e.end);
     let skip = a.skips_tiles();
     e.for_range(begin, end, 1, |e, t| {
+        // With a split, the task is a chunk of the keys of a block of rows: its keys are
+        // [c0, c1).
+        let (t, chunk, keys) = match a.split {
+            Some(s) => {
+                let chunk = e.b.ins().urem_imm_u(t, s.chunks as i64);
+                let c0 = e.b.ins().imul_imm_s(chunk, s.len as i64);
+                let c1 = e.b.ins().iadd_imm_s(c0, s.len as i64);
+                let m = e.int(a.m as i64);
+                let c1 = e.min_usize(c1, m);
+                (e.b.ins().udiv_imm_u(t, s.chunks as i64), chunk, Some((c0, c1)))
+            }
+            None => (t, t, None),
+        };
         let block = e.b.ins().urem_imm_u(t, nb as i64);
         let bi = e.b.ins().udiv_imm_u(t, nb as i64);
         let idx = e.unflatten(bi, &a.batch);
@@ -80,6 +102,7 @@ pub fn translate(e: &mut Emit, a: &Attention) {
         let out = {
             let o = e.dot(&idx, &os[..r]);
             let p = e.at(o_ptr, o);
+            let p = e.step(p, chunk, o_chunk);
             e.step(p, i0, os[r])
         };
         let mask = match (&a.mask, mask_ptr) {
@@ -116,11 +139,23 @@ pub fn translate(e: &mut Emit, a: &Attention) {
         let no = e.b.ins().iconst(I8, 0);
         let started = e.var(I8, no);
         for &(k, v, ks, vs, start, len) in &segments {
+            // The segment's keys within [c0, c1), counted from its start.
             let len_v = e.int(len as i64);
-            e.for_range(zero, len_v, bc as i64, |e, jl| {
+            let (lo, hi) = match keys {
+                Some((c0, c1)) => {
+                    let clamp = |e: &mut Emit, c: Value| {
+                        let x = e.b.ins().iadd_imm_s(c, -(start as i64));
+                        let x = e.b.ins().smax(x, zero);
+                        e.min_usize(x, len_v)
+                    };
+                    (clamp(e, c0), clamp(e, c1))
+                }
+                None => (zero, len_v),
+            };
+            e.for_range(lo, hi, bc as i64, |e, jl| {
                 // jl counts keys within the segment, j0 within all the keys.
                 let j0 = e.b.ins().iadd_imm_s(jl, start as i64);
-                let left = e.b.ins().isub(len_v, jl);
+                let left = e.b.ins().isub(hi, jl);
                 let bc_v = e.int(bc as i64);
                 let cols = e.min_usize(bc_v, left);
                 let tile_truth = a.positions.as_ref().map(|p| {
@@ -193,7 +228,13 @@ pub fn translate(e: &mut Emit, a: &Attention) {
                         let l_new = e.b.ins().fma(l_old, corr, sum);
                         e.store(l_new, s_at);
                         e.store(m_new, m_at);
-                        e.when(later, |e| {
+                        // A row whose maximum did not move keeps its outputs as they are:
+                        // a product by exactly 1 changes no bit, and most tiles after the
+                        // first few of a row do not raise its maximum.
+                        let one = e.f32(1.0);
+                        let moved = e.cmp(FloatCC::NotEqual, corr, one);
+                        let rescale = e.b.ins().band(later, moved);
+                        e.when(rescale, |e| {
                             let orow = e.step(out, i, os[r]);
                             let dv = e.int(a.dv as i64);
                             scale_row(e, orow, dv, os[r + 1], corr);
@@ -221,6 +262,11 @@ pub fn translate(e: &mut Emit, a: &Attention) {
                 }
             });
         }
+        if a.split.is_some() {
+            let visited = e.b.use_var(started);
+            finish_chunk(e, (out, &os[r..]), a.dv, rows, (max_row, sum_row), visited);
+            return;
+        }
         e.for_range(zero, rows, 1, |e, i| {
             let s_at = e.step(sum_row, i, 1);
             let l = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
@@ -236,6 +282,38 @@ pub fn translate(e: &mut Emit, a: &Attention) {
             let dv = e.int(a.dv as i64);
             scale_row(e, orow, dv, os[r + 1], inv);
         });
+    });
+}
+
+/// The end of a chunk's task: each row's running maximum and sum after its `dv` outputs,
+/// which stay un-normalized for the merge, and are 0 where the chunk visited no tile (it
+/// never wrote them; the merge gives them the weight 0, and 0 × garbage could be NaN).
+fn finish_chunk(
+    e: &mut Emit,
+    (out, os): (Value, &[usize]),
+    dv: usize,
+    rows: Value,
+    (max_row, sum_row): (Value, Value),
+    visited: Value,
+) {
+    let zero = e.int(0);
+    e.for_range(zero, rows, 1, |e, i| {
+        let orow = e.step(out, i, os[0]);
+        let none = e.b.ins().bxor_imm_u(visited, 1);
+        e.when(none, |e| {
+            let (z, dv) = (e.f32(0.0), e.int(dv as i64));
+            e.for_range(zero, dv, 1, |e, j| {
+                let at = e.step(orow, j, os[1]);
+                e.store(z, at);
+            });
+        });
+        for (k, stat) in [max_row, sum_row].into_iter().enumerate() {
+            let from = e.step(stat, i, 1);
+            let x = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), from, 0);
+            let col = e.int((dv + k) as i64);
+            let to = e.step(orow, col, os[1]);
+            e.store(x, to);
+        }
     });
 }
 

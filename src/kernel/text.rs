@@ -196,6 +196,13 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                 if a.zero_empty_rows {
                     let _ = writeln!(out, "      a row without keys is 0");
                 }
+                if let Some(s) = a.split {
+                    let _ = writeln!(
+                        out,
+                        "      keys split in {} chunks of {}: out holds each chunk's rows, max and sum, merged by the next kernel",
+                        s.chunks, s.len
+                    );
+                }
             }
             KernelOp::Map(m) => {
                 let _ = writeln!(

@@ -134,6 +134,13 @@ impl Plan {
             if a.kv_group == 0 || heads % a.kv_group != 0 {
                 return err(format!("{k}: {heads} query heads in groups of {}", a.kv_group));
             }
+            // Every chunk holds a key: the merge weighs each chunk's partial result.
+            if let Some(s) = a.split {
+                let covers = s.len.checked_mul(s.chunks).is_some_and(|all| all >= a.m);
+                if s.len == 0 || !covers || (s.chunks - 1) * s.len >= a.m {
+                    return err(format!("{k}: {} keys in {} chunks of {}", a.m, s.chunks, s.len));
+                }
+            }
         }
         super::formulas(op).map_err(|what| PlanError(format!("{k}: {what}")))
     }

@@ -32,7 +32,7 @@ use super::rope::{self, RopePat};
 use super::scores::{self, ScorePlan};
 use crate::dims::DimTable;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, Program, ValueId};
-use crate::kernel::Keep;
+use crate::kernel::{IndexMask, Keep};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// A constant scale: multiply by `node`'s value, or divide by it.
@@ -96,6 +96,9 @@ pub struct Fusion {
     pub rows: HashMap<ValueId, Vec<ValueId>>,
     /// By attention node: where its mask, a function of positions, keeps the scores.
     pub positions: HashMap<ValueId, Keep>,
+    /// By `scaled_dot_product_attention` node with a mask of positions: what its removed
+    /// scores become (`-inf` for a boolean mask, the value an additive one adds).
+    pub fills: HashMap<ValueId, f32>,
     /// By `scored_attention` node: the score change its kernel computes.
     pub scores: HashMap<ValueId, ScorePlan>,
     /// By attention node: its keys and values, each a `cat` of a cache and new entries
@@ -151,6 +154,7 @@ pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
         epilogue: f.epilogue,
         rows: f.rows,
         positions: f.attention.positions,
+        fills: f.attention.fills,
         scores: f.attention.scores,
         tails: f.attention.tails,
         groups: f.attention.groups,
@@ -162,9 +166,24 @@ pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
 #[derive(Default)]
 struct AttentionParts {
     positions: HashMap<ValueId, Keep>,
+    fills: HashMap<ValueId, f32>,
     scores: HashMap<ValueId, ScorePlan>,
     tails: HashMap<ValueId, [ValueId; 2]>,
     groups: HashMap<ValueId, ([ValueId; 2], usize)>,
+}
+
+/// Whether every query row of `scaled_dot_product_attention(args..)` keeps a key under
+/// `keep` (its sizes are the rows of the query and the keys of the key).
+fn every_row_keeps(pos: &Positions, args: &[ValueId], keep: &Keep) -> bool {
+    let rows = |x: ValueId| pos.sizes(x).and_then(|s| s.iter().rev().nth(1).copied());
+    let (Some(n), Some(m)) = (rows(args[0]), rows(args[1])) else {
+        return false;
+    };
+    let mask = IndexMask {
+        keep: keep.clone(),
+        fill: f32::NEG_INFINITY,
+    };
+    mask.every_row_keeps(n as usize, m as usize, 64)
 }
 
 /// Counts uses and lists every node in evaluation order, loop bodies included.
@@ -489,10 +508,16 @@ impl Decider<'_> {
             dims: self.values,
         };
         if let Some(&m) = args.get(4) {
-            let boolean = self.program.tensor_type(m).dtype == DType::Bool;
-            if let Some(keep) = pos.keep(m).filter(|_| boolean) {
+            let found = match self.program.tensor_type(m).dtype {
+                DType::Bool => pos.keep(m).map(|keep| (keep, f32::NEG_INFINITY)),
+                _ => pos
+                    .additive(m)
+                    .filter(|(keep, fill)| fill.is_infinite() || every_row_keeps(&pos, &args, keep)),
+            };
+            if let Some((keep, fill)) = found {
                 self.absorb_tree(m);
                 self.attention.positions.insert(id, keep);
+                self.attention.fills.insert(id, fill);
             }
         }
         self.joined_tail(id, args[1], args[2]);

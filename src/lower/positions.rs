@@ -340,10 +340,43 @@ impl Positions<'_> {
             }
             (Op::Where, &[cond, a, b]) => Some((self.keep(cond)?, self.uniform(a)?, self.uniform(b)?)),
             _ if self.program.tensor_type(id).dtype == DType::Bool => Some((self.keep(id)?, 1.0, 0.0)),
+            // Arithmetic of a two-valued side and a uniform one (`(1.0 - causal) * -1e9`),
+            // each value computed as the interpreter computes it.
+            (&Op::Binary(op), &[a, b]) => match (self.two_valued(a), self.two_valued(b)) {
+                (Some((k, yes, no)), _) => {
+                    let c = self.uniform(b)?;
+                    Some((k, op.eval(yes, c), op.eval(no, c)))
+                }
+                (None, Some((k, yes, no))) => {
+                    let c = self.uniform(a)?;
+                    Some((k, op.eval(c, yes), op.eval(c, no)))
+                }
+                (None, None) => None,
+            },
             _ => None,
         }
     }
+
+    /// A float mask added to the scores that removes what it does not keep: 0 (of either
+    /// sign: `s + -0.0` is `s`) where it keeps, and elsewhere `fill`, `-inf` or a finite
+    /// value at most [`REMOVES`] (`(1.0 - causal) * -1e9`, `full(.., min).triu(1)`). Where a
+    /// row keeps a key, such a finite fill weighs `exp(s + fill - max)`, 0 in float32 unless
+    /// the row's scores span 1e9, as a removed score does; the caller must check that every
+    /// row keeps one (a row that keeps none is uniform only up to the rounding of `s + fill`).
+    pub fn additive(&self, id: ValueId) -> Option<(Keep, f32)> {
+        let (k, yes, no) = self.two_valued(id)?;
+        let (keep, fill) = match (yes == 0.0, no == 0.0) {
+            (true, false) => (k, no),
+            (false, true) => (not(k), yes),
+            _ => return None,
+        };
+        (fill <= REMOVES).then_some((keep, fill))
+    }
 }
+
+/// The largest value an additive mask may add where it removes a score: `exp(-1e9)` and
+/// anything smaller is 0 in float32 by a wide margin.
+const REMOVES: f32 = -1e9;
 
 /// `d op 0` for an integer-valued `d`.
 fn affine_compare(op: CmpOp, d: Affine) -> Keep {

@@ -1,14 +1,14 @@
 //! `scaled_dot_product_attention` as the flash-style attention kernel: the causal mask as a
 //! mask of positions (tiles above the diagonal skipped), a boolean mask as the kernel's
-//! mask fill, a float mask as a change of the scores (`s + mask`), grouped-query heads read
-//! in place (`kv_group`), keys from `cat([cache, new])` read as two segments (`tail`), and a
-//! row without keys 0 (`zero_empty_rows`), as PyTorch gives it.
+//! mask fill, a float mask of positions that adds 0 where it keeps and `-inf` (or a large
+//! negative value) elsewhere as a mask of positions too, any other float mask as a change
+//! of the scores (`s + mask`), grouped-query heads read in place (`kv_group`), keys from
+//! `cat([cache, new])` read as two segments (`tail`), and a row without keys 0
+//! (`zero_empty_rows`), as PyTorch gives it.
 
 use super::{internal, tiling::attention_blocks, Lowerer, Masking, View};
 use crate::ir::{CmpOp, DType, ValueId};
-use crate::kernel::{
-    Affine, Attention, Binary, Expr, IndexMask, Keep, KernelOp, KeyTail, PlanError, ScoreMod,
-};
+use crate::kernel::{Affine, Attention, Binary, Expr, IndexMask, Keep, KeyTail, PlanError, ScoreMod};
 
 impl Lowerer<'_> {
     /// Node `id`, `Sdpa { causal, gqa }` of `args` `[q, k, v, scale]` (then the mask).
@@ -71,7 +71,8 @@ impl Lowerer<'_> {
             }),
             None => None,
         };
-        // A boolean mask of positions is computed in the kernel, not read.
+        // A mask of positions (boolean, or a float one that adds 0 or a fill) is computed
+        // in the kernel, not read.
         let keep = self.fusion.positions.get(&id).cloned();
         let scores = with(&batch, [n, m]);
         let (mut mask, mut score) = (None, None);
@@ -104,9 +105,10 @@ impl Lowerer<'_> {
             (Some(a), Some(b)) => Some(Keep::And(Box::new(a), Box::new(b))),
             (a, b) => a.or(b),
         };
+        let fill = self.fusion.fills.get(&id).copied();
         let positions = keep.map(|keep| IndexMask {
             keep,
-            fill: f32::NEG_INFINITY,
+            fill: fill.unwrap_or(f32::NEG_INFINITY),
         });
         let out = self.temp(out_shape.clone());
         if m == 0 {
@@ -132,9 +134,9 @@ impl Lowerer<'_> {
             score,
             tail,
             zero_empty_rows: true,
+            split: None,
         };
-        let a = a.fold_query_groups().unwrap_or(a);
-        self.kernel(self.label(id), KernelOp::Attention(Box::new(a)));
+        self.attention_kernel(self.label(id), a);
         Ok(out)
     }
 }
