@@ -3,7 +3,7 @@
 //! and 0 included, and where the checker says the strides are known, they are PyTorch's.
 
 use attnc::driver::check_source;
-use attnc::ir::Program;
+use attnc::ir::{OtherStrides, Program, Type};
 use attnc::render;
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, interpret, RunOptions};
@@ -664,6 +664,14 @@ fn checked_strides(prog: &Program, at: &Sizes) -> Option<(Vec<i64>, Vec<Vec<i64>
     Some((eval(&t.shape)?, layouts?))
 }
 
+/// Whether some value of the program has several possible lists of strides.
+fn has_several_layouts(prog: &Program) -> bool {
+    prog.nodes.iter().any(|n| match &n.ty {
+        Type::Tensor(t) => matches!(t.others, OtherStrides::Listed(_)),
+        Type::Seq { .. } => false,
+    })
+}
+
 /// How many chains the property test draws: `ATTNC_LAYOUT_CASES`, or 10,000.
 fn cases() -> usize {
     std::env::var("ATTNC_LAYOUT_CASES")
@@ -682,6 +690,8 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
     let mut refused: BTreeMap<String, usize> = BTreeMap::new();
     let mut over: BTreeMap<String, usize> = BTreeMap::new();
     let mut accepted = 0;
+    // Accepted chains with a value of several layouts: the lists are exercised.
+    let mut several = 0;
     let cases = cases();
     for case in 0..cases {
         let len = 1 + rng.below(8);
@@ -706,6 +716,7 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
             continue;
         }
         accepted += 1;
+        several += usize::from(has_several_layouts(&checked.program));
         for at in all_sizes() {
             let t = match run_model(&chain, &at) {
                 Ok(t) => t,
@@ -728,10 +739,16 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
             );
         }
     }
-    println!("accepted {accepted}, refused {refused:?}, of which the model accepts at every size {over:?}");
+    println!(
+        "accepted {accepted} ({several} with a value of several layouts), refused {refused:?}, of which the model accepts at every size {over:?}"
+    );
     assert!(
         accepted > cases / 10,
         "the chains should mostly check: {refused:?}"
+    );
+    assert!(
+        several > cases / 100,
+        "few chains reach several layouts: {several}"
     );
 }
 

@@ -526,13 +526,13 @@ pub fn contiguous_as_suggested(dims: &DimTable, operands: &[&TensorType], shape:
 /// Whether PyTorch's `suggest_memory_format` may call `t` channels-last where that gives a
 /// result of `shape` (4-d or 5-d) other strides than row-major on its axes not of size 1.
 /// Channels-last needs axis 1 innermost: it is ruled out where the last axis's stride is
-/// smaller than axis 1's, where the strides are row-major on every axis (those of size 1
-/// included), or where the last axis is never of size 1 and has stride 1 and
-/// axis 1 is never of size 1, for then axis 1's stride times its size exceeds the last
-/// axis's. Where axis 1 is 1 in the result wherever it is in `t`,
-/// the two layouts agree anyway. Being contiguous rules out nothing: the stride of an axis
-/// of size 1 is whatever a view made it (`[1, 2, 1, 1]` with strides `[2, 1, 2, 2]` is
-/// contiguous and channels-last, and `cat` of it along the last axis is laid out so).
+/// smaller than axis 1's, or the strides are row-major, on axes never of size 1; or where
+/// the last axis is never of size 1 and has stride 1 and axis 1 is never of size 1, for
+/// then axis 1's stride times its size exceeds the last axis's. Where axis 1 is 1 in the
+/// result wherever it is in `t`, the two layouts agree anyway. Being contiguous rules out
+/// nothing: the stride of an axis of size 1 is whatever a view made it (`[1, 2, 1, 1]`
+/// with strides `[2, 1, 2, 2]` is contiguous and channels-last, and `cat` of it along the
+/// last axis is laid out so).
 fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> bool {
     if !matches!(shape.len(), 4 | 5) {
         return false;
@@ -543,11 +543,13 @@ fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> bool
     let last = t.rank() - 1;
     // `suggest_memory_format` takes axis 1 innermost, so a last axis with a smaller
     // stride rules it out, whatever the sizes; and it calls a tensor with row-major
-    // strides on every axis contiguous (where they are all 1, it is `N111`).
+    // strides on every axis contiguous. Both read strides that are PyTorch's only on axes
+    // never of size 1 (on an axis of size 1, PyTorch keeps what a view or `expand` left).
+    let real = |a: usize| dims.never_one(&t.shape[a]);
     let row_major = row_major_strides(&t.shape);
-    if dims.provably_positive(&t.strides[1].sub(&t.strides[last]))
-        || (0..t.rank()).all(|i| dims.equal(&t.strides[i], &row_major[i]))
-    {
+    let smaller_last = real(1) && real(last) && dims.provably_positive(&t.strides[1].sub(&t.strides[last]));
+    let all_row_major = (0..t.rank()).all(|a| real(a) && dims.equal(&t.strides[a], &row_major[a]));
+    if smaller_last || all_row_major {
         return false;
     }
     let inner = dims.is_one(&t.strides[last]) && dims.never_one(&t.shape[last]);
