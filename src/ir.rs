@@ -27,14 +27,26 @@ pub enum DType {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
     pub shape: Vec<Poly>,
-    /// The strides PyTorch gives the value; where they depend on the sizes (`varies`), the
-    /// strides of the general case.
+    /// The strides PyTorch gives the value; where they depend on the sizes, the strides of
+    /// the general case.
     pub strides: Vec<Poly>,
     pub dtype: DType,
-    /// Whether some sizes give the value other strides (a `reshape` that is a view for some
-    /// sizes only, an elementwise result whose operands' order depends on the sizes). No
-    /// `view` may then rely on the strides: it may only split axes (see `check::layout`).
-    pub varies: bool,
+    /// The strides other sizes give the value (a `reshape` that is a view for some sizes
+    /// only, an elementwise result whose operands' order depends on the sizes, a `cat` that
+    /// may keep channels-last). A `view` must be legal on each (see `check::layout`).
+    pub others: OtherStrides,
+}
+
+/// The strides a value may have beside its general ones, at some sizes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OtherStrides {
+    /// These, each a full list of strides (none: the strides are those for every size).
+    #[default]
+    None,
+    Listed(Vec<Vec<Poly>>),
+    /// Too many to follow: no `view` may rely on the strides, so it may only split axes and
+    /// add or drop axes of size 1.
+    Any,
 }
 
 /// The type of a node's value.
@@ -328,7 +340,34 @@ impl TensorType {
             shape,
             strides,
             dtype,
-            varies: false,
+            others: OtherStrides::None,
+        }
+    }
+
+    /// Whether some sizes give the value other strides than [`TensorType::strides`].
+    pub fn varies(&self) -> bool {
+        self.others != OtherStrides::None
+    }
+
+    /// Every list of strides the value may have, the general one first; `None` where they
+    /// are too many to follow.
+    pub fn layouts(&self) -> Option<Vec<&[Poly]>> {
+        let mut all = vec![self.strides.as_slice()];
+        match &self.others {
+            OtherStrides::None => {}
+            OtherStrides::Listed(others) => all.extend(others.iter().map(Vec::as_slice)),
+            OtherStrides::Any => return None,
+        }
+        Some(all)
+    }
+
+    /// The value with one of its possible strides, known exactly.
+    pub fn exact(&self, strides: &[Poly]) -> TensorType {
+        TensorType {
+            shape: self.shape.clone(),
+            strides: strides.to_vec(),
+            dtype: self.dtype,
+            others: OtherStrides::None,
         }
     }
 
@@ -341,20 +380,23 @@ impl TensorType {
         self.shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d))
     }
 
-    /// Row-major for every value of the free dims (axes of size 1 given the constants do not
-    /// count, and a tensor without elements is contiguous, as in PyTorch's `is_contiguous`).
+    /// Row-major for every value of the free dims, whichever strides the sizes give (axes of
+    /// size 1 given the constants do not count, and a tensor without elements is contiguous,
+    /// as in PyTorch's `is_contiguous`).
     pub fn is_contiguous(&self, dims: &DimTable) -> bool {
         // PyTorch's is_contiguous holds for any tensor without elements.
         if self.shape.iter().any(|n| dims.equal(n, &Poly::int(0))) {
             return true;
         }
         let expected = row_major_strides(&self.shape);
-        !self.varies
-            && self
-                .shape
-                .iter()
-                .zip(self.strides.iter().zip(&expected))
-                .all(|(size, (s, e))| dims.is_one(size) || dims.equal(s, e))
+        self.layouts().is_some_and(|all| {
+            all.iter().all(|strides| {
+                self.shape
+                    .iter()
+                    .zip(strides.iter().zip(&expected))
+                    .all(|(size, (s, e))| dims.is_one(size) || dims.equal(s, e))
+            })
+        })
     }
 }
 

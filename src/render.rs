@@ -128,13 +128,10 @@ pub fn bindings_text(prog: &Program) -> String {
         .iter()
         .map(|b| {
             let t = prog.tensor_type(b.value);
-            let layout = match (t.is_contiguous(&prog.dims), t.varies) {
+            let layout = match (t.is_contiguous(&prog.dims), t.varies()) {
                 (true, _) => "contiguous".to_string(),
-                (false, false) => format!("non-contiguous, strides {}", prog.shape_text(&t.strides)),
-                (false, true) => format!(
-                    "strides depend on the sizes, in general {}",
-                    prog.shape_text(&t.strides)
-                ),
+                (false, false) => format!("non-contiguous, strides {}", prog.strides_text(t)),
+                (false, true) => format!("strides depend on the sizes: {}", prog.strides_text(t)),
             };
             let sizes = sizes(prog, &t.shape).map_or(String::new(), |s| format!("{s:?}"));
             [

@@ -3,24 +3,28 @@
 //! Every op's result has the strides PyTorch gives it; `LAYOUT.md` beside this file states
 //! each rule and the PyTorch behaviour it was established from. An op names its rule, one
 //! of the [`Rule`] functions below; view ops (`transpose`, `view`, slices, ..) move the
-//! operand's strides instead and keep its [`TensorType::varies`].
+//! operand's strides instead ([`Layout::moved`]).
 //!
 //! All decisions hold for every value of the free dims: two axes belong to one chunk only
 //! when PyTorch's stride equation holds as an identity of dim expressions, and an axis counts
 //! as size 1 only when it is 1 given the constant dims' values (see `shared/notes/VIEW.md`).
-//! Where the layout depends on the sizes, the result `varies`: its strides are the general
-//! case, and a later `view` must be legal whatever the strides are, so it may only split
-//! axes and add or drop axes of size 1.
+//! Where the layout depends on the sizes, a value carries every list of strides it may
+//! have ([`OtherStrides`]): each op maps each of them, and a later `view` must be legal on
+//! every one. Beyond [`LAYOUTS_KEPT`] of them, any strides are possible, and a `view` may
+//! only split axes and add or drop axes of size 1.
 
 use crate::dims::{Atom, DimKind, DimTable, Poly, Ratio, Sym};
-use crate::ir::{row_major_strides, DType, TensorType};
+use crate::ir::{row_major_strides, DType, OtherStrides, TensorType};
 use std::cmp::Ordering;
 
-/// A result's strides: the general case, and whether some sizes give other strides.
+/// At most this many lists of strides are kept for one value; beyond it, any strides.
+pub const LAYOUTS_KEPT: usize = 64;
+
+/// A result's strides: the general case, and those other sizes give it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layout {
     pub strides: Vec<Poly>,
-    pub varies: bool,
+    pub others: OtherStrides,
 }
 
 impl Layout {
@@ -30,14 +34,72 @@ impl Layout {
             shape,
             strides: self.strides,
             dtype,
-            varies: self.varies,
+            others: self.others,
         }
     }
 
     fn exact(strides: Vec<Poly>) -> Layout {
         Layout {
             strides,
-            varies: false,
+            others: OtherStrides::None,
+        }
+    }
+
+    /// Strides known in general only: some sizes give any others.
+    fn any(strides: Vec<Poly>) -> Layout {
+        Layout {
+            strides,
+            others: OtherStrides::Any,
+        }
+    }
+
+    /// One of `alternatives` (the general case first), each kept once; any strides beyond
+    /// [`LAYOUTS_KEPT`].
+    fn one_of(dims: &DimTable, alternatives: impl IntoIterator<Item = Vec<Poly>>) -> Layout {
+        let mut kept: Vec<Vec<Poly>> = Vec::new();
+        for strides in alternatives {
+            let seen = kept
+                .iter()
+                .any(|k| k.iter().zip(&strides).all(|(a, b)| dims.equal(a, b)));
+            if !seen {
+                kept.push(strides);
+            }
+        }
+        let general = kept.remove(0);
+        match kept.len() {
+            0 => Layout::exact(general),
+            n if n < LAYOUTS_KEPT => Layout {
+                strides: general,
+                others: OtherStrides::Listed(kept),
+            },
+            _ => Layout::any(general),
+        }
+    }
+
+    /// Any one of `layouts`, the first one's general case first.
+    fn union(dims: &DimTable, layouts: impl IntoIterator<Item = Layout>) -> Layout {
+        let mut all = Vec::new();
+        let mut any = false;
+        for laid in layouts {
+            all.push(laid.strides);
+            match laid.others {
+                OtherStrides::None => {}
+                OtherStrides::Listed(others) => all.extend(others),
+                OtherStrides::Any => any = true,
+            }
+        }
+        match any {
+            true => Layout::any(all.swap_remove(0)),
+            false => Layout::one_of(dims, all),
+        }
+    }
+
+    /// `x`'s strides moved by a view op, each of them: `moved` gives the result's strides
+    /// from one list of `x`'s.
+    pub fn moved(dims: &DimTable, x: &TensorType, moved: impl Fn(&[Poly]) -> Vec<Poly>) -> Layout {
+        match x.layouts() {
+            Some(all) => Layout::one_of(dims, all.into_iter().map(moved)),
+            None => Layout::any(moved(&x.strides)),
         }
     }
 }
@@ -53,14 +115,51 @@ pub fn fresh_row_major(_: &DimTable, _: &[&TensorType], shape: &[Poly]) -> Layou
     Layout::exact(row_major_strides(shape))
 }
 
-/// `contiguous()`: the operand itself where it is contiguous for every size (keeping the
-/// strides of its axes of size 1, which a later elementwise order can depend on), else a
-/// row-major copy.
+/// `contiguous()`: the operand itself where it is contiguous for every size and in each of
+/// its layouts (keeping the strides of its axes of size 1, which a later elementwise order
+/// can depend on), else a row-major copy, which is what PyTorch's is wherever it copies.
 pub fn contiguous(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
     match operands.first() {
-        Some(x) if x.is_contiguous(dims) => Layout::exact(x.strides.clone()),
+        Some(x) if x.is_contiguous(dims) => Layout::moved(dims, x, <[Poly]>::to_vec),
         _ => Layout::exact(row_major_strides(shape)),
     }
+}
+
+/// `rule` on every combination of the operands' possible strides, which `rule` then sees
+/// as exact; every result is possible. Any strides where an operand may have any, or
+/// beyond [`LAYOUTS_KEPT`] combinations.
+fn each_combination(dims: &DimTable, operands: &[&TensorType], shape: &[Poly], rule: Rule) -> Layout {
+    if operands.iter().all(|t| !t.varies()) {
+        return rule(dims, operands, shape);
+    }
+    let per: Option<Vec<Vec<&[Poly]>>> = operands.iter().map(|t| t.layouts()).collect();
+    let count = per.as_ref().map_or(usize::MAX, |per| {
+        per.iter().fold(1usize, |n, ls| n.saturating_mul(ls.len()))
+    });
+    let Some(per) = per.filter(|_| count <= LAYOUTS_KEPT) else {
+        let general: Vec<TensorType> = operands.iter().map(|t| t.exact(&t.strides)).collect();
+        let general: Vec<&TensorType> = general.iter().collect();
+        return Layout::any(rule(dims, &general, shape).strides);
+    };
+    // Combination `k` takes its digits, in the mixed radix of the counts, as choices.
+    let combination = |mut k: usize| -> Vec<TensorType> {
+        operands
+            .iter()
+            .zip(&per)
+            .map(|(t, layouts)| {
+                let strides = layouts[k % layouts.len()];
+                k /= layouts.len();
+                t.exact(strides)
+            })
+            .collect()
+    };
+    Layout::union(
+        dims,
+        (0..count).map(|k| {
+            let types = combination(k);
+            rule(dims, &types.iter().collect::<Vec<_>>(), shape)
+        }),
+    )
 }
 
 /// An elementwise result (arithmetic, comparisons, unary functions, `where`, `clamp`,
@@ -68,23 +167,27 @@ pub fn contiguous(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> 
 /// strides, broadcast operands included (`reorder_dimensions` in ATen's
 /// `TensorIterator.cpp`). Operands of rank 0 never decide anything.
 pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+    each_combination(dims, operands, shape, elementwise_of_exact)
+}
+
+/// [`elementwise_order`] of operands whose strides are known: dense in every order
+/// TensorIterator may take, in general and where some sizes are 1.
+fn elementwise_of_exact(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
     if let Some(laid) = over_one_row_major(dims, operands, shape) {
         return laid;
     }
-    let orders = iterator_orders(dims, operands, shape);
     let general: Vec<usize> = (0..shape.len()).rev().collect();
-    let perm = orders.as_ref().map_or(&general, |o| &o[0]);
-    let strides = dense_in_order(shape, perm);
-    let decided = orders.as_ref().is_some_and(|orders| {
-        orders.iter().all(|o| {
-            let there = dense_in_order(shape, o);
-            (0..shape.len()).all(|i| dims.equal(&there[i], &strides[i]))
-        })
-    });
-    let varies = !decided
-        || operands.iter().any(|t| t.varies)
-        || !same_where_dims_are_one(dims, operands, shape, perm);
-    Layout { strides, varies }
+    let Some(orders) = iterator_orders(dims, operands, shape) else {
+        return Layout::any(dense_in_order(shape, &general));
+    };
+    let perm = &orders[0];
+    let Some(at_ones) = orders_where_dims_are_one(dims, operands, shape, perm) else {
+        return Layout::any(dense_in_order(shape, perm));
+    };
+    Layout::one_of(
+        dims,
+        orders.iter().chain(&at_ones).map(|o| dense_in_order(shape, o)),
+    )
 }
 
 /// The common case quickly: one tensor operand, of the result's shape and row-major for
@@ -100,7 +203,7 @@ fn over_one_row_major(dims: &DimTable, operands: &[&TensorType], shape: &[Poly])
     };
     let row_major = row_major_strides(shape);
     let same = t.rank() == shape.len()
-        && !t.varies
+        && !t.varies()
         && (0..shape.len())
             .all(|i| dims.equal(&t.shape[i], &shape[i]) && dims.equal(&t.strides[i], &row_major[i]));
     same.then(|| Layout::exact(row_major))
@@ -169,29 +272,32 @@ fn sort_step(outcome: Ordering, perm: &mut [usize], dim0: usize, dim1: usize) ->
 /// in every combination; beyond it, one at a time and all together.
 const ONES_TRIED_EXHAUSTIVELY: usize = 4;
 
-/// Whether the order is the same where some sizes are 1, on the axes not of size 1. It may
-/// not be: an operand's axis of size 1 stops broadcasting where the result's axis is 1 too,
-/// and its stride then takes part in the order (`y: [B, 1, 4]` plus `x: [B, N, 4]` is
-/// row-major, but at `N = 1` it follows `y`). Sizes are set to 1 through the free dims
+/// The orders TensorIterator may take where some sizes are 1 that lay out the axes not of
+/// size 1 otherwise than `perm` does; `None` where they cannot be followed. They exist
+/// because an operand's axis of size 1 stops broadcasting where the result's axis is 1
+/// too, and its stride then takes part in the order (`y: [B, 1, 4]` plus `x: [B, N, 4]`
+/// is row-major, but at `N = 1` it follows `y`). Sizes are set to 1 through the free dims
 /// (each scenario substituted everywhere) and then through the other axes that may be 1
-/// (`B - 1`), whose strides keep their general form.
-fn same_where_dims_are_one(
+/// (`B - 1`), whose strides keep their general form. An order found there, dense over the
+/// general shape, has the strides PyTorch gives at those sizes.
+fn orders_where_dims_are_one(
     dims: &DimTable,
     operands: &[&TensorType],
     shape: &[Poly],
     perm: &[usize],
-) -> bool {
+) -> Option<Vec<Vec<usize>>> {
     let sizes = operands.iter().flat_map(|t| t.shape.iter().chain(&t.strides));
     let free = free_dims(dims, sizes.chain(shape));
     let mut dims_sets = subsets(&free);
     dims_sets.push(Vec::new());
-    dims_sets.iter().all(|ones| {
+    let mut found = Vec::new();
+    for ones in &dims_sets {
         let sub = |p: &Poly| p.substitute(&|s| ones.contains(&s).then(|| Poly::int(1)));
         let subs = |ps: &[Poly]| ps.iter().map(sub).collect::<Vec<_>>();
         let shape_at = subs(shape);
         if shape_at.iter().filter(|d| !dims.is_one(d)).count() < 2 {
             // One axis not of size 1 has stride 1 in every order.
-            return true;
+            continue;
         }
         let at_ones: Vec<TensorType> = operands
             .iter()
@@ -208,15 +314,20 @@ fn same_where_dims_are_one(
             .collect();
         let mut axes_sets = subsets(&maybe_one);
         axes_sets.push(Vec::new());
-        let Some(variants) = unknown_strides(operands, &at_ones, &shape_at, dims) else {
-            return false;
-        };
-        variants.iter().all(|ops| {
-            axes_sets
-                .iter()
-                .all(|axes| same_order(dims, ops, &shape_at, perm, axes))
-        })
-    })
+        for ops in unknown_strides(operands, &at_ones, &shape_at, dims)? {
+            for axes in &axes_sets {
+                for order in other_orders(dims, &ops, &shape_at, perm, axes)? {
+                    if !found.contains(&order) {
+                        found.push(order);
+                    }
+                }
+            }
+        }
+        if found.len() > LAYOUTS_KEPT {
+            return None;
+        }
+    }
+    Some(found)
 }
 
 /// At most this many choices of the strides `unknown_strides` cannot know are tried.
@@ -273,16 +384,16 @@ fn unknown_strides(
     Some(variants)
 }
 
-/// Whether every order TensorIterator may take, with the result's `axes` (and the
-/// operands' axes aligned to them) of size 1, lays out the axes not of size 1 as `perm`
-/// does.
-fn same_order(
+/// The orders TensorIterator may take, with the result's `axes` (and the operands' axes
+/// aligned to them) of size 1, that lay out the axes not of size 1 otherwise than `perm`
+/// does; `None` beyond [`ORDERS_TRIED`].
+fn other_orders(
     dims: &DimTable,
     operands: &[TensorType],
     shape: &[Poly],
     perm: &[usize],
     axes: &[usize],
-) -> bool {
+) -> Option<Vec<Vec<usize>>> {
     let one = |i: usize, p: &Poly| match axes.contains(&i) {
         true => Poly::int(1),
         false => p.clone(),
@@ -299,14 +410,13 @@ fn same_order(
         })
         .collect();
     let refs: Vec<&TensorType> = operands.iter().collect();
-    let Some(orders) = iterator_orders(dims, &refs, &shape) else {
-        return false;
-    };
+    let orders = iterator_orders(dims, &refs, &shape)?;
     let general = dense_in_order(&shape, perm);
-    orders.iter().all(|order| {
+    let differs = |order: &Vec<usize>| {
         let there = dense_in_order(&shape, order);
-        (0..shape.len()).all(|i| dims.is_one(&shape[i]) || dims.equal(&there[i], &general[i]))
-    })
+        (0..shape.len()).any(|i| !dims.is_one(&shape[i]) && !dims.equal(&there[i], &general[i]))
+    };
+    Some(orders.into_iter().filter(differs).collect())
 }
 
 /// Whether `p` is a product of free dims (`N`, `B * N`).
@@ -335,64 +445,144 @@ fn subsets<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
     }
 }
 
-/// `cat` and `stack` of items of one type: row-major, except that PyTorch keeps a
-/// channels-last format of 4-d and 5-d results (`cat_compute_output_memory_format`), which
-/// attnc does not model: such results vary unless channels-last is ruled out (see
-/// `may_be_channels_last`; `stack` of items of a lower rank always varies at 4-d and 5-d).
+/// `cat` of items: row-major, except that PyTorch keeps a channels-last format of 4-d and
+/// 5-d results (`cat_compute_output_memory_format`) where every item suggests it: such
+/// results are row-major or channels-last unless channels-last is ruled out (see
+/// `may_be_channels_last`).
 pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    Layout {
-        strides: row_major_strides(shape),
-        varies: operands.iter().any(|t| may_be_channels_last(dims, t, shape)),
+    let row_major = row_major_strides(shape);
+    match operands.iter().any(|t| may_be_channels_last(dims, t, shape)) {
+        true => Layout::one_of(dims, [row_major, channels_last(shape)]),
+        false => Layout::exact(row_major),
     }
+}
+
+/// `stack` of items of type `item` along axis `d` of the result `shape`, as ATen builds it:
+/// `cat` of the items along `d`, then a view that splits that axis; or, where `d` is the
+/// new last axis, `cat` of the items unsqueezed there. So stacking items of rank 3 gives a
+/// row-major 4-d result unless `d` is the last axis.
+pub fn stacked(dims: &DimTable, item: &TensorType, d: usize, shape: &[Poly]) -> Layout {
+    if d < item.rank() {
+        let mut cat_shape = item.shape.clone();
+        cat_shape[d] = shape[d].mul(&shape[d + 1]);
+        let cat = joined(dims, &[item], &cat_shape).with(cat_shape, item.dtype);
+        // Splitting an axis is always a view.
+        return view(dims, &cat, shape).unwrap_or_else(|| Layout::any(row_major_strides(shape)));
+    }
+    joined(dims, &[&unsqueezed(dims, item, d)], shape)
+}
+
+/// `x.unsqueeze(d)`: a new axis of size 1 at `d`, with the stride PyTorch gives it (the
+/// extent of the axis it is put before, or 1 at the end).
+pub fn unsqueezed(dims: &DimTable, x: &TensorType, d: usize) -> TensorType {
+    let laid = Layout::moved(dims, x, |old| {
+        let stride = match d < x.rank() {
+            true => old[d].mul(&x.shape[d]),
+            false => Poly::int(1),
+        };
+        let mut s = old.to_vec();
+        s.insert(d, stride);
+        s
+    });
+    let mut shape = x.shape.clone();
+    shape.insert(d, Poly::int(1));
+    laid.with(shape, x.dtype)
+}
+
+/// `x` without axis `d`, as `squeeze` and `select` drop it.
+pub fn without_axis(dims: &DimTable, x: &TensorType, d: usize) -> TensorType {
+    let laid = Layout::moved(dims, x, |old| {
+        let mut s = old.to_vec();
+        s.remove(d);
+        s
+    });
+    let mut shape = x.shape.clone();
+    shape.remove(d);
+    laid.with(shape, x.dtype)
+}
+
+/// Channels-last strides of a 4-d or 5-d `shape`: axis 1 innermost, then the last axes
+/// from the right, then axis 0.
+fn channels_last(shape: &[Poly]) -> Vec<Poly> {
+    let mut order = vec![1];
+    order.extend((2..shape.len()).rev());
+    order.push(0);
+    dense_in_order(shape, &order)
 }
 
 /// `x.contiguous(memory_format=x.suggest_memory_format())`, as `rms_norm` copies its
 /// input: `contiguous`, except that a 4-d or 5-d input whose strides may be channels-last
-/// keeps that format, which attnc does not model: such results vary.
+/// may keep that format instead.
 pub fn contiguous_as_suggested(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    let laid = contiguous(dims, operands, shape);
-    Layout {
-        varies: laid.varies || operands.iter().any(|t| may_be_channels_last(dims, t, shape)),
-        ..laid
-    }
+    each_combination(dims, operands, shape, |dims, operands, shape| {
+        let laid = contiguous(dims, operands, shape);
+        match operands.iter().any(|t| may_be_channels_last(dims, t, shape)) {
+            true => Layout::union(dims, [laid, Layout::exact(channels_last(shape))]),
+            false => laid,
+        }
+    })
 }
 
 /// Whether PyTorch's `suggest_memory_format` may call `t` channels-last where that gives a
 /// result of `shape` (4-d or 5-d) other strides than row-major on its axes not of size 1.
-/// Channels-last needs axis 1 innermost: it is ruled out where the last axis is never of
-/// size 1 and has stride 1 and axis 1 is never of size 1, for then axis 1's stride times
-/// its size exceeds the last axis's. Where axis 1 is 1 in the result wherever it is in `t`,
-/// the two layouts agree anyway. Being contiguous rules out nothing: the stride of an axis
-/// of size 1 is whatever a view made it (`[1, 2, 1, 1]` with strides `[2, 1, 2, 2]` is
-/// contiguous and channels-last, and `cat` of it along the last axis is laid out so).
+/// Channels-last needs axis 1 innermost: it is ruled out where the last axis's stride is
+/// smaller than axis 1's, or the strides are row-major, on axes never of size 1; or where
+/// the last axis is never of size 1 and has stride 1 and axis 1 is never of size 1, for
+/// then axis 1's stride times its size exceeds the last axis's. Where axis 1 is 1 in the
+/// result wherever it is in `t`, the two layouts agree anyway. Being contiguous rules out
+/// nothing: the stride of an axis of size 1 is whatever a view made it (`[1, 2, 1, 1]`
+/// with strides `[2, 1, 2, 2]` is contiguous and channels-last, and `cat` of it along the
+/// last axis is laid out so).
 fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> bool {
     if !matches!(shape.len(), 4 | 5) {
         return false;
     }
-    if t.rank() != shape.len() || t.varies {
+    if t.rank() != shape.len() || t.varies() {
         return true;
     }
     let last = t.rank() - 1;
+    // `suggest_memory_format` takes axis 1 innermost, so a last axis with a smaller
+    // stride rules it out, whatever the sizes; and it calls a tensor with row-major
+    // strides on every axis contiguous. Both read strides that are PyTorch's only on axes
+    // never of size 1 (on an axis of size 1, PyTorch keeps what a view or `expand` left).
+    let real = |a: usize| dims.never_one(&t.shape[a]);
+    let row_major = row_major_strides(&t.shape);
+    let smaller_last = real(1) && real(last) && dims.provably_positive(&t.strides[1].sub(&t.strides[last]));
+    let all_row_major = (0..t.rank()).all(|a| real(a) && dims.equal(&t.strides[a], &row_major[a]));
+    if smaller_last || all_row_major {
+        return false;
+    }
     let inner = dims.is_one(&t.strides[last]) && dims.never_one(&t.shape[last]);
     let channels = dims.never_one(&t.shape[1]) || dims.equal(&t.shape[1], &shape[1]);
     !(inner && channels)
 }
 
 /// `x.reshape(shape)`: a view where PyTorch's `view` succeeds, a row-major copy where it
-/// does not. Where the view is legal for every size the result is that view. Otherwise it
-/// is a copy in general, and a view at sizes that happen to allow one: the result varies,
-/// unless every such view has the copy's strides (`x.transpose(1, 2).reshape(B, N, D)`,
-/// a view only where `N = 1`, is row-major there too).
+/// does not, for each of `x`'s possible strides. Where the view is legal for every size
+/// the result is that view. Otherwise it is a copy in general, and a view at sizes that
+/// happen to allow one (`x.transpose(1, 2).reshape(B, N, D)`, a view only where `N = 1`,
+/// is row-major there too, while `y.transpose(0, 1).reshape(B, N * 4)` is the view where
+/// `B = 1`): every such view is possible too.
 pub fn reshape(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
+    let Some(all) = x.layouts() else {
+        let strides = view_strides(dims, x, shape).unwrap_or_else(|| row_major_strides(shape));
+        return Layout::any(strides);
+    };
+    Layout::union(
+        dims,
+        all.iter().map(|s| reshape_of_exact(dims, &x.exact(s), shape)),
+    )
+}
+
+/// [`reshape`] of a value whose strides are known.
+fn reshape_of_exact(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
     if let Some(strides) = view_strides(dims, x, shape) {
-        return Layout {
-            strides,
-            varies: x.varies,
-        };
+        return Layout::exact(strides);
     }
-    Layout {
-        strides: row_major_strides(shape),
-        varies: x.varies || !views_are_row_major(dims, x, shape),
+    let copy = row_major_strides(shape);
+    match views_where_dims_are_one(dims, x, shape) {
+        Some(views) => Layout::one_of(dims, [copy].into_iter().chain(views)),
+        None => Layout::any(copy),
     }
 }
 
@@ -404,23 +594,22 @@ pub fn reshape(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
 /// on an axis of size 1, which no view or order of the axes not of size 1 reads. The caller
 /// has already proved that each axis keeps its size or is 1.
 pub fn expand(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
-    let pad = shape.len() - x.rank();
-    let mut strides = vec![Poly::int(0); shape.len()];
-    if x.rank() == 0 {
-        return Layout::exact(strides);
-    }
-    for i in (0..shape.len()).rev() {
-        strides[i] = match i.checked_sub(pad) {
-            Some(j) if dims.equal(&x.shape[j], &shape[i]) => x.strides[j].clone(),
-            Some(_) => Poly::int(0),
-            None if dims.is_one(&shape[i]) => shape[i + 1].mul(&strides[i + 1]),
-            None => Poly::int(0),
-        };
-    }
-    Layout {
-        strides,
-        varies: x.varies,
-    }
+    Layout::moved(dims, x, |old| {
+        let pad = shape.len() - x.rank();
+        let mut strides = vec![Poly::int(0); shape.len()];
+        if x.rank() == 0 {
+            return strides;
+        }
+        for i in (0..shape.len()).rev() {
+            strides[i] = match i.checked_sub(pad) {
+                Some(j) if dims.equal(&x.shape[j], &shape[i]) => old[j].clone(),
+                Some(_) => Poly::int(0),
+                None if dims.is_one(&shape[i]) => shape[i + 1].mul(&strides[i + 1]),
+                None => Poly::int(0),
+            };
+        }
+        strides
+    })
 }
 
 /// The free dims that occur in `sizes`, each once, in index order: the dims a size-1 scenario
@@ -435,26 +624,28 @@ fn free_dims<'a>(dims: &DimTable, sizes: impl Iterator<Item = &'a Poly>) -> Vec<
     free
 }
 
-/// Whether `x.view(shape)`, wherever it succeeds, has row-major strides on the axes not of
-/// size 1. Tried with each combination of free dims at 1 and the others at 2 or more, where
-/// two axes that are apart in memory must stay apart for every such size (in `z[:, :4]` of
-/// `z: [A, N]` they meet at `N = 4`) and the view must fail or be row-major (it may succeed
-/// where sizes coincide: see `may_view`); an axis whose size may be 1 otherwise (`N - 1`)
-/// is not decided.
-fn views_are_row_major(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> bool {
+/// The strides of `x.view(shape)` where it succeeds for some sizes only, other than the
+/// copy's on the axes not of size 1. Tried with each combination of free dims at 1 and the
+/// others at 2 or more, where two axes that are apart in memory must stay apart for every
+/// such size (in `z[:, :4]` of `z: [A, N]` they meet at `N = 4`) and the view must fail
+/// or have strides for all those sizes (it may succeed where sizes coincide: see
+/// `may_view`); an axis whose size may be 1 otherwise (`N - 1`) is not decided. `None`
+/// where it cannot be decided.
+fn views_where_dims_are_one(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Option<Vec<Vec<Poly>>> {
     let free = free_dims(dims, x.shape.iter().chain(&x.strides).chain(shape));
     let mut sets = subsets(&free);
     sets.push(Vec::new());
-    sets.iter().all(|ones| {
-        // The dims not at 1 become `s + 1` with `s >= 1`.
-        let sub = |p: &Poly| {
+    let mut views = Vec::new();
+    for ones in &sets {
+        // The dims not at 1 become `s + 1` with `s >= 1`, and back.
+        let shift = |p: &Poly, by: i64| {
             p.substitute(&|s| match ones.contains(&s) {
                 true => Some(Poly::int(1)),
-                false if free.contains(&s) => Some(Poly::sym(s).add(&Poly::int(1))),
+                false if free.contains(&s) => Some(Poly::sym(s).add(&Poly::int(by))),
                 false => None,
             })
         };
-        let subs = |ps: &[Poly]| ps.iter().map(sub).collect::<Vec<_>>();
+        let subs = |ps: &[Poly]| ps.iter().map(|p| shift(p, 1)).collect::<Vec<_>>();
         let at = TensorType {
             shape: subs(&x.shape),
             strides: subs(&x.strides),
@@ -463,18 +654,24 @@ fn views_are_row_major(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> bool 
         let new_shape = subs(shape);
         let sized = at.shape.iter().all(|d| dims.is_one(d) || dims.never_one(d));
         if !sized || chunks_may_meet(dims, &at) {
-            return false;
+            return None;
         }
         let copy = row_major_strides(&new_shape);
         match view_strides(dims, &at, &new_shape) {
             Some(view) => {
-                (0..new_shape.len()).all(|i| dims.is_one(&new_shape[i]) || dims.equal(&view[i], &copy[i]))
+                let row_major = (0..new_shape.len())
+                    .all(|i| dims.is_one(&new_shape[i]) || dims.equal(&view[i], &copy[i]));
+                if !row_major {
+                    views.push(view.iter().map(|p| shift(p, -1)).collect());
+                }
             }
             // A view where sizes coincide (`[4, N]` in memory order `[N, 4]`, viewed as
             // `[N, 4]` at `N = 4`) could have any strides.
-            None => !may_view(dims, &chunk_sizes(dims, &at), &new_shape),
+            None if may_view(dims, &chunk_sizes(dims, &at), &new_shape) => return None,
+            None => {}
         }
-    })
+    }
+    Some(views)
 }
 
 /// The products of the chunks of `t` (runs of axes adjacent in memory), innermost first.
@@ -526,10 +723,26 @@ fn chunks_may_meet(dims: &DimTable, t: &TensorType) -> bool {
     })
 }
 
+/// `x.view(new_shape)`, on each of the strides `x` may have, or `None` where PyTorch's
+/// `view` would refuse on one of them for some value of the free dims. The caller has
+/// already proved that the element counts are equal.
+pub fn view(dims: &DimTable, x: &TensorType, new_shape: &[Poly]) -> Option<Layout> {
+    match x.layouts() {
+        Some(all) => {
+            let views: Option<Vec<Vec<Poly>>> = all
+                .iter()
+                .map(|s| view_strides(dims, &x.exact(s), new_shape))
+                .collect();
+            Some(Layout::one_of(dims, views?))
+        }
+        None => view_strides(dims, x, new_shape).map(Layout::any),
+    }
+}
+
 /// The strides of `x.view(new_shape)`, or `None` where PyTorch's `view` would refuse for
 /// some value of the free dims. This is ATen's `computeStride`, run on normal forms; where
-/// `x`'s layout varies, no two axes are known to share a chunk. The caller has already
-/// proved that the element counts are equal.
+/// `x`'s strides vary, no two axes are known to share a chunk ([`view`] tries each of
+/// them instead). The caller has already proved that the element counts are equal.
 pub fn view_strides(dims: &DimTable, old: &TensorType, new_shape: &[Poly]) -> Option<Vec<Poly>> {
     let (old_shape, old_strides) = (&old.shape, &old.strides);
     let mut new_strides = vec![Poly::int(1); new_shape.len()];
@@ -557,7 +770,7 @@ pub fn view_strides(dims: &DimTable, old: &TensorType, new_shape: &[Poly]) -> Op
         let chunk_ends = tensor_d == 0 || {
             let prev = tensor_d - 1;
             !dims.is_one(&old_shape[prev])
-                && (old.varies || !dims.equal(&old_strides[prev], &tensor_numel.mul(&chunk_base_stride)))
+                && (old.varies() || !dims.equal(&old_strides[prev], &tensor_numel.mul(&chunk_base_stride)))
         };
         if !chunk_ends {
             continue;

@@ -133,14 +133,7 @@ impl Checker {
         };
         // A rank-0 tensor repeats as `[1]`.
         let x = self.flattened(x, 0, 0, span);
-        let t = self.ty(x).clone();
-        let mut one = t.clone();
-        let stride = match dim + 1 < t.rank() {
-            true => t.strides[dim + 1].mul(&t.shape[dim + 1]),
-            false => Poly::int(1),
-        };
-        one.shape.insert(dim + 1, Poly::int(1));
-        one.strides.insert(dim + 1, stride);
+        let one = layout::unsqueezed(&self.prog.dims, self.ty(x), dim + 1);
         let unsqueezed = tensor_id(self.push(Op::Unsqueeze(dim + 1), vec![x], one.clone(), span));
         let mut wide = one.shape;
         wide[dim + 1] = repeats;

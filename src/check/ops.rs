@@ -1,7 +1,7 @@
 //! Expressions and the shape rules of every op, with PyTorch's semantics.
 
 use super::dim_expr::size_query;
-use super::layout::{self, view_strides};
+use super::layout::{self, view_strides, Layout};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
 use crate::diagnostic::{Code, Diagnostic};
@@ -571,9 +571,14 @@ impl Checker {
         let d0 = self.axis(args[1], t.rank(), false);
         let d1 = self.axis(args[2], t.rank(), false);
         let (d0, d1) = (d0?, d1?);
-        let mut out = t;
-        out.shape.swap(d0, d1);
-        out.strides.swap(d0, d1);
+        let mut shape = t.shape.clone();
+        shape.swap(d0, d1);
+        let laid = Layout::moved(&self.prog.dims, &t, |s| {
+            let mut s = s.to_vec();
+            s.swap(d0, d1);
+            s
+        });
+        let out = laid.with(shape, t.dtype);
         Some(self.push(Op::Transpose(d0.min(d1), d0.max(d1)), vec![x], out, span))
     }
 
@@ -597,12 +602,10 @@ impl Checker {
             self.error(Code::E0206, span, msg);
             return None;
         }
-        let out = TensorType {
-            shape: axes.iter().map(|&a| t.shape[a].clone()).collect(),
-            strides: axes.iter().map(|&a| t.strides[a].clone()).collect(),
-            dtype: t.dtype,
-            varies: t.varies,
-        };
+        let laid = Layout::moved(&self.prog.dims, &t, |s| {
+            axes.iter().map(|&a| s[a].clone()).collect()
+        });
+        let out = laid.with(axes.iter().map(|&a| t.shape[a].clone()).collect(), t.dtype);
         Some(self.push(Op::Permute(axes), vec![x], out, span))
     }
 
@@ -611,12 +614,9 @@ impl Checker {
         let x = self.tensor_arg(args[0], &format!("the argument of `{name}`"))?;
         let t = self.ty(x).clone();
         let shape = self.view_shape(&t, &args[1..], span)?;
-        let laid = match view_strides(&self.prog.dims, &t, &shape) {
+        let laid = match layout::view(&self.prog.dims, &t, &shape) {
             _ if reshape => layout::reshape(&self.prog.dims, &t, &shape),
-            Some(strides) => layout::Layout {
-                strides,
-                varies: t.varies,
-            },
+            Some(laid) => laid,
             None => {
                 self.report(self.view_error(&t, &shape, span));
                 return None;
@@ -689,15 +689,27 @@ impl Checker {
     }
 
     fn view_error(&self, t: &TensorType, shape: &[Poly], span: Span) -> Diagnostic {
-        let message = match t.varies {
-            false => format!(
+        let dims = &self.prog.dims;
+        let refusing = t.layouts().and_then(|all| {
+            all.into_iter()
+                .find(|s| view_strides(dims, &t.exact(s), shape).is_none())
+        });
+        let message = match (t.varies(), refusing) {
+            (false, _) => format!(
                 "cannot view {} with strides {} as {}: the view would merge axes that are not adjacent in memory",
                 self.shape_text(&t.shape),
                 self.shape_text(&t.strides),
                 self.shape_text(shape)
             ),
-            true => format!(
-                "cannot view {} as {}: the view would merge axes, and this value's strides depend on the sizes (a `reshape` copies for some sizes only, or an elementwise result follows operands whose order does)",
+            (true, Some(strides)) => format!(
+                "cannot view {} as {}: its strides depend on the sizes ({}), and with strides {} the view would merge axes that are not adjacent in memory",
+                self.shape_text(&t.shape),
+                self.shape_text(shape),
+                self.prog.strides_text(t),
+                self.shape_text(strides)
+            ),
+            (true, None) => format!(
+                "cannot view {} as {}: the view would merge axes, and this value may have any strides at some sizes (a `reshape` that is a view where sizes coincide, or more layouts than the checker follows)",
                 self.shape_text(&t.shape),
                 self.shape_text(shape)
             ),
@@ -711,15 +723,10 @@ impl Checker {
 
     pub(crate) fn unsqueeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `unsqueeze`")?;
-        let mut t = self.ty(x).clone();
+        let t = self.ty(x).clone();
         let d = self.axis(args[1], t.rank(), true)?;
-        let stride = match d < t.rank() {
-            true => t.strides[d].mul(&t.shape[d]),
-            false => Poly::int(1),
-        };
-        t.shape.insert(d, Poly::int(1));
-        t.strides.insert(d, stride);
-        Some(self.push(Op::Unsqueeze(d), vec![x], t, span))
+        let out = layout::unsqueezed(&self.prog.dims, &t, d);
+        Some(self.push(Op::Unsqueeze(d), vec![x], out, span))
     }
 
     pub(crate) fn squeeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
@@ -735,8 +742,7 @@ impl Checker {
             let size = &t.shape[a];
             match (dims.is_one(size), dims.never_one(size)) {
                 (true, _) => {
-                    t.shape.remove(a);
-                    t.strides.remove(a);
+                    t = layout::without_axis(dims, &t, a);
                     let Value::Tensor(cur) = value else {
                         unreachable!("squeeze keeps a tensor")
                     };
@@ -825,7 +831,11 @@ impl Checker {
             shape[d] = shape[d].mul(&len);
             Op::Concat(d)
         };
-        let ty = layout::joined(&self.prog.dims, &[&item], &shape).with(shape, item.dtype);
+        let laid = match stack {
+            true => layout::stacked(&self.prog.dims, &item, d, &shape),
+            false => layout::joined(&self.prog.dims, &[&item], &shape),
+        };
+        let ty = laid.with(shape, item.dtype);
         Some(self.push(op, vec![seq], ty, span))
     }
 
@@ -881,13 +891,7 @@ impl Checker {
 
     /// `x[.., None, ..]`: a new axis of size 1 at `axis`, as `unsqueeze`.
     fn new_axis(&mut self, x: ValueId, axis: usize, span: Span) -> ValueId {
-        let mut t = self.ty(x).clone();
-        let stride = match axis < t.rank() {
-            true => t.strides[axis].mul(&t.shape[axis]),
-            false => Poly::int(1),
-        };
-        t.shape.insert(axis, Poly::int(1));
-        t.strides.insert(axis, stride);
+        let t = layout::unsqueezed(&self.prog.dims, self.ty(x), axis);
         match self.push(Op::Unsqueeze(axis), vec![x], t, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("push makes a tensor"),
@@ -998,9 +1002,7 @@ impl Checker {
             self.error(Code::E0208, ixspan, msg);
             return None;
         }
-        let mut out = t;
-        out.shape.remove(axis);
-        out.strides.remove(axis);
+        let out = layout::without_axis(&self.prog.dims, &t, axis);
         let Value::Tensor(id) = self.push(Op::Select { axis, index: i }, vec![x], out, span) else {
             unreachable!("push makes a tensor")
         };

@@ -51,7 +51,7 @@ impl Checker {
         let ty = self.laid_out(rule, &[x], t.shape.clone(), t.dtype);
         let dims = &self.prog.dims;
         let same =
-            !t.varies && !ty.varies && t.strides.iter().zip(&ty.strides).all(|(a, b)| dims.equal(a, b));
+            !t.varies() && !ty.varies() && t.strides.iter().zip(&ty.strides).all(|(a, b)| dims.equal(a, b));
         match same {
             true => x,
             false => self.push_id(Op::Contiguous, vec![x], ty, span),

@@ -32,15 +32,25 @@ impl Program {
         format!("[{}]", parts.join(", "))
     }
 
-    /// A tensor type: its shape, then its strides where it is not row-major (`varies`
-    /// where other sizes give other strides), and `bool` for masks.
+    /// A value's strides: `[N * D, 1, D]`, or each list the sizes may give it
+    /// (`[4, 4 * B, 1] or [4 * N, 4, 1]`), or the general one and `or any at some sizes`
+    /// where they are too many to follow.
+    pub fn strides_text(&self, t: &TensorType) -> String {
+        match t.layouts() {
+            Some(all) => {
+                let all: Vec<String> = all.iter().map(|s| self.shape_text(s)).collect();
+                all.join(" or ")
+            }
+            None => format!("{} or any at some sizes", self.shape_text(&t.strides)),
+        }
+    }
+
+    /// A tensor type: its shape, then its strides where it is not row-major (each list it
+    /// may have where sizes give it several), and `bool` for masks.
     pub fn type_text(&self, t: &TensorType) -> String {
         let mut s = self.shape_text(&t.shape);
         if !t.is_contiguous(&self.dims) {
-            let _ = write!(s, " strides {}", self.shape_text(&t.strides));
-        }
-        if t.varies {
-            s.push_str(" varies");
+            let _ = write!(s, " strides {}", self.strides_text(t));
         }
         if t.dtype == DType::Bool {
             s.push_str(" bool");

@@ -189,7 +189,7 @@ impl Document {
         };
         let layout = match t.is_contiguous(&prog.dims) {
             true => "contiguous".to_string(),
-            false => format!("non-contiguous, strides {}", prog.shape_text(&t.strides)),
+            false => format!("non-contiguous, strides {}", prog.strides_text(t)),
         };
         let mut text = format!("{}  {layout}", prog.shape_text(&t.shape));
         if let Some(sizes) = crate::render::sizes(prog, &t.shape) {

@@ -7,7 +7,7 @@
 
 use super::analysis::{perm_of, Ctx, Data, Kind};
 use super::lang::Tensor;
-use crate::check::layout::{self, view_strides, Layout};
+use crate::check::layout::{self, Layout};
 use crate::dims::{DimTable, Poly};
 use crate::ir::TensorType;
 use std::cell::RefCell;
@@ -57,30 +57,26 @@ pub fn lay_out(
     let kid = |i: usize| kids.get(i).copied().flatten();
     let operands: Vec<&TensorType> = kids.iter().copied().flatten().collect();
     let (dims, memo) = (&ctx.dims, &ctx.layouts);
-    // View ops keep their operand's uncertainty about its strides.
-    let moved = |x: &TensorType, strides: Vec<Poly>| Layout {
-        strides,
-        varies: x.varies,
-    };
     let mut copies = false;
     let laid = match node {
         Tensor::Transpose(_) => {
-            let x = kid(0)?;
-            let mut s = x.strides.clone();
             let (a, b) = (attrs.get(1)?.axis()?, attrs.get(2)?.axis()?);
-            s.swap(a, b);
-            moved(x, s)
+            Layout::moved(dims, kid(0)?, |s| {
+                let mut s = s.to_vec();
+                s.swap(a, b);
+                s
+            })
         }
         Tensor::Permute(_) => {
             let x = kid(0)?;
             let axes = perm_of(attrs.get(1)?.shape_attr()?, x.rank())?;
-            moved(x, axes.iter().map(|&a| x.strides[a].clone()).collect())
+            Layout::moved(dims, x, |s| axes.iter().map(|&a| s[a].clone()).collect())
         }
         Tensor::Reshape(_) => {
             // The optimized program commits to one outcome: a view, or a copy then a view.
             let x = kid(0)?;
-            match view_strides(dims, x, &shape) {
-                Some(s) => moved(x, s),
+            match layout::view(dims, x, &shape) {
+                Some(laid) => laid,
                 None => {
                     copies = true;
                     layout::fresh_row_major(dims, &operands, &shape)
@@ -88,35 +84,16 @@ pub fn lay_out(
             }
         }
         Tensor::Expand(_) => layout::expand(dims, kid(0)?, &shape),
-        Tensor::Unsqueeze(_) => {
-            let x = kid(0)?;
-            let d = attrs.get(1)?.axis()?;
-            let mut s = x.strides.clone();
-            let stride = match d < x.rank() {
-                true => x.strides[d].mul(&x.shape[d]),
-                false => Poly::int(1),
-            };
-            s.insert(d, stride);
-            moved(x, s)
-        }
+        Tensor::Unsqueeze(_) => strides_of(layout::unsqueezed(dims, kid(0)?, attrs.get(1)?.axis()?)),
         Tensor::Squeeze(_) => {
             let x = kid(0)?;
-            let mut s = x.strides.clone();
-            if s.len() != shape.len() {
-                s.remove(attrs.get(1)?.axis()?);
+            match x.rank() == shape.len() {
+                true => Layout::moved(dims, x, <[Poly]>::to_vec),
+                false => strides_of(layout::without_axis(dims, x, attrs.get(1)?.axis()?)),
             }
-            moved(x, s)
         }
-        Tensor::Slice(_) => {
-            let x = kid(0)?;
-            moved(x, x.strides.clone())
-        }
-        Tensor::Select(_) => {
-            let x = kid(0)?;
-            let mut s = x.strides.clone();
-            s.remove(attrs.get(1)?.axis()?);
-            moved(x, s)
-        }
+        Tensor::Slice(_) => Layout::moved(dims, kid(0)?, <[Poly]>::to_vec),
+        Tensor::Select(_) => strides_of(layout::without_axis(dims, kid(0)?, attrs.get(1)?.axis()?)),
         // `mul(x, literal)` for `Scale`: the literal, of rank 0, decides nothing.
         Tensor::Unary(..) | Tensor::Scale(_) => {
             memo.elementwise_order(dims, &operands[..1.min(operands.len())], &shape)
@@ -134,4 +111,12 @@ pub fn lay_out(
         _ => layout::fresh_row_major(dims, &operands, &shape),
     };
     Some((laid.with(shape, dtype), copies))
+}
+
+/// The layout of a type a view op gave.
+fn strides_of(t: TensorType) -> Layout {
+    Layout {
+        strides: t.strides,
+        others: t.others,
+    }
 }

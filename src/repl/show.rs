@@ -53,7 +53,7 @@ pub(super) fn tensor_line(prog: &Program, t: &TensorType) -> String {
     } else if t.is_contiguous(&prog.dims) {
         line.push_str("  contiguous");
     } else {
-        let _ = write!(line, "  strides {}  non-contiguous", prog.shape_text(&t.strides));
+        let _ = write!(line, "  strides {}  non-contiguous", prog.strides_text(t));
     }
     if t.dtype == DType::Bool {
         line.push_str("  bool");

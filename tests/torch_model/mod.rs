@@ -438,3 +438,18 @@ pub fn cat(items: &[&T], dim: usize) -> T {
     };
     T::empty(shape, format)
 }
+
+/// `stack(items, dim)` as ATen builds it: `cat` of the items along `dim`, then a view that
+/// splits that axis; where `dim` is the new last axis, `cat` of the items unsqueezed there.
+pub fn stack(items: &[&T], dim: usize) -> T {
+    let rank = items[0].shape.len();
+    if dim == rank {
+        let unsqueezed: Vec<T> = items.iter().map(|t| t.unsqueeze(dim)).collect();
+        return cat(&unsqueezed.iter().collect::<Vec<_>>(), dim);
+    }
+    let mut sizes: Vec<Option<i64>> = items[0].shape.iter().map(|&n| Some(n)).collect();
+    sizes.insert(dim, Some(items.len() as i64));
+    cat(items, dim)
+        .view(&sizes)
+        .expect("splitting an axis is always a view")
+}
