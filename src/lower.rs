@@ -616,7 +616,7 @@ impl<'p> Lowerer<'p> {
         let extras = Extras {
             positions: self.fusion.positions.get(&id).map(|keep| IndexMask {
                 keep: keep.clone(),
-                fill: fill as f32,
+                fill: self.fusion.fills.get(&id).copied().unwrap_or(fill as f32),
             }),
             score: None,
             tail: self.fusion.tails.get(&id).copied(),
@@ -664,7 +664,8 @@ impl<'p> Lowerer<'p> {
             expr.push(Expr::Const(scale));
             expr.push(Expr::Binary(Binary::Mul, root, root + 1));
         }
-        extras.score = Some((expr, plan.tensors));
+        // Scores that are the GEMM's alone (the rest was a mask of positions) need no change.
+        extras.score = (expr != [Expr::Input(0)]).then_some((expr, plan.tensors));
         self.attention(id, [q, args[1]], keys, *alpha as f32, mask, extras)
     }
 

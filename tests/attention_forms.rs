@@ -385,20 +385,73 @@ fn the_grouped_decode_example_reads_its_cache_in_place() {
 }
 
 /// The Llama layer adds `full([N, N], min).triu(1)` to its scores: the kernel computes that
-/// mask from the row and key rather than reading an `[N, N]` tensor.
+/// mask from the row and key as its mask of positions, with the value it adds as the fill
+/// (no `[N, N]` tensor, no select in a score change), and skips the tiles it removes; so
+/// for the other float masks of positions, on either side of the `+` and after a scale.
 #[test]
-fn an_additive_mask_of_positions_is_computed_in_the_score_change() {
-    let src = "dim B, H, N
-dim Dk = 8
-input q: [B, H, N, Dk]
-input k: [B, H, N, Dk]
-input v: [B, H, N, Dk]
-let mask = full([N, N], -3.4028234663852886e38).triu(1)
-output out = (q @ k.transpose(-2, -1) / sqrt(Dk) + mask).softmax(dim=-1) @ v
-";
-    let a = form("additive triu", src, DIMS);
-    let score = a.score.expect("a score change");
-    assert!(score.inputs.is_empty(), "the mask is read: {score:?}");
+fn an_additive_mask_of_positions_is_the_kernels_mask_of_positions() {
+    let prelude = "let i = arange(N)[:, None]\nlet j = arange(N)[None, :]\n";
+    let forms = [
+        (
+            "scores + full(min).triu(1)",
+            "(scores + full([N, N], -3.4028234663852886e38).triu(1))",
+            f32::MIN,
+        ),
+        (
+            "where -inf + q @ kT / s",
+            "(where(j <= i, 0.0, -inf) + q @ k.transpose(-2, -1) / sqrt(Dk))",
+            f32::NEG_INFINITY,
+        ),
+        (
+            "(q @ kT) * s + (1 - causal) * -1e9",
+            "((q @ k.transpose(-2, -1)) * 0.25 + (1.0 - (j <= i)) * -1e9)",
+            -1e9,
+        ),
+        (
+            "soft cap + window",
+            "(30.0 * tanh(scores / 30.0) + where((j <= i) & (i - j < 40), 0.0, -inf))",
+            f32::NEG_INFINITY,
+        ),
+    ];
+    for (what, scores, fill) in forms {
+        let src = with(&format!("{prelude}output out = {scores}.softmax(dim=-1) @ v"));
+        let a = form(what, &src, DIMS);
+        let p = a
+            .positions
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: no mask of positions"));
+        assert_eq!(p.fill, fill, "{what}");
+        assert!(a.mask.is_none(), "{what}: the mask is read");
+        assert!(a.score.as_ref().is_none_or(|s| s.inputs.is_empty()), "{what}");
+        let counts = a.tile_counts().expect("tiles");
+        assert!(a.skips_tiles() && counts.skipped > 0, "{what}: {counts:?}");
+    }
+}
+
+/// A row the mask removes whole: PyTorch's softmax gives NaN under a `-inf` mask, and
+/// uniform probabilities under `finfo.min` (every score becomes `min`), so a finite fill
+/// stays a score change there, and the kernel agrees with the interpreter either way.
+#[test]
+fn an_additive_mask_keeps_softmaxs_meaning_of_a_row_without_keys() {
+    let prelude = "let i = arange(N)[:, None]\nlet j = arange(N)[None, :]\n";
+    let inf = with(&format!(
+        "{prelude}output out = (scores + where(j < i, 0.0, -inf)).softmax(dim=-1) @ v"
+    ));
+    let p = program(&inf, DIMS);
+    let out = agrees("-inf, row 0 empty", &p);
+    assert!(out[0].1.data[..8].iter().all(|x| x.is_nan()));
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let a = one_attention(&plan(&p, &bound.dims));
+    assert_eq!(a.positions.map(|p| p.fill), Some(f32::NEG_INFINITY));
+    let finite = with(&format!(
+        "{prelude}output out = (scores + full([N, N], -3.4028234663852886e38).triu(0)).softmax(dim=-1) @ v"
+    ));
+    let p = program(&finite, DIMS);
+    let out = agrees("min, row 0 empty", &p);
+    assert!(out[0].1.data[..8].iter().all(|x| x.is_finite()));
+    let bound = bind(&p, &RunOptions::default()).unwrap();
+    let a = one_attention(&plan(&p, &bound.dims));
+    assert!(a.positions.is_none() && a.score.is_some());
 }
 
 /// `repeat_interleave(G, dim=1)` repeats each key head G times in a row, as `repeat_kv` does:

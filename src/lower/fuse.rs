@@ -172,11 +172,11 @@ struct AttentionParts {
     groups: HashMap<ValueId, ([ValueId; 2], usize)>,
 }
 
-/// Whether every query row of `scaled_dot_product_attention(args..)` keeps a key under
-/// `keep` (its sizes are the rows of the query and the keys of the key).
-fn every_row_keeps(pos: &Positions, args: &[ValueId], keep: &Keep) -> bool {
-    let rows = |x: ValueId| pos.sizes(x).and_then(|s| s.iter().rev().nth(1).copied());
-    let (Some(n), Some(m)) = (rows(args[0]), rows(args[1])) else {
+/// Whether every query row keeps a key under `keep`, with `rows` rows (the queries' second
+/// last axis) and `keys` keys (the keys' second last axis, or the scores' last).
+fn every_row_keeps(pos: &Positions, [rows, keys]: [(ValueId, usize); 2], keep: &Keep) -> bool {
+    let size = |(x, back): (ValueId, usize)| pos.sizes(x).and_then(|s| s.iter().rev().nth(back).copied());
+    let (Some(n), Some(m)) = (size(rows), size(keys)) else {
         return false;
     };
     let mask = IndexMask {
@@ -184,6 +184,17 @@ fn every_row_keeps(pos: &Positions, args: &[ValueId], keep: &Keep) -> bool {
         fill: f32::NEG_INFINITY,
     };
     mask.every_row_keeps(n as usize, m as usize, 64)
+}
+
+/// A float mask of positions added to an attention's scores.
+struct AddedMask {
+    /// The scores without the mask.
+    scores: ValueId,
+    mask: ValueId,
+    /// Where the mask adds 0.
+    keep: Keep,
+    /// What it adds elsewhere.
+    fill: f32,
 }
 
 /// Counts uses and lists every node in evaluation order, loop bodies included.
@@ -447,11 +458,19 @@ impl Decider<'_> {
         let (mask, keys) = match self.op(id) {
             Op::Attention { .. } => (args.get(3).copied(), Some(args[1])),
             _ => {
-                let plan = scores::plan(&pos, args[0], &|x| self.free(x));
+                let added = self.added_positions(&pos, id, &args);
+                let scores = added.as_ref().map_or(args[0], |a| a.scores);
+                let plan = scores::plan(&pos, scores, &|x| self.free(x));
                 let keys = plan.as_ref().and_then(|p| match self.op(p.gemm) {
                     Op::Gemm { trans_b: true, .. } => Some(self.args(p.gemm)[1]),
                     _ => None,
                 });
+                if let (Some(added), Some(_)) = (added, &plan) {
+                    self.absorbed[args[0]] = true;
+                    self.absorb_tree(added.mask);
+                    self.attention.positions.insert(id, added.keep);
+                    self.attention.fills.insert(id, added.fill);
+                }
                 if let Some(plan) = plan {
                     for &x in &plan.inlined {
                         self.absorbed[x] = true;
@@ -498,6 +517,40 @@ impl Decider<'_> {
         }
     }
 
+    /// The scores of `scored_attention(args..)` written `scores + mask` (or `mask + scores`)
+    /// where the mask is a float mask of positions ([`Positions::additive`]), broadcast over
+    /// batch and heads: the kernel computes it as its mask of positions, with the value the
+    /// mask adds as the fill, and skips the tiles it removes. As for
+    /// `scaled_dot_product_attention`, a finite fill only where every row keeps a key (a row
+    /// that keeps none is uniform only up to the rounding of `s + fill`), and the softmax's
+    /// scale must not change the fill (1, or a positive scale of `-inf`).
+    fn added_positions(&self, pos: &Positions, id: ValueId, args: &[ValueId]) -> Option<AddedMask> {
+        let &Op::ScoredAttention { scale, .. } = self.op(id) else {
+            return None;
+        };
+        let (&Op::Binary(BinaryOp::Add), &[a, b]) = (self.op(args[0]), self.args(args[0])) else {
+            return None;
+        };
+        if args.len() != 2 || !self.free(args[0]) {
+            return None;
+        }
+        let (scores, mask, (keep, fill)) = match (pos.additive(a), pos.additive(b)) {
+            (_, Some(found)) => (a, b, found),
+            (Some(found), None) => (b, a, found),
+            (None, None) => return None,
+        };
+        let kept = match fill.is_infinite() {
+            true => scale > 0.0,
+            false => scale == 1.0 && every_row_keeps(pos, [(args[0], 1), (args[0], 0)], &keep),
+        };
+        kept.then_some(AddedMask {
+            scores,
+            mask,
+            keep,
+            fill,
+        })
+    }
+
     /// `scaled_dot_product_attention`'s parts its kernel computes itself beyond what the op
     /// says: a boolean mask that is a function of positions (it keeps where it holds), and
     /// keys and values joined from a cache.
@@ -510,9 +563,9 @@ impl Decider<'_> {
         if let Some(&m) = args.get(4) {
             let found = match self.program.tensor_type(m).dtype {
                 DType::Bool => pos.keep(m).map(|keep| (keep, f32::NEG_INFINITY)),
-                _ => pos
-                    .additive(m)
-                    .filter(|(keep, fill)| fill.is_infinite() || every_row_keeps(&pos, &args, keep)),
+                _ => pos.additive(m).filter(|(keep, fill)| {
+                    fill.is_infinite() || every_row_keeps(&pos, [(args[0], 1), (args[1], 1)], keep)
+                }),
             };
             if let Some((keep, fill)) = found {
                 self.absorb_tree(m);
