@@ -35,6 +35,17 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The plan's first attention kernel.
+fn first_attention(plan: &attnc::kernel::Plan) -> attnc::kernel::Attention {
+    plan.kernels
+        .iter()
+        .find_map(|k| match &k.op {
+            attnc::kernel::KernelOp::Attention(a) => Some(a.as_ref().clone()),
+            _ => None,
+        })
+        .expect("an attention kernel")
+}
+
 #[test]
 fn sdpa_matches_pytorch_on_both_backends() {
     let prog = program(SRC, &[]);
@@ -131,15 +142,7 @@ output o = scaled_dot_product_attention(q, q, q, is_causal=True)
 ";
     let prog = program(src, &[]);
     let exe = Executable::compile(&prog, &[Some(512), Some(2), Some(8)]).unwrap();
-    let a = exe
-        .plan()
-        .kernels
-        .iter()
-        .find_map(|k| match &k.op {
-            attnc::kernel::KernelOp::Attention(a) => Some(a.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let a = first_attention(exe.plan());
     assert!(a.skips_tiles());
     let t = a.tile_counts().unwrap();
     assert!(t.skipped > 0 && t.skipped >= t.kept, "{t:?}");
@@ -182,14 +185,7 @@ fn a_decode_step_reads_the_cache_and_the_new_key_in_place() {
             "{}",
             plan.to_text()
         );
-        let a = plan
-            .kernels
-            .iter()
-            .find_map(|k| match &k.op {
-                attnc::kernel::KernelOp::Attention(a) => Some(a.clone()),
-                _ => None,
-            })
-            .unwrap();
+        let a = first_attention(plan);
         assert_eq!((a.m, a.tail.as_ref().map(|t| t.len)), (12, Some(1)));
         assert_eq!(
             (a.n, a.kv_group),
