@@ -63,6 +63,8 @@ fn op(buf: usize, strides: &[usize]) -> Operand {
 fn gemm_crate(m: usize, n: usize, k: usize) -> f64 {
     let (a, w) = (data(m * k, 1), data(n * k, 2));
     let mut c = vec![0.0f32; m * n];
+    // SAFETY: `a` holds m·k floats row-major, `w` n·k row-major (read as its transpose by
+    // the strides passed) and `c` m·n row-major: every element the strides reach is inside.
     let s = time(|| unsafe {
         gemm::gemm(
             m,
@@ -93,6 +95,8 @@ fn gemm_crate(m: usize, n: usize, k: usize) -> f64 {
 fn gemm_crate_rowmajor(m: usize, n: usize, k: usize) -> f64 {
     let (a, w) = (data(m * k, 1), data(n * k, 2));
     let mut c = vec![0.0f32; m * n];
+    // SAFETY: `a` holds m·k floats, `w` k·n and `c` m·n, all row-major as the strides passed
+    // say: every element they reach is inside.
     let s = time(|| unsafe {
         gemm::gemm(
             m,

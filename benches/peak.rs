@@ -87,8 +87,10 @@ fn main() {
         .and_then(|t| t.parse().ok())
         .unwrap_or(2);
     if is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512F was detected just above.
+        // SAFETY: AVX-512F was detected just above, on this thread.
         let one = || unsafe { fma512(TRIPS) };
+        // SAFETY: AVX-512F was detected just above; every core of the machine has the same
+        // features, so the worker threads have it too.
         let all = || on_threads(threads, || unsafe { fma512(TRIPS) });
         println!(
             "FMA peak, 512-bit vectors: {:6.1} GFLOP/s on 1 thread, {:6.1} on {threads}",
@@ -99,8 +101,10 @@ fn main() {
         println!("FMA peak, 512-bit vectors: no AVX-512F on this CPU");
     }
     if is_x86_feature_detected!("fma") {
-        // SAFETY: FMA was detected just above.
+        // SAFETY: FMA was detected just above, on this thread.
         let one = || unsafe { fma128(TRIPS) };
+        // SAFETY: FMA was detected just above; every core of the machine has the same
+        // features, so the worker threads have it too.
         let all = || on_threads(threads, || unsafe { fma128(TRIPS) });
         println!(
             "FMA peak, 128-bit vectors: {:6.1} GFLOP/s on 1 thread, {:6.1} on {threads}",

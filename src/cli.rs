@@ -183,7 +183,7 @@ enum IrFormat {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Stage {
+pub(crate) enum Stage {
     /// The checked, inlined program with every value's shape
     Typed,
     /// The program after equality saturation: loops lifted, projections merged, ops fused
@@ -192,6 +192,8 @@ enum Stage {
     Kernels,
     /// The verified Cranelift IR of every kernel for the given dims
     Clif,
+    /// The machine code of every kernel for the given dims, after register allocation
+    Asm,
 }
 
 fn parse_dim(s: &str) -> Result<DimOverride, String> {
@@ -311,14 +313,16 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u
         eprintln!("error: `--stats` and `--explain` apply to `--stage optimized` only");
         return 2;
     }
-    if flags.dot && (matches!(stage, Stage::Kernels | Stage::Clif) || flags.stats || flags.explain) {
+    if flags.dot
+        && (matches!(stage, Stage::Kernels | Stage::Clif | Stage::Asm) || flags.stats || flags.explain)
+    {
         eprintln!(
             "error: `--format dot` draws `--stage typed` or `optimized`, without `--stats` or `--explain`"
         );
         return 2;
     }
-    if matches!(stage, Stage::Kernels | Stage::Clif) {
-        return native::ir(path, dims, stage == Stage::Clif, budget);
+    if matches!(stage, Stage::Kernels | Stage::Clif | Stage::Asm) {
+        return native::ir(path, dims, stage, budget);
     }
     let (src, checked) = match load(path, dims) {
         Ok(x) => x,
@@ -332,7 +336,7 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u
         return 1;
     }
     match stage {
-        Stage::Kernels | Stage::Clif => unreachable!("handled above"),
+        Stage::Kernels | Stage::Clif | Stage::Asm => unreachable!("handled above"),
         Stage::Typed if flags.dot => out!("{}", checked.program.to_dot()),
         Stage::Typed => out!("{}", checked.program.to_text()),
         Stage::Optimized if flags.dot => {

@@ -1,5 +1,6 @@
 //! Code generation: every kernel of a [`Plan`] translated to Cranelift IR and compiled to
-//! machine code for this CPU (`attnc ir --stage clif` prints the IR).
+//! machine code for this CPU (`attnc ir --stage clif` prints the IR, `--stage asm` the
+//! machine code).
 //!
 //! Every kernel has one signature, `fn(args: *const *mut f32, scratch: *mut f32,
 //! begin: i64, end: i64)`: it runs tasks `begin..end`; `args` holds one pointer per operand
@@ -192,26 +193,12 @@ impl Jit {
     /// order.
     pub fn compile(mut self, plan: &Plan) -> Result<Compiled, String> {
         let (keys, which) = Jit::distinct(plan);
-        let sig = kernel_signature(&self.module);
-        let mut functions = Vec::new();
-        for (i, key) in keys.iter().enumerate() {
-            let id = self
-                .module
-                .declare_function(&format!("kernel{i}"), Linkage::Local, &sig)
-                .map_err(|e| e.to_string())?;
-            self.translate(key, id.as_u32());
-            functions.push((id, std::mem::replace(&mut self.ctx.func, Function::new())));
-        }
-        let disasm = std::env::var_os("ATTNC_DISASM").is_some();
-        let isa = self.module.isa();
-        let machine = compile_all(isa, functions, disasm);
+        let functions = self.declare_all(&keys)?;
+        let machine = compile_all(self.module.isa(), functions, false);
         let mut ids = Vec::new();
         let mut function_ms = Vec::new();
         for (i, (code, key)) in machine.into_iter().zip(&keys).enumerate() {
             let code = code.map_err(|e| format!("kernel {i}: {e}"))?;
-            if let Some(vcode) = &code.vcode {
-                eprintln!("; kernel{i} ({})\n{vcode}", key.kind());
-            }
             self.module
                 .define_function_bytes(code.id, code.alignment, &code.bytes, &code.relocs)
                 .map_err(|e| format!("kernel {i}: {e:?}"))?;
@@ -248,6 +235,39 @@ impl Jit {
             out.push((users, display(&self.ctx.func)));
         }
         Ok(out)
+    }
+
+    /// The machine code of every distinct kernel of `plan`, as Cranelift's VCode text after
+    /// register allocation: `(indices of the kernels that share it, prologue first, text)`.
+    /// For reading what the vector code became (`attnc ir --stage asm`); never printed by
+    /// a compile.
+    pub fn asm(mut self, plan: &Plan) -> Result<Vec<(Vec<usize>, String)>, String> {
+        let (keys, which) = Jit::distinct(plan);
+        let functions = self.declare_all(&keys)?;
+        let machine = compile_all(self.module.isa(), functions, true);
+        let mut out = Vec::new();
+        for (i, code) in machine.into_iter().enumerate() {
+            let code = code.map_err(|e| format!("kernel {i}: {e}"))?;
+            let users = (0..which.len()).filter(|&k| which[k] == i).collect();
+            out.push((users, code.vcode.unwrap_or_default()));
+        }
+        Ok(out)
+    }
+
+    /// Declares one local function per kernel of `keys` and translates each: the functions
+    /// [`compile_all`] compiles, in `keys`' order.
+    fn declare_all(&mut self, keys: &[KernelOp]) -> Result<Vec<(FuncId, Function)>, String> {
+        let sig = kernel_signature(&self.module);
+        let mut functions = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let id = self
+                .module
+                .declare_function(&format!("kernel{i}"), Linkage::Local, &sig)
+                .map_err(|e| e.to_string())?;
+            self.translate(key, id.as_u32());
+            functions.push((id, std::mem::replace(&mut self.ctx.func, Function::new())));
+        }
+        Ok(functions)
     }
 }
 
@@ -300,7 +320,7 @@ struct Machine {
     bytes: Vec<u8>,
     alignment: u64,
     relocs: Vec<ModuleReloc>,
-    /// The code as Cranelift's VCode text, with `ATTNC_DISASM`.
+    /// The code as Cranelift's VCode text, for [`Jit::asm`].
     vcode: Option<String>,
     /// The ms its compilation took.
     ms: f64,

@@ -219,8 +219,8 @@ fn run_uses_the_jit_by_default_and_agrees_with_the_interpreter() {
 }
 
 #[test]
-fn kernels_and_clif_stages_need_every_free_dim() {
-    for stage in ["kernels", "clif"] {
+fn kernels_clif_and_asm_stages_need_every_free_dim() {
+    for stage in ["kernels", "clif", "asm"] {
         let o = attnc(&["ir", "examples/self_attention.attn", "--stage", stage]);
         assert_eq!(o.status.code(), Some(1), "{stage}");
         assert!(stderr(&o).contains("error[E0304]"), "{}", stderr(&o));
@@ -258,6 +258,17 @@ fn the_kernel_plan_is_deterministic_and_shows_the_fused_kernels() {
     assert_eq!(clif.status.code(), Some(0), "{}", stderr(&clif));
     assert!(stdout(&clif).contains("function u1:"), "{}", stdout(&clif));
     assert!(stdout(&clif).contains("; attention kernel of k"));
+    // The machine code of the same kernels, after register allocation, on stdout only.
+    let asm = attnc(&args("examples/self_attention.attn", "asm"));
+    assert_eq!(asm.status.code(), Some(0), "{}", stderr(&asm));
+    assert!(
+        stdout(&asm).contains("; attention kernel of k"),
+        "{}",
+        stdout(&asm)
+    );
+    assert!(stdout(&asm).contains("ret"), "{}", stdout(&asm));
+    assert!(!stdout(&asm).contains("function u1:"), "{}", stdout(&asm));
+    assert!(stderr(&asm).is_empty(), "{}", stderr(&asm));
 }
 
 #[test]

@@ -41,7 +41,7 @@ fn a_product_of_2_pow_64_plus_4_elements_is_e0305_on_every_path() {
         let o = with(&run, &[&WRAP[..], &["--backend", backend]].concat());
         expect(&o, 1, &["error[E0305]", needs, "overflows 64 bits"]);
     }
-    for stage in ["kernels", "clif"] {
+    for stage in ["kernels", "clif", "asm"] {
         let o = with(&["ir", "tests/limits/wrap.attn", "--stage", stage], &WRAP);
         expect(&o, 1, &["error[E0305]", needs]);
         assert!(stdout(&o).is_empty());

@@ -1,9 +1,10 @@
-//! The native backend's commands: `run --backend jit`, `bench`, `ir --stage kernels|clif`.
+//! The native backend's commands: `run --backend jit`, `bench`, `ir --stage kernels|clif|asm`.
 
-use super::{load, render, DimArgs, Format, MemoryArgs, TensorArgs};
+use super::{load, render, DimArgs, Format, MemoryArgs, Stage, TensorArgs};
 use attnc::check::DimOverride;
 use attnc::codegen::Jit;
 use attnc::ir::Program;
+use attnc::kernel::Plan;
 use attnc::lower;
 use attnc::runtime::jit::{pool, Executable, Prepared};
 use attnc::runtime::{self, Bound, RunError, RunOptions, Tensor};
@@ -134,7 +135,7 @@ fn checked(path: &Path, dims: &[DimOverride]) -> Result<Program, i32> {
 }
 
 /// `attnc ir --stage kernels|clif`: the plan, or the Cranelift IR of every kernel.
-pub fn ir(path: &Path, dims: &[DimOverride], clif: bool, budget: u64) -> i32 {
+pub fn ir(path: &Path, dims: &[DimOverride], stage: Stage, budget: u64) -> i32 {
     let program = match checked(path, dims) {
         Ok(p) => p,
         Err(code) => return code,
@@ -144,23 +145,13 @@ pub fn ir(path: &Path, dims: &[DimOverride], clif: bool, budget: u64) -> i32 {
         runtime::budget::program(&program, &dims, budget)?;
         let optimized = attnc::opt::optimize(&program).program;
         let plan = runtime::jit::plan(&optimized, &dims, budget)?;
-        if !clif {
-            return Ok(plan.to_text());
-        }
-        let jit = Jit::new(runtime::jit::sgemm_address()).map_err(internal)?;
-        let mut text = String::new();
-        for (users, func) in jit.clif(&plan).map_err(internal)? {
-            let p = plan.prologue.len();
-            let name = |k: usize| match k < p {
-                true => format!("p{k}"),
-                false => format!("k{}", k - p),
-            };
-            let names: Vec<String> = users.iter().map(|&k| name(k)).collect();
-            let all: Vec<_> = plan.prologue.iter().chain(&plan.kernels).collect();
-            let kind = all[users[0]].op.kind();
-            text.push_str(&format!("; {kind} kernel of {}\n{func}\n", names.join(", ")));
-        }
-        Ok(text)
+        let jit = || Jit::new(runtime::jit::sgemm_address()).map_err(internal);
+        let functions = match stage {
+            Stage::Clif => jit()?.clif(&plan).map_err(internal)?,
+            Stage::Asm => jit()?.asm(&plan).map_err(internal)?,
+            _ => return Ok(plan.to_text()),
+        };
+        Ok(functions_text(&plan, functions))
     });
     match result {
         Ok(text) => {
@@ -172,6 +163,24 @@ pub fn ir(path: &Path, dims: &[DimOverride], clif: bool, budget: u64) -> i32 {
             1
         }
     }
+}
+
+/// Each distinct function's text under a line naming its kind and the kernels that share
+/// it (`p0` for the prologue's first, `k3` for the plan's fourth).
+fn functions_text(plan: &Plan, functions: Vec<(Vec<usize>, String)>) -> String {
+    let p = plan.prologue.len();
+    let name = |k: usize| match k < p {
+        true => format!("p{k}"),
+        false => format!("k{}", k - p),
+    };
+    let all: Vec<_> = plan.prologue.iter().chain(&plan.kernels).collect();
+    let mut text = String::new();
+    for (users, func) in functions {
+        let names: Vec<String> = users.iter().map(|&k| name(k)).collect();
+        let kind = all[users[0]].op.kind();
+        text.push_str(&format!("; {kind} kernel of {}\n{func}\n", names.join(", ")));
+    }
+    text
 }
 
 /// `attnc bench`: compile once, warm up, then time repeated calls.

@@ -37,8 +37,16 @@ fn use_tile() -> bool {
 /// kernel's tiles: it measured as fast as `gemm` there, and slower for long `k`);
 /// otherwise the `gemm` crate, which picks its AVX-512, AVX2/FMA or scalar kernels at run
 /// time. The choice depends on the shape and the CPU only, never on the thread.
+///
+/// # Safety
+/// For every `i < m`, `j < n`, `p < k`, the elements `c + i·c_rs + j·c_cs`,
+/// `a + i·a_rs + p·a_cs` and `b + p·b_rs + j·b_cs` are inside their allocations, `c`'s are
+/// not read or written by another thread during the call, and no element of `c` is one of
+/// `a`'s or `b`'s. The JIT code calls it only with tiles that `Plan::validate` proved inside
+/// their buffers (or inside the calling thread's scratch, sized by `KernelOp::scratch`), each
+/// task writing its own rows.
 #[allow(clippy::too_many_arguments)]
-pub extern "C" fn attnc_sgemm(
+pub unsafe extern "C" fn attnc_sgemm(
     m: i64,
     n: i64,
     k: i64,
@@ -69,10 +77,9 @@ pub extern "C" fn attnc_sgemm(
         && use_tile()
     {
         let u = |x: i64| x as usize;
-        // SAFETY: AVX-512F is available (checked); the strides are not negative (checked),
-        // and the JIT code passes a tile that `Plan::validate` proved inside its buffers
-        // (or inside the scratch, sized by `KernelOp::scratch`): the contract of
-        // `tile::sgemm`.
+        // SAFETY: AVX-512F is available (checked), the strides are not negative (checked),
+        // and every element the strides reach is inside its allocation (this function's
+        // contract): the contract of `tile::sgemm`.
         unsafe {
             tile::sgemm(
                 (u(m), u(n), u(k)),
@@ -85,8 +92,8 @@ pub extern "C" fn attnc_sgemm(
         };
         return;
     }
-    // SAFETY: the JIT code passes pointers and strides of tiles that `Plan::validate`
-    // proved inside their buffers (or inside the scratch, sized by `KernelOp::scratch`).
+    // SAFETY: every element the strides reach is inside its allocation and `c` is this
+    // call's alone (this function's contract), which is all `gemm::gemm` asks.
     unsafe {
         gemm::gemm(
             m as usize,
@@ -174,6 +181,7 @@ struct Args(Vec<*mut f32>);
 // never read what another task of the kernel writes (both proved by `Plan::validate`); the
 // memory they point to outlives `execute`, which owns or borrows it for its whole run.
 unsafe impl Send for Args {}
+// SAFETY: as for `Send`: shared references only read the pointers.
 unsafe impl Sync for Args {}
 
 impl Args {

@@ -68,6 +68,12 @@ fn lane_mask(lanes: usize) -> u16 {
 }
 
 /// One `R × 32` block (fewer columns where the masks say so).
+///
+/// # Safety
+/// The CPU has AVX-512F; for `r < R`, `p < k` and every column `j` whose lane is set in the
+/// masks (`m0` for `j < 16`, `m1` for `16 ≤ j < 32`), the elements `c + r·c_rs + j`,
+/// `a + r·a_rs + p·a_cs` and `b + p·b_rs + j` are inside their allocations: [`sgemm`] passes
+/// a block of its tile, whose contract says so.
 #[target_feature(enable = "avx512f")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
