@@ -12,8 +12,8 @@
 use attnc::driver::check_source;
 use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Binary, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan, Reduce, Row,
-    Softmax, Stage, Unary,
+    BinaryOp, Buffer, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, MaskFill, Operand, Plan, ReduceOp, Row,
+    Softmax, Stage, UnaryOp,
 };
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, Bound, RunOptions, Tensor};
@@ -265,11 +265,11 @@ fn throughput(op: KernelOp, len: usize, extra: Option<Vec<f32>>, out_len: usize,
 }
 
 /// A map of one unary primitive over `rows × len` elements (inputs scaled to [-4, 4]).
-fn primitive(u: Unary, rows: usize, len: usize, threads: usize) -> f64 {
+fn primitive(u: UnaryOp, rows: usize, len: usize, threads: usize) -> f64 {
     let expr = vec![
         Expr::Input(0),
         Expr::Const(8.0),
-        Expr::Binary(Binary::Mul, 0, 1),
+        Expr::Binary(BinaryOp::Mul, 0, 1),
         Expr::Unary(u, 2),
     ];
     let map = Map {
@@ -302,27 +302,27 @@ fn layer_norm(rows: usize, len: usize, threads: usize) -> f64 {
         Expr::Input(0),
         Expr::Reduced(0),
         Expr::Const(n),
-        Expr::Binary(Binary::Div, 1, 2),
-        Expr::Binary(Binary::Sub, 0, 3),
-        Expr::Binary(Binary::Mul, 4, 4),
+        Expr::Binary(BinaryOp::Div, 1, 2),
+        Expr::Binary(BinaryOp::Sub, 0, 3),
+        Expr::Binary(BinaryOp::Mul, 4, 4),
     ];
     let write = vec![
         Expr::Input(0),
         Expr::Reduced(0),
         Expr::Reduced(1),
         Expr::Const(n),
-        Expr::Binary(Binary::Div, 1, 3),
-        Expr::Binary(Binary::Div, 2, 3),
+        Expr::Binary(BinaryOp::Div, 1, 3),
+        Expr::Binary(BinaryOp::Div, 2, 3),
         Expr::Const(1e-5),
-        Expr::Binary(Binary::Add, 5, 6),
-        Expr::Unary(Unary::Rsqrt, 7),
-        Expr::Binary(Binary::Sub, 0, 4),
-        Expr::Binary(Binary::Mul, 9, 8),
+        Expr::Binary(BinaryOp::Add, 5, 6),
+        Expr::Unary(UnaryOp::Rsqrt, 7),
+        Expr::Binary(BinaryOp::Sub, 0, 4),
+        Expr::Binary(BinaryOp::Mul, 9, 8),
         Expr::Input(1),
-        Expr::Binary(Binary::Mul, 10, 11),
+        Expr::Binary(BinaryOp::Mul, 10, 11),
     ];
     let sum = |expr| Stage {
-        reduce: Reduce::Sum,
+        reduce: ReduceOp::Sum,
         expr,
     };
     let row = Row {
@@ -589,13 +589,13 @@ fn main() {
     let (rows, len) = (64, 1024);
     println!("elementwise primitives over {rows} x {len} in [-4, 4], G elements/s: attnc map, {threads} thread(s) | Rust loop of the scalar function, 1 thread");
     type Scalar = fn(f32) -> f32;
-    let scalar: [(Unary, Scalar); 6] = [
-        (Unary::Exp, f32::exp),
-        (Unary::Tanh, f32::tanh),
-        (Unary::Erf, libm::erff),
-        (Unary::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
-        (Unary::Log, f32::ln),
-        (Unary::Sqrt, f32::sqrt),
+    let scalar: [(UnaryOp, Scalar); 6] = [
+        (UnaryOp::Exp, f32::exp),
+        (UnaryOp::Tanh, f32::tanh),
+        (UnaryOp::Erf, libm::erff),
+        (UnaryOp::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
+        (UnaryOp::Log, f32::ln),
+        (UnaryOp::Sqrt, f32::sqrt),
     ];
     for (u, f) in scalar {
         println!(

@@ -18,11 +18,12 @@
 //! expression, which also does every layout copy) and [`Row`] (reductions along one axis and
 //! what is computed from them: norms, softmax, `sum`, `var`).
 //!
-//! Elementwise arithmetic is written with the backend's own primitives ([`Unary`],
-//! [`Binary`], comparisons and a select), each computed as PyTorch computes it in float32:
-//! the lowering decomposes every elementwise op of the language into them.
+//! Elementwise arithmetic is written with the language's own primitives ([`UnaryOp`],
+//! [`BinaryOp`], comparisons and a select; rows reduce with [`ReduceOp`]), the ones the
+//! interpreter evaluates: the native code of each is tested against its `eval`.
 
 use crate::ir::CmpOp;
+pub use crate::ops::prim::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt::{self, Write as _};
 
 mod index_mask;
@@ -396,83 +397,6 @@ impl Attention {
     }
 }
 
-/// A unary primitive, with PyTorch's float32 meaning over the whole range (NaN, infinities
-/// and subnormal results included).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Unary {
-    Neg,
-    Abs,
-    Sqrt,
-    /// `1 / sqrt(x)`, as PyTorch's CPU kernel computes it (`rsqrt(0)` is `inf`).
-    Rsqrt,
-    Exp,
-    /// The natural logarithm.
-    Log,
-    Tanh,
-    /// `1 / (1 + exp(-x))`: 0 below about -88.7, where `exp(-x)` overflows.
-    Sigmoid,
-    Erf,
-    Sin,
-    Cos,
-    /// Logical not of a 0/1 boolean: 1.0 where `x` is 0, else 0.0.
-    Not,
-}
-
-/// A binary primitive, with PyTorch's float32 meaning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Binary {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    /// `torch.pow`: `powf`, except where the exponent is a constant PyTorch special-cases
-    /// (0, 1, 2, 3, -2, 0.5 as `sqrt`, -0.5 as `rsqrt`, -1 as a reciprocal).
-    Pow,
-    /// `torch.maximum`: NaN if either side is NaN, else `a >= b ? a : b`.
-    Maximum,
-    /// `torch.minimum`: NaN if either side is NaN, else `a <= b ? a : b`.
-    Minimum,
-    /// Logical and of 0/1 booleans (any non-zero counts as true).
-    And,
-    /// Logical or of 0/1 booleans.
-    Or,
-}
-
-impl Unary {
-    pub fn name(self) -> &'static str {
-        match self {
-            Unary::Neg => "neg",
-            Unary::Abs => "abs",
-            Unary::Sqrt => "sqrt",
-            Unary::Rsqrt => "rsqrt",
-            Unary::Exp => "exp",
-            Unary::Log => "log",
-            Unary::Tanh => "tanh",
-            Unary::Sigmoid => "sigmoid",
-            Unary::Erf => "erf",
-            Unary::Sin => "sin",
-            Unary::Cos => "cos",
-            Unary::Not => "not",
-        }
-    }
-}
-
-impl Binary {
-    pub fn name(self) -> &'static str {
-        match self {
-            Binary::Add => "+",
-            Binary::Sub => "-",
-            Binary::Mul => "*",
-            Binary::Div => "/",
-            Binary::Pow => "pow",
-            Binary::Maximum => "maximum",
-            Binary::Minimum => "minimum",
-            Binary::And => "and",
-            Binary::Or => "or",
-        }
-    }
-}
-
 /// One node of an elementwise formula ([`Map::expr`], the stages of a [`Row`]); operands
 /// index earlier nodes.
 #[derive(Clone, Debug, PartialEq)]
@@ -485,8 +409,8 @@ pub enum Expr {
     /// The element's index along axis `a` of a [`Map`]'s iteration space, as a float
     /// (`tril`'s test `j - i <= diagonal`). Only in a [`Map`].
     Index(usize),
-    Unary(Unary, usize),
-    Binary(Binary, usize, usize),
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
     /// 1.0 where the comparison holds, else 0.0.
     Compare(CmpOp, usize, usize),
     /// `a` where `cond` is not 0, else `b` (args `cond, a, b`): `where`, `masked_fill`.
@@ -505,32 +429,11 @@ pub struct Map {
     pub rows_per_task: usize,
 }
 
-/// How a [`Stage`] combines the values of a row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reduce {
-    /// The sum (0 for an empty row).
-    Sum,
-    /// The largest value, NaN if any is NaN (`-inf` for an empty row).
-    Max,
-    /// The smallest value, NaN if any is NaN (`inf` for an empty row).
-    Min,
-}
-
-impl Reduce {
-    pub fn name(self) -> &'static str {
-        match self {
-            Reduce::Sum => "sum",
-            Reduce::Max => "max",
-            Reduce::Min => "min",
-        }
-    }
-}
-
 /// One reduction of a [`Row`] kernel: `reduce` over the row of `expr`, whose nodes may read
 /// the inputs and the results of earlier stages ([`Expr::Reduced`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stage {
-    pub reduce: Reduce,
+    pub reduce: ReduceOp,
     pub expr: Vec<Expr>,
 }
 

@@ -37,10 +37,10 @@ mod tiling;
 mod view;
 
 use crate::dims::Poly;
-use crate::ir::{BinaryOp, CmpOp, Op, Program, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CmpOp, Op, Program, ReduceOp, ValueId};
 use crate::kernel::{
-    Attention, Binary, BufId, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Kernel, KernelOp, KeyTail,
-    Map, MaskFill, Operand, Plan, PlanError, Reduce, Row, ScoreMod, Softmax, Stage, Unary,
+    Attention, BufId, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Kernel, KernelOp, KeyTail, Map,
+    MaskFill, Operand, Plan, PlanError, Row, ScoreMod, Softmax, Stage,
 };
 use crate::size;
 pub use flops::source_flops;
@@ -49,56 +49,16 @@ use std::collections::HashMap;
 use tiling::{attention_blocks, fold_batch_into_rows, gemm_blocks};
 pub use view::View;
 
-/// The backend's primitive for an elementwise op of the language.
-fn unary(op: UnaryOp) -> Unary {
-    match op {
-        UnaryOp::Neg => Unary::Neg,
-        UnaryOp::Abs => Unary::Abs,
-        UnaryOp::Sqrt => Unary::Sqrt,
-        UnaryOp::Rsqrt => Unary::Rsqrt,
-        UnaryOp::Exp => Unary::Exp,
-        UnaryOp::Log => Unary::Log,
-        UnaryOp::Tanh => Unary::Tanh,
-        UnaryOp::Sigmoid => Unary::Sigmoid,
-        UnaryOp::Erf => Unary::Erf,
-        UnaryOp::Sin => Unary::Sin,
-        UnaryOp::Cos => Unary::Cos,
-        UnaryOp::Not => Unary::Not,
-    }
-}
-
 /// The formula node of elementwise op `op` (of node `id`) over the formula nodes `a`.
 fn map_node(id: ValueId, op: &Op, a: &[usize]) -> Result<Expr, PlanError> {
     Ok(match (op, a) {
-        (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
-        (Op::Binary(b), &[x, y]) => Expr::Binary(binary(*b), x, y),
+        (Op::Unary(u), &[x]) => Expr::Unary(*u, x),
+        (Op::Binary(b), &[x, y]) => Expr::Binary(*b, x, y),
         (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
         (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
         (Op::Where, &[c, a, b]) => Expr::Select(c, a, b),
         _ => return Err(internal(format!("node {id} is not elementwise"))),
     })
-}
-
-fn binary(op: BinaryOp) -> Binary {
-    match op {
-        BinaryOp::Add => Binary::Add,
-        BinaryOp::Sub => Binary::Sub,
-        BinaryOp::Mul => Binary::Mul,
-        BinaryOp::Div => Binary::Div,
-        BinaryOp::Pow => Binary::Pow,
-        BinaryOp::Maximum => Binary::Maximum,
-        BinaryOp::Minimum => Binary::Minimum,
-        BinaryOp::And => Binary::And,
-        BinaryOp::Or => Binary::Or,
-    }
-}
-
-fn reduce(op: ReduceOp) -> Reduce {
-    match op {
-        ReduceOp::Sum => Reduce::Sum,
-        ReduceOp::Max => Reduce::Max,
-        ReduceOp::Min => Reduce::Min,
-    }
 }
 
 /// Lowers `program` for the dim values `dims` (by [`crate::dims::Sym`], as
@@ -468,9 +428,9 @@ impl<'p> Lowerer<'p> {
                 let expr = vec![
                     Expr::Index(0),
                     Expr::Const(step as f32),
-                    Expr::Binary(Binary::Mul, 0, 1),
+                    Expr::Binary(BinaryOp::Mul, 0, 1),
                     Expr::Const(start as f32),
-                    Expr::Binary(Binary::Add, 2, 3),
+                    Expr::Binary(BinaryOp::Add, 2, 3),
                 ];
                 self.map(vec![], expr, &out, self.label(id));
                 Ok(Val::Tensor(out))
@@ -595,7 +555,7 @@ impl<'p> Lowerer<'p> {
                 let expr = vec![
                     Expr::Input(0),
                     Expr::Const(alpha),
-                    Expr::Binary(Binary::Mul, 0, 1),
+                    Expr::Binary(BinaryOp::Mul, 0, 1),
                 ];
                 self.map(
                     vec![v.operand()],
@@ -662,7 +622,7 @@ impl<'p> Lowerer<'p> {
         if scale != 1.0 {
             let root = expr.len() - 1;
             expr.push(Expr::Const(scale));
-            expr.push(Expr::Binary(Binary::Mul, root, root + 1));
+            expr.push(Expr::Binary(BinaryOp::Mul, root, root + 1));
         }
         // Scores that are the GEMM's alone (the rest was a mask of positions) need no change.
         extras.score = (expr != [Expr::Input(0)]).then_some((expr, plan.tensors));
@@ -755,7 +715,7 @@ impl<'p> Lowerer<'p> {
             n,
             inputs: vec![moved.operand()],
             stages: vec![Stage {
-                reduce: reduce(op),
+                reduce: op,
                 expr: vec![Expr::Input(0)],
             }],
             write: vec![Expr::Reduced(0)],
@@ -784,10 +744,7 @@ impl<'p> Lowerer<'p> {
                 let x = self.program.node(r).args[0];
                 let expr = self.row_formula(&mut formula, x)?;
                 formula.stages.insert(r, stages.len());
-                stages.push(Stage {
-                    reduce: reduce(op),
-                    expr,
-                });
+                stages.push(Stage { reduce: op, expr });
             }
         }
         let write = self.row_formula(&mut formula, id)?;
@@ -991,7 +948,7 @@ impl<'p> Lowerer<'p> {
                         expr.len() - 1
                     };
                     let (j, i) = (push(Expr::Index(r - 1)), push(Expr::Index(r - 2)));
-                    let offset = push(Expr::Binary(Binary::Sub, j, i));
+                    let offset = push(Expr::Binary(BinaryOp::Sub, j, i));
                     let diagonal = push(Expr::Const(diagonal as f32));
                     let side = if upper { CmpOp::Ge } else { CmpOp::Le };
                     let keep = push(Expr::Compare(side, offset, diagonal));

@@ -5,8 +5,8 @@
 
 use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Affine, Attention, Binary, Buffer, BufferKind, Expr, IndexMask, Keep, Kernel, KernelOp, KeyTail,
-    MaskFill, Operand, Plan, ScoreMod, TileCounts, Unary,
+    Affine, Attention, BinaryOp, Buffer, BufferKind, Expr, IndexMask, Keep, Kernel, KernelOp, KeyTail,
+    MaskFill, Operand, Plan, ScoreMod, TileCounts, UnaryOp,
 };
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{Bound, Tensor};
@@ -53,9 +53,9 @@ impl Score {
                     Expr::Input(1),
                     Expr::Input(2),
                     Expr::Input(3),
-                    Expr::Binary(Binary::Sub, 2, 1),
-                    Expr::Binary(Binary::Mul, 3, 4),
-                    Expr::Binary(Binary::Add, 0, 5),
+                    Expr::Binary(BinaryOp::Sub, 2, 1),
+                    Expr::Binary(BinaryOp::Mul, 3, 4),
+                    Expr::Binary(BinaryOp::Add, 0, 5),
                 ],
             },
             Score::Softcap(c) => ScoreMod {
@@ -63,9 +63,9 @@ impl Score {
                 expr: vec![
                     Expr::Input(0),
                     Expr::Const(c),
-                    Expr::Binary(Binary::Div, 0, 1),
-                    Expr::Unary(Unary::Tanh, 2),
-                    Expr::Binary(Binary::Mul, 1, 3),
+                    Expr::Binary(BinaryOp::Div, 0, 1),
+                    Expr::Unary(UnaryOp::Tanh, 2),
+                    Expr::Binary(BinaryOp::Mul, 1, 3),
                 ],
             },
         }

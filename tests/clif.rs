@@ -6,8 +6,8 @@
 use attnc::codegen::Jit;
 use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Affine, Attention, Binary, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp,
-    Map, MaskFill, Operand, Plan, Reduce, Row, Softmax, Stage, Unary,
+    Affine, Attention, BinaryOp, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp,
+    Map, MaskFill, Operand, Plan, ReduceOp, Row, Softmax, Stage, UnaryOp,
 };
 use attnc::runtime::jit::sgemm_address;
 
@@ -95,9 +95,9 @@ fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
             expr: vec![
                 Expr::Input(0),
                 Expr::Input(1),
-                Expr::Binary(Binary::Add, 0, 1),
+                Expr::Binary(BinaryOp::Add, 0, 1),
                 Expr::Const(0.0),
-                Expr::Binary(Binary::Maximum, 2, 3),
+                Expr::Binary(BinaryOp::Maximum, 2, 3),
             ],
             pair: false,
         }),
@@ -187,8 +187,8 @@ fn map_fuses_an_elementwise_expression() {
     let expr = vec![
         Expr::Input(0),
         Expr::Input(1),
-        Expr::Binary(Binary::Mul, 0, 1),
-        Expr::Unary(Unary::Exp, 2),
+        Expr::Binary(BinaryOp::Mul, 0, 1),
+        Expr::Unary(UnaryOp::Exp, 2),
         Expr::Const(0.0),
         Expr::Compare(CmpOp::Gt, 0, 4),
         Expr::Select(5, 4, 3),
@@ -210,10 +210,10 @@ fn map_fuses_an_elementwise_expression() {
 fn map_calls_the_math_functions_it_has_no_vector_form_for() {
     let expr = vec![
         Expr::Input(0),
-        Expr::Unary(Unary::Sin, 0),
+        Expr::Unary(UnaryOp::Sin, 0),
         Expr::Const(2.0),
-        Expr::Binary(Binary::Pow, 0, 2),
-        Expr::Binary(Binary::Maximum, 1, 3),
+        Expr::Binary(BinaryOp::Pow, 0, 2),
+        Expr::Binary(BinaryOp::Maximum, 1, 3),
     ];
     let m = Map {
         shape: vec![6],
@@ -231,31 +231,31 @@ fn map_calls_the_math_functions_it_has_no_vector_form_for() {
 #[test]
 fn row_reduces_then_writes_each_element() {
     let sum = |expr| Stage {
-        reduce: Reduce::Sum,
+        reduce: ReduceOp::Sum,
         expr,
     };
     let centered = vec![
         Expr::Input(0),
         Expr::Reduced(0),
         Expr::Const(9.0),
-        Expr::Binary(Binary::Div, 1, 2),
-        Expr::Binary(Binary::Sub, 0, 3),
-        Expr::Binary(Binary::Mul, 4, 4),
+        Expr::Binary(BinaryOp::Div, 1, 2),
+        Expr::Binary(BinaryOp::Sub, 0, 3),
+        Expr::Binary(BinaryOp::Mul, 4, 4),
     ];
     let write = vec![
         Expr::Input(0),
         Expr::Reduced(0),
         Expr::Reduced(1),
         Expr::Const(9.0),
-        Expr::Binary(Binary::Div, 1, 3),
-        Expr::Binary(Binary::Div, 2, 3),
+        Expr::Binary(BinaryOp::Div, 1, 3),
+        Expr::Binary(BinaryOp::Div, 2, 3),
         Expr::Const(1e-5),
-        Expr::Binary(Binary::Add, 5, 6),
-        Expr::Unary(Unary::Rsqrt, 7),
-        Expr::Binary(Binary::Sub, 0, 4),
-        Expr::Binary(Binary::Mul, 9, 8),
+        Expr::Binary(BinaryOp::Add, 5, 6),
+        Expr::Unary(UnaryOp::Rsqrt, 7),
+        Expr::Binary(BinaryOp::Sub, 0, 4),
+        Expr::Binary(BinaryOp::Mul, 9, 8),
         Expr::Input(1),
-        Expr::Binary(Binary::Mul, 10, 11),
+        Expr::Binary(BinaryOp::Mul, 10, 11),
     ];
     let r = Row {
         rows: vec![2],

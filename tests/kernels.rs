@@ -4,7 +4,7 @@
 
 use attnc::ir::CmpOp;
 use attnc::kernel::{
-    Binary, Buffer, BufferKind, Expr, Kernel, KernelOp, Map, Operand, Plan, Reduce, Row, Stage, Unary,
+    BinaryOp, Buffer, BufferKind, Expr, Kernel, KernelOp, Map, Operand, Plan, ReduceOp, Row, Stage, UnaryOp,
 };
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{Bound, Tensor};
@@ -155,7 +155,7 @@ fn strided(xs: &[f32], stride: usize) -> Vec<f32> {
     v
 }
 
-fn check_unary(u: Unary, xs: &[f32], reference: impl Fn(f64) -> f64, ulps: f32) {
+fn check_unary(u: UnaryOp, xs: &[f32], reference: impl Fn(f64) -> f64, ulps: f32) {
     for stride in [1, 3] {
         let expr = vec![Expr::Input(0), Expr::Unary(u, 0)];
         let got = run(map(expr, 1, xs.len(), stride), &[strided(xs, stride)], xs.len());
@@ -169,18 +169,18 @@ fn check_unary(u: Unary, xs: &[f32], reference: impl Fn(f64) -> f64, ulps: f32) 
 #[test]
 fn unary_primitives_follow_pytorch_over_the_whole_range() {
     let xs = special();
-    check_unary(Unary::Neg, &xs, |x| -x, 0.0);
-    check_unary(Unary::Abs, &xs, f64::abs, 0.0);
-    check_unary(Unary::Sqrt, &xs, f64::sqrt, 0.5);
-    check_unary(Unary::Rsqrt, &xs, |x| 1.0 / (x as f32).sqrt() as f64, 0.5);
-    check_unary(Unary::Log, &xs, f64::ln, 1.0);
-    check_unary(Unary::Tanh, &xs, f64::tanh, 2.0);
-    check_unary(Unary::Erf, &xs, libm::erf, 2.0);
-    check_unary(Unary::Sin, &xs, f64::sin, 1.0);
-    check_unary(Unary::Cos, &xs, f64::cos, 1.0);
-    check_unary(Unary::Not, &xs, |x| if x == 0.0 { 1.0 } else { 0.0 }, 0.0);
-    check_unary(Unary::Sigmoid, &xs, sigmoid, 2.0);
-    check_unary(Unary::Exp, &xs, f64::exp, 2.0);
+    check_unary(UnaryOp::Neg, &xs, |x| -x, 0.0);
+    check_unary(UnaryOp::Abs, &xs, f64::abs, 0.0);
+    check_unary(UnaryOp::Sqrt, &xs, f64::sqrt, 0.5);
+    check_unary(UnaryOp::Rsqrt, &xs, |x| 1.0 / (x as f32).sqrt() as f64, 0.5);
+    check_unary(UnaryOp::Log, &xs, f64::ln, 1.0);
+    check_unary(UnaryOp::Tanh, &xs, f64::tanh, 2.0);
+    check_unary(UnaryOp::Erf, &xs, libm::erf, 2.0);
+    check_unary(UnaryOp::Sin, &xs, f64::sin, 1.0);
+    check_unary(UnaryOp::Cos, &xs, f64::cos, 1.0);
+    check_unary(UnaryOp::Not, &xs, |x| if x == 0.0 { 1.0 } else { 0.0 }, 0.0);
+    check_unary(UnaryOp::Sigmoid, &xs, sigmoid, 2.0);
+    check_unary(UnaryOp::Exp, &xs, f64::exp, 2.0);
 }
 
 /// Every magnitude from the subnormals to 20 (log-spaced, both signs) and a fine linear
@@ -194,6 +194,68 @@ fn sweep() -> Vec<f32> {
     v
 }
 
+/// Every unary primitive's native code against its own `eval` (the meaning the interpreter
+/// runs), over the special values and the dense sweep: a primitive added to `UnaryOp` is
+/// tested natively without a line here. 4 ulps leaves room for the vector polynomials;
+/// NaN, the infinities and exact results must match.
+#[test]
+fn every_unary_primitive_computes_its_eval_natively() {
+    let mut xs = special();
+    xs.extend(sweep());
+    for &u in UnaryOp::ALL {
+        check_unary(u, &xs, |x| f64::from(u.eval(x as f32)), 4.0);
+    }
+}
+
+/// The same for every binary primitive over every pair of special values.
+#[test]
+fn every_binary_primitive_computes_its_eval_natively() {
+    let p = pairs();
+    for &b in BinaryOp::ALL {
+        check_binary(b, &p, |x, y| f64::from(b.eval(x as f32, y as f32)), 1.0);
+    }
+}
+
+/// Every reduction against a fold of its own `combine` from its `identity`, over rows whose
+/// sums are exact in any order (small integers), with NaN, infinities and signed zeros, so
+/// the results must match to the bit.
+#[test]
+fn every_reduction_computes_its_fold_natively() {
+    let n = 37;
+    let ints: Vec<f32> = (0..n).map(|i| (i as f32 * 7.0) % 23.0 - 11.0).collect();
+    let mut rows = vec![ints.clone(), vec![0.0; n], vec![-0.0; n]];
+    for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        for at in [0, n / 2, n - 1] {
+            let mut r = ints.clone();
+            r[at] = special;
+            rows.push(r);
+        }
+    }
+    let mut both = ints.clone();
+    (both[3], both[30]) = (f32::INFINITY, f32::NEG_INFINITY);
+    rows.push(both);
+    let x: Vec<f32> = rows.concat();
+    for &r in ReduceOp::ALL {
+        let mut f = F::default();
+        f.add(Expr::Input(0));
+        let kernel = KernelOp::Row(Row {
+            rows: vec![rows.len()],
+            n,
+            inputs: vec![op(0, 0, &[n, 1])],
+            stages: vec![stage(r, f)],
+            write: vec![Expr::Reduced(0)],
+            out: op(1, 0, &[1]),
+            rows_per_task: 2,
+        });
+        let got = run(kernel, std::slice::from_ref(&x), rows.len());
+        for (row, g) in rows.iter().zip(&got) {
+            let want = row.iter().fold(r.identity(), |acc, &v| r.combine(acc, v));
+            let same = g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
+            assert!(same, "{r:?} of {row:?} = {g}, want {want}");
+        }
+    }
+}
+
 /// Beyond 9.01, tanh rounds to ±1 exactly, so tanh-GELU of a large negative argument
 /// (`0.5 x (1 + tanh(..))`) is -0.0 as in PyTorch, not a tiny multiple of `x`.
 #[test]
@@ -202,14 +264,14 @@ fn tanh_saturates_to_exactly_one() {
         .iter()
         .flat_map(|&x| [x, -x])
         .collect();
-    check_unary(Unary::Tanh, &xs, f64::tanh, 0.0);
+    check_unary(UnaryOp::Tanh, &xs, f64::tanh, 0.0);
 }
 
 #[test]
 fn tanh_and_erf_polynomials_stay_within_a_relative_epsilon_everywhere() {
     let xs = sweep();
-    check_unary(Unary::Tanh, &xs, f64::tanh, 1.0);
-    check_unary(Unary::Erf, &xs, libm::erf, 1.0);
+    check_unary(UnaryOp::Tanh, &xs, f64::tanh, 1.0);
+    check_unary(UnaryOp::Erf, &xs, libm::erf, 1.0);
 }
 
 /// Every positive magnitude, subnormals to `f32::MAX`, and a fine sweep around 1.
@@ -218,7 +280,7 @@ fn the_log_polynomial_stays_within_a_relative_epsilon_everywhere() {
     let mut xs: Vec<f32> = (0..=100_000).map(|i| 0.5 + i as f32 * 1e-5).collect();
     xs.extend((0..=100_000).map(|i| 2f32.powf(-149.0 + 277.0 * i as f32 / 100_000.0)));
     xs.extend([f32::MAX, f32::MIN_POSITIVE, 1.0]);
-    check_unary(Unary::Log, &xs, f64::ln, 1.0);
+    check_unary(UnaryOp::Log, &xs, f64::ln, 1.0);
 }
 
 /// PyTorch's `sigmoid`: `1 / (1 + exp(-x))` in float32, so 0 where `exp(-x)` overflows.
@@ -233,10 +295,10 @@ fn sigmoid(x: f64) -> f64 {
 #[test]
 fn the_sigmoid_polynomial_follows_pytorch_into_the_subnormals() {
     let xs: Vec<f32> = (0..=200_000).map(|i| -100.0 + i as f32 * 1e-3).collect();
-    check_unary(Unary::Sigmoid, &xs, sigmoid, 2.0);
+    check_unary(UnaryOp::Sigmoid, &xs, sigmoid, 2.0);
 }
 
-fn check_binary(b: Binary, pairs: &[(f32, f32)], reference: impl Fn(f64, f64) -> f64, ulps: f32) {
+fn check_binary(b: BinaryOp, pairs: &[(f32, f32)], reference: impl Fn(f64, f64) -> f64, ulps: f32) {
     let (xs, ys): (Vec<f32>, Vec<f32>) = pairs.iter().copied().unzip();
     for stride in [1, 2] {
         let expr = vec![Expr::Input(0), Expr::Input(1), Expr::Binary(b, 0, 1)];
@@ -284,16 +346,16 @@ fn extremum(keep_first: fn(f64, f64) -> bool) -> impl Fn(f64, f64) -> f64 {
 #[test]
 fn binary_primitives_follow_pytorch_over_the_whole_range() {
     let p = pairs();
-    check_binary(Binary::Add, &p, |a, b| a + b, 1.0);
-    check_binary(Binary::Sub, &p, |a, b| a - b, 1.0);
-    check_binary(Binary::Mul, &p, |a, b| a * b, 1.0);
-    check_binary(Binary::Div, &p, |a, b| a / b, 1.0);
-    check_binary(Binary::Pow, &p, f64::powf, 1.0);
-    check_binary(Binary::Maximum, &p, extremum(|a, b| a >= b), 0.0);
-    check_binary(Binary::Minimum, &p, extremum(|a, b| a <= b), 0.0);
+    check_binary(BinaryOp::Add, &p, |a, b| a + b, 1.0);
+    check_binary(BinaryOp::Sub, &p, |a, b| a - b, 1.0);
+    check_binary(BinaryOp::Mul, &p, |a, b| a * b, 1.0);
+    check_binary(BinaryOp::Div, &p, |a, b| a / b, 1.0);
+    check_binary(BinaryOp::Pow, &p, f64::powf, 1.0);
+    check_binary(BinaryOp::Maximum, &p, extremum(|a, b| a >= b), 0.0);
+    check_binary(BinaryOp::Minimum, &p, extremum(|a, b| a <= b), 0.0);
     let truth = |x: f64| x != 0.0;
-    check_binary(Binary::And, &p, |a, b| (truth(a) && truth(b)) as u8 as f64, 0.0);
-    check_binary(Binary::Or, &p, |a, b| (truth(a) || truth(b)) as u8 as f64, 0.0);
+    check_binary(BinaryOp::And, &p, |a, b| (truth(a) && truth(b)) as u8 as f64, 0.0);
+    check_binary(BinaryOp::Or, &p, |a, b| (truth(a) || truth(b)) as u8 as f64, 0.0);
 }
 
 /// `pow` with a constant exponent takes PyTorch's special cases: `x ** 0.5` is `sqrt(x)`
@@ -303,7 +365,7 @@ fn binary_primitives_follow_pytorch_over_the_whole_range() {
 fn pow_by_a_constant_takes_pytorchs_special_cases() {
     let xs = special();
     for c in [0.0f32, 1.0, 2.0, 3.0, -1.0, -2.0, 0.5, -0.5, 1.5, -3.0] {
-        let expr = vec![Expr::Input(0), Expr::Const(c), Expr::Binary(Binary::Pow, 0, 1)];
+        let expr = vec![Expr::Input(0), Expr::Const(c), Expr::Binary(BinaryOp::Pow, 0, 1)];
         let got = run(map(expr, 1, xs.len(), 1), std::slice::from_ref(&xs), xs.len());
         for (&x, &g) in xs.iter().zip(&got) {
             let x64 = x as f64;
@@ -363,10 +425,10 @@ impl F {
         self.0.push(e);
         self.0.len() - 1
     }
-    fn un(&mut self, u: Unary, a: usize) -> usize {
+    fn un(&mut self, u: UnaryOp, a: usize) -> usize {
         self.add(Expr::Unary(u, a))
     }
-    fn bin(&mut self, b: Binary, x: usize, y: usize) -> usize {
+    fn bin(&mut self, b: BinaryOp, x: usize, y: usize) -> usize {
         self.add(Expr::Binary(b, x, y))
     }
     fn c(&mut self, v: f32) -> usize {
@@ -374,7 +436,7 @@ impl F {
     }
 }
 
-fn stage(reduce: Reduce, f: F) -> Stage {
+fn stage(reduce: ReduceOp, f: F) -> Stage {
     Stage { reduce, expr: f.0 }
 }
 
@@ -426,7 +488,7 @@ impl Prog {
     }
 
     fn program(self, n: usize) -> (Vec<Stage>, Vec<Expr>) {
-        let reduce_x = |r: Reduce| {
+        let reduce_x = |r: ReduceOp| {
             let mut f = F::default();
             f.add(Expr::Input(0));
             stage(r, f)
@@ -442,36 +504,36 @@ impl Prog {
             let x = f.add(Expr::Input(0));
             let s = f.add(Expr::Reduced(0));
             let n = f.c(n as f32);
-            let mean = f.bin(Binary::Div, s, n);
-            let d = f.bin(Binary::Sub, x, mean);
-            f.bin(Binary::Mul, d, d);
-            vec![reduce_x(Reduce::Sum), stage(Reduce::Sum, f)]
+            let mean = f.bin(BinaryOp::Div, s, n);
+            let d = f.bin(BinaryOp::Sub, x, mean);
+            f.bin(BinaryOp::Mul, d, d);
+            vec![reduce_x(ReduceOp::Sum), stage(ReduceOp::Sum, f)]
         };
-        // r0 = max(x), r1 = sum(exp(x - r0)).
+        // r0 = amax(x), r1 = sum(exp(x - r0)).
         let exps = || {
             let mut f = F::default();
             let x = f.add(Expr::Input(0));
             let m = f.add(Expr::Reduced(0));
-            let d = f.bin(Binary::Sub, x, m);
-            f.un(Unary::Exp, d);
-            vec![reduce_x(Reduce::Max), stage(Reduce::Sum, f)]
+            let d = f.bin(BinaryOp::Sub, x, m);
+            f.un(UnaryOp::Exp, d);
+            vec![reduce_x(ReduceOp::Max), stage(ReduceOp::Sum, f)]
         };
         match self {
-            Prog::Sum => (vec![reduce_x(Reduce::Sum)], reduced(0).0),
-            Prog::Amax => (vec![reduce_x(Reduce::Max)], reduced(0).0),
-            Prog::Amin => (vec![reduce_x(Reduce::Min)], reduced(0).0),
+            Prog::Sum => (vec![reduce_x(ReduceOp::Sum)], reduced(0).0),
+            Prog::Amax => (vec![reduce_x(ReduceOp::Max)], reduced(0).0),
+            Prog::Amin => (vec![reduce_x(ReduceOp::Min)], reduced(0).0),
             Prog::Mean => {
                 let mut f = reduced(0);
                 let n = f.c(n as f32);
-                f.bin(Binary::Div, 0, n);
-                (vec![reduce_x(Reduce::Sum)], f.0)
+                f.bin(BinaryOp::Div, 0, n);
+                (vec![reduce_x(ReduceOp::Sum)], f.0)
             }
             Prog::Var | Prog::Std => {
                 let mut f = reduced(1);
                 let d = f.c(n as f32 - 1.0);
-                let v = f.bin(Binary::Div, 0, d);
+                let v = f.bin(BinaryOp::Div, 0, d);
                 if self == Prog::Std {
-                    f.un(Unary::Sqrt, v);
+                    f.un(UnaryOp::Sqrt, v);
                 }
                 (centered(), f.0)
             }
@@ -480,13 +542,13 @@ impl Prog {
                 let x = f.add(Expr::Input(0));
                 let m = f.add(Expr::Reduced(0));
                 let s = f.add(Expr::Reduced(1));
-                let d = f.bin(Binary::Sub, x, m);
+                let d = f.bin(BinaryOp::Sub, x, m);
                 if self == Prog::Softmax {
-                    let e = f.un(Unary::Exp, d);
-                    f.bin(Binary::Div, e, s);
+                    let e = f.un(UnaryOp::Exp, d);
+                    f.bin(BinaryOp::Div, e, s);
                 } else {
-                    let l = f.un(Unary::Log, s);
-                    f.bin(Binary::Sub, d, l);
+                    let l = f.un(UnaryOp::Log, s);
+                    f.bin(BinaryOp::Sub, d, l);
                 }
                 (exps(), f.0)
             }
@@ -496,35 +558,35 @@ impl Prog {
                 let s = f.add(Expr::Reduced(0));
                 let q = f.add(Expr::Reduced(1));
                 let nn = f.c(n as f32);
-                let mean = f.bin(Binary::Div, s, nn);
-                let var = f.bin(Binary::Div, q, nn);
+                let mean = f.bin(BinaryOp::Div, s, nn);
+                let var = f.bin(BinaryOp::Div, q, nn);
                 let eps = f.c(EPS);
-                let ve = f.bin(Binary::Add, var, eps);
-                let inv = f.un(Unary::Rsqrt, ve);
-                let d = f.bin(Binary::Sub, x, mean);
-                let y = f.bin(Binary::Mul, d, inv);
+                let ve = f.bin(BinaryOp::Add, var, eps);
+                let inv = f.un(UnaryOp::Rsqrt, ve);
+                let d = f.bin(BinaryOp::Sub, x, mean);
+                let y = f.bin(BinaryOp::Mul, d, inv);
                 let w = f.add(Expr::Input(1));
-                let y = f.bin(Binary::Mul, y, w);
+                let y = f.bin(BinaryOp::Mul, y, w);
                 let b = f.add(Expr::Input(2));
-                f.bin(Binary::Add, y, b);
+                f.bin(BinaryOp::Add, y, b);
                 (centered(), f.0)
             }
             Prog::RmsNorm => {
                 let mut sq = F::default();
                 let x = sq.add(Expr::Input(0));
-                sq.bin(Binary::Mul, x, x);
+                sq.bin(BinaryOp::Mul, x, x);
                 let mut f = F::default();
                 let x = f.add(Expr::Input(0));
                 let s = f.add(Expr::Reduced(0));
                 let nn = f.c(n as f32);
-                let ms = f.bin(Binary::Div, s, nn);
+                let ms = f.bin(BinaryOp::Div, s, nn);
                 let eps = f.c(EPS);
-                let me = f.bin(Binary::Add, ms, eps);
-                let inv = f.un(Unary::Rsqrt, me);
-                let y = f.bin(Binary::Mul, x, inv);
+                let me = f.bin(BinaryOp::Add, ms, eps);
+                let inv = f.un(UnaryOp::Rsqrt, me);
+                let y = f.bin(BinaryOp::Mul, x, inv);
                 let w = f.add(Expr::Input(1));
-                f.bin(Binary::Mul, y, w);
-                (vec![stage(Reduce::Sum, sq)], f.0)
+                f.bin(BinaryOp::Mul, y, w);
+                (vec![stage(ReduceOp::Sum, sq)], f.0)
             }
         }
     }

@@ -6,7 +6,7 @@
 
 use super::emit::Emit;
 use crate::ir::CmpOp;
-use crate::kernel::{Binary, Expr, Unary};
+use crate::kernel::{BinaryOp, Expr, UnaryOp};
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::types::{F32X4, I32, I32X4};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
@@ -104,7 +104,7 @@ pub fn node(
         Expr::Reduced(k) => unreachable!("stage {k}'s result is computed by the row kernel"),
         Expr::Index(a) => unreachable!("the index along axis {a} is computed by the map kernel"),
         Expr::Unary(op, a) => unary(e, op, arg(a)),
-        Expr::Binary(Binary::Pow, a, b) => match expr[b] {
+        Expr::Binary(BinaryOp::Pow, a, b) => match expr[b] {
             Expr::Const(c) => pow_const(e, arg(a), c),
             _ => per_lane(e, Call::Pow, &[arg(a), arg(b)]),
         },
@@ -125,47 +125,47 @@ fn width(e: &Emit, x: Value) -> usize {
     }
 }
 
-pub fn unary(e: &mut Emit, op: Unary, x: Value) -> Value {
+pub fn unary(e: &mut Emit, op: UnaryOp, x: Value) -> Value {
     let w = width(e, x);
     match op {
-        Unary::Neg => e.b.ins().fneg(x),
-        Unary::Abs => e.b.ins().fabs(x),
-        Unary::Sqrt => e.b.ins().sqrt(x),
-        Unary::Rsqrt => {
+        UnaryOp::Neg => e.b.ins().fneg(x),
+        UnaryOp::Abs => e.b.ins().fabs(x),
+        UnaryOp::Sqrt => e.b.ins().sqrt(x),
+        UnaryOp::Rsqrt => {
             let root = e.b.ins().sqrt(x);
             let one = e.splat(1.0, w);
             e.b.ins().fdiv(one, root)
         }
-        Unary::Exp => e.exp(x),
-        Unary::Not => {
+        UnaryOp::Exp => e.exp(x),
+        UnaryOp::Not => {
             let zero = e.splat(0.0, w);
             e.cmp_value(FloatCC::Equal, x, zero)
         }
-        Unary::Log => on_vector(e, x, log4),
-        Unary::Tanh => on_vector(e, x, tanh4),
-        Unary::Sigmoid => on_vector(e, x, sigmoid4),
-        Unary::Erf => on_vector(e, x, erf4),
-        Unary::Sin => per_lane(e, Call::Sin, &[x]),
-        Unary::Cos => per_lane(e, Call::Cos, &[x]),
+        UnaryOp::Log => on_vector(e, x, log4),
+        UnaryOp::Tanh => on_vector(e, x, tanh4),
+        UnaryOp::Sigmoid => on_vector(e, x, sigmoid4),
+        UnaryOp::Erf => on_vector(e, x, erf4),
+        UnaryOp::Sin => per_lane(e, Call::Sin, &[x]),
+        UnaryOp::Cos => per_lane(e, Call::Cos, &[x]),
     }
 }
 
-pub fn binary(e: &mut Emit, op: Binary, a: Value, b: Value) -> Value {
+pub fn binary(e: &mut Emit, op: BinaryOp, a: Value, b: Value) -> Value {
     match op {
-        Binary::Add => e.b.ins().fadd(a, b),
-        Binary::Sub => e.b.ins().fsub(a, b),
-        Binary::Mul => e.b.ins().fmul(a, b),
-        Binary::Div => e.b.ins().fdiv(a, b),
-        Binary::Pow => per_lane(e, Call::Pow, &[a, b]),
-        Binary::Maximum => extremum(e, FloatCC::GreaterThanOrEqual, a, b),
-        Binary::Minimum => extremum(e, FloatCC::LessThanOrEqual, a, b),
-        Binary::And | Binary::Or => {
+        BinaryOp::Add => e.b.ins().fadd(a, b),
+        BinaryOp::Sub => e.b.ins().fsub(a, b),
+        BinaryOp::Mul => e.b.ins().fmul(a, b),
+        BinaryOp::Div => e.b.ins().fdiv(a, b),
+        BinaryOp::Pow => per_lane(e, Call::Pow, &[a, b]),
+        BinaryOp::Maximum => extremum(e, FloatCC::GreaterThanOrEqual, a, b),
+        BinaryOp::Minimum => extremum(e, FloatCC::LessThanOrEqual, a, b),
+        BinaryOp::And | BinaryOp::Or => {
             let w = width(e, a);
             let zero = e.splat(0.0, w);
             let x = e.cmp(FloatCC::NotEqual, a, zero);
             let y = e.cmp(FloatCC::NotEqual, b, zero);
             let both = match op {
-                Binary::And => e.b.ins().band(x, y),
+                BinaryOp::And => e.b.ins().band(x, y),
                 _ => e.b.ins().bor(x, y),
             };
             let (one, zero) = (e.splat(1.0, w), e.splat(0.0, w));
@@ -203,7 +203,7 @@ fn pow_const(e: &mut Emit, x: Value, c: f32) -> Value {
             e.b.ins().fdiv(one, sq)
         }
         0.5 => e.b.ins().sqrt(x),
-        -0.5 => unary(e, Unary::Rsqrt, x),
+        -0.5 => unary(e, UnaryOp::Rsqrt, x),
         _ => {
             let c = e.splat(c, w);
             per_lane(e, Call::Pow, &[x, c])

@@ -9,7 +9,7 @@
 use super::emit::{Emit, LANES};
 use super::math::{binary, eval, node};
 use super::softmax::lanes;
-use crate::kernel::{Binary, Expr, Reduce, Row, Stage};
+use crate::kernel::{BinaryOp, Expr, ReduceOp, Row, Stage};
 use cranelift_codegen::ir::types::{F32, F32X4};
 use cranelift_codegen::ir::{InstBuilder, Value};
 
@@ -132,11 +132,7 @@ fn per_row(e: &mut Emit, expr: &[Expr], reduced: &[Value]) -> (Vec<Option<Value>
 /// `stage.reduce` over the row of `stage.expr`.
 fn reduce(e: &mut Emit, stage: &Stage, lines: &[Line], reduced: &[Value], n: usize) -> Value {
     let (one, four) = per_row(e, &stage.expr, reduced);
-    let identity = match stage.reduce {
-        Reduce::Sum => 0.0,
-        Reduce::Max => f32::NEG_INFINITY,
-        Reduce::Min => f32::INFINITY,
-    };
+    let identity = stage.reduce.identity();
     let value = |e: &mut Emit, j: Value, w: usize| {
         let vals = load(e, &stage.expr, lines, j, w);
         let known = if w == 1 { &one } else { &four };
@@ -188,10 +184,10 @@ fn reduce(e: &mut Emit, stage: &Stage, lines: &[Line], reduced: &[Value], n: usi
 }
 
 /// One step of a reduction: NaN-propagating for `Max` and `Min`, as `amax` and `amin`.
-fn combine(e: &mut Emit, reduce: Reduce, acc: Value, x: Value) -> Value {
+fn combine(e: &mut Emit, reduce: ReduceOp, acc: Value, x: Value) -> Value {
     match reduce {
-        Reduce::Sum => e.b.ins().fadd(acc, x),
-        Reduce::Max => binary(e, Binary::Maximum, acc, x),
-        Reduce::Min => binary(e, Binary::Minimum, acc, x),
+        ReduceOp::Sum => e.b.ins().fadd(acc, x),
+        ReduceOp::Max => binary(e, BinaryOp::Maximum, acc, x),
+        ReduceOp::Min => binary(e, BinaryOp::Minimum, acc, x),
     }
 }

@@ -1,6 +1,6 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
-use super::{Attention, Binary, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
+use super::{Attention, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
 use std::fmt::Write as _;
 
 pub fn buffers(plan: &Plan, out: &mut String) {
@@ -253,10 +253,10 @@ pub fn expr_text(expr: &[Expr], i: usize) -> String {
         Expr::Reduced(k) => format!("r{k}"),
         Expr::Index(a) => format!("index{a}"),
         Expr::Unary(op, a) => format!("{}({})", op.name(), e(*a)),
-        Expr::Binary(op @ (Binary::Add | Binary::Sub | Binary::Mul | Binary::Div), a, b) => {
-            format!("({} {} {})", e(*a), op.name(), e(*b))
-        }
-        Expr::Binary(op, a, b) => format!("{}({}, {})", op.name(), e(*a), e(*b)),
+        Expr::Binary(op, a, b) => match op.infix() {
+            Some(symbol) => format!("({} {symbol} {})", e(*a), e(*b)),
+            None => format!("{}({}, {})", op.name(), e(*a), e(*b)),
+        },
         Expr::Compare(op, a, b) => format!("({} {} {})", e(*a), op.symbol(), e(*b)),
         Expr::Select(m, v, x) => format!("select({}, {}, {})", e(*m), e(*v), e(*x)),
     }

@@ -9,7 +9,7 @@
 use super::{internal, Lowerer, View};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, Op, Program, UnaryOp, ValueId};
-use crate::kernel::{Binary, BufferKind, Expr, Kernel, KernelOp, Operand, PlanError, Rope, Unary};
+use crate::kernel::{BufferKind, Expr, Kernel, KernelOp, Operand, PlanError, Rope};
 
 /// `x * cos + rotate_half(x) * sin` at a root: its operands, the nodes it computes itself,
 /// and whether `x` may be rotated in place by the GEMM that writes it.
@@ -118,20 +118,20 @@ fn half_formula(negate: bool) -> Vec<Expr> {
     let mut expr = vec![
         Expr::Input(0),
         Expr::Input(1),
-        Expr::Binary(Binary::Mul, 0, 1),
+        Expr::Binary(BinaryOp::Mul, 0, 1),
         Expr::Input(2),
     ];
     let partner = match negate {
         true => {
-            expr.push(Expr::Unary(Unary::Neg, 3));
+            expr.push(Expr::Unary(UnaryOp::Neg, 3));
             4
         }
         false => 3,
     };
     expr.push(Expr::Input(3));
     let sin = expr.len() - 1;
-    expr.push(Expr::Binary(Binary::Mul, partner, sin));
-    expr.push(Expr::Binary(Binary::Add, 2, sin + 1));
+    expr.push(Expr::Binary(BinaryOp::Mul, partner, sin));
+    expr.push(Expr::Binary(BinaryOp::Add, 2, sin + 1));
     expr
 }
 

@@ -8,10 +8,10 @@
 //! of positions only, see [`super::positions`]), constants, and tensors read through their
 //! strides over the scores' shape (a per-head slope has stride 0 along rows and keys).
 
+use super::fuse;
 use super::positions::Positions;
-use super::{binary, fuse, unary};
 use crate::ir::{CmpOp, Op, ValueId};
-use crate::kernel::{Affine, Binary, Expr, Keep, ScoreMod, Unary};
+use crate::kernel::{Affine, BinaryOp, Expr, Keep, ScoreMod, UnaryOp};
 
 /// A score change, found once by fusion and built into a kernel by the lowering.
 #[derive(Clone, Debug, PartialEq)]
@@ -103,8 +103,8 @@ impl Builder<'_, '_> {
             a.push(self.walk(x)?);
         }
         let e = match (&node.op, a.as_slice()) {
-            (Op::Unary(u), &[x]) => Expr::Unary(unary(*u), x),
-            (Op::Binary(op), &[x, y]) => Expr::Binary(binary(*op), x, y),
+            (Op::Unary(u), &[x]) => Expr::Unary(*u, x),
+            (Op::Binary(op), &[x, y]) => Expr::Binary(*op, x, y),
             (Op::Compare(c), &[x, y]) => Expr::Compare(*c, x, y),
             (Op::MaskedFill, &[x, m, v]) => Expr::Select(m, v, x),
             (Op::Where, &[c, x, y]) => Expr::Select(c, x, y),
@@ -137,15 +137,15 @@ impl Builder<'_, '_> {
             Keep::And(a, b) | Keep::Or(a, b) => {
                 let (a2, b2) = (self.keep(a), self.keep(b));
                 let op = if matches!(keep, Keep::And(..)) {
-                    Binary::And
+                    BinaryOp::And
                 } else {
-                    Binary::Or
+                    BinaryOp::Or
                 };
                 self.push(Expr::Binary(op, a2, b2))
             }
             Keep::Not(a) => {
                 let a = self.keep(a);
-                self.push(Expr::Unary(Unary::Not, a))
+                self.push(Expr::Unary(UnaryOp::Not, a))
             }
         }
     }
@@ -160,10 +160,10 @@ impl Builder<'_, '_> {
             let mut term = self.push(Expr::Input(leaf));
             if k != 1 {
                 let k = self.push(Expr::Const(k as f32));
-                term = self.push(Expr::Binary(Binary::Mul, term, k));
+                term = self.push(Expr::Binary(BinaryOp::Mul, term, k));
             }
             acc = Some(match acc {
-                Some(sum) => self.push(Expr::Binary(Binary::Add, sum, term)),
+                Some(sum) => self.push(Expr::Binary(BinaryOp::Add, sum, term)),
                 None => term,
             });
         }
@@ -171,7 +171,7 @@ impl Builder<'_, '_> {
             (Some(sum), 0) => sum,
             (Some(sum), c) => {
                 let c = self.push(Expr::Const(c as f32));
-                self.push(Expr::Binary(Binary::Add, sum, c))
+                self.push(Expr::Binary(BinaryOp::Add, sum, c))
             }
             (None, c) => self.push(Expr::Const(c as f32)),
         }

@@ -8,7 +8,7 @@
 
 use super::{internal, tiling::attention_blocks, Lowerer, Masking, View};
 use crate::ir::{CmpOp, DType, ValueId};
-use crate::kernel::{Affine, Attention, Binary, Expr, IndexMask, Keep, KeyTail, PlanError, ScoreMod};
+use crate::kernel::{Affine, Attention, BinaryOp, Expr, IndexMask, Keep, KeyTail, PlanError, ScoreMod};
 
 impl Lowerer<'_> {
     /// Node `id`, `Sdpa { causal, gqa }` of `args` `[q, k, v, scale]` (then the mask).
@@ -94,7 +94,7 @@ impl Lowerer<'_> {
                     let added = self.view(mid)?.expand(&scores).ok_or_else(bad)?;
                     score = Some(ScoreMod {
                         inputs: vec![added.operand()],
-                        expr: vec![Expr::Input(0), Expr::Input(3), Expr::Binary(Binary::Add, 0, 1)],
+                        expr: vec![Expr::Input(0), Expr::Input(3), Expr::Binary(BinaryOp::Add, 0, 1)],
                     });
                 }
             }

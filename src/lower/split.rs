@@ -8,7 +8,7 @@
 
 use super::Lowerer;
 use crate::ir::CmpOp;
-use crate::kernel::{Attention, Binary, Expr, KernelOp, KeySplit, Operand, Reduce, Row, Stage, Unary};
+use crate::kernel::{Attention, BinaryOp, Expr, KernelOp, KeySplit, Operand, ReduceOp, Row, Stage, UnaryOp};
 
 /// Below this many tasks an attention kernel's keys are split: four tasks for each of four
 /// threads. The plan cannot ask the thread count (every count must compute the same bits),
@@ -59,16 +59,16 @@ pub fn merge(a: &Attention, split: KeySplit, partial: &Operand, out: Operand) ->
             Expr::Const(0.0),
             Expr::Select(2, 3, 0),
             Expr::Input(0),
-            Expr::Binary(Binary::Sub, 5, 4),
-            Expr::Unary(Unary::Exp, 6),
+            Expr::Binary(BinaryOp::Sub, 5, 4),
+            Expr::Unary(UnaryOp::Exp, 6),
             Expr::Input(input),
-            Expr::Binary(Binary::Mul, 7, 8),
+            Expr::Binary(BinaryOp::Mul, 7, 8),
         ]
     };
     let mut write = vec![
         Expr::Reduced(2),
         Expr::Reduced(1),
-        Expr::Binary(Binary::Div, 0, 1),
+        Expr::Binary(BinaryOp::Div, 0, 1),
     ];
     if a.zero_empty_rows {
         write.extend([
@@ -83,15 +83,15 @@ pub fn merge(a: &Attention, split: KeySplit, partial: &Operand, out: Operand) ->
         inputs: vec![column(a.dv, 0), column(a.dv + 1, 0), column(0, col)],
         stages: vec![
             Stage {
-                reduce: Reduce::Max,
+                reduce: ReduceOp::Max,
                 expr: vec![Expr::Input(0)],
             },
             Stage {
-                reduce: Reduce::Sum,
+                reduce: ReduceOp::Sum,
                 expr: weighted(1),
             },
             Stage {
-                reduce: Reduce::Sum,
+                reduce: ReduceOp::Sum,
                 expr: weighted(2),
             },
         ],

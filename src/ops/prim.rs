@@ -111,6 +111,18 @@ impl UnaryOp {
 }
 
 impl BinaryOp {
+    /// The operator the op is written with between its operands, for the four arithmetic
+    /// ones (`a + b` in the kernel text).
+    pub fn infix(self) -> Option<&'static str> {
+        match self {
+            BinaryOp::Add => Some("+"),
+            BinaryOp::Sub => Some("-"),
+            BinaryOp::Mul => Some("*"),
+            BinaryOp::Div => Some("/"),
+            _ => None,
+        }
+    }
+
     /// Whether the op takes and gives booleans (`&`, `|`) rather than floats.
     pub fn is_logical(self) -> bool {
         matches!(self, BinaryOp::And | BinaryOp::Or)
