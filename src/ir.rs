@@ -72,6 +72,18 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
+    /// The name in the IR text and the e-graph (`lt`), as `torch.lt`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+
     pub fn symbol(self) -> &'static str {
         match self {
             CmpOp::Eq => "==",
@@ -238,6 +250,60 @@ pub enum Op {
     /// other axis. The optimizer uses it on params only (the merged Q/K/V weights), so
     /// a backend evaluates it once, when the weights are loaded.
     Cat(usize),
+}
+
+impl Op {
+    /// The op's name: the one `attnc ir` prints (`transpose`, `exp`, `gemm`, `triu`), and
+    /// the one kernel labels use.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Param(_) => "param",
+            Op::Input(_) => "input",
+            Op::Literal(_) => "literal",
+            Op::DimValue(_) => "dim",
+            Op::Linear => "linear",
+            Op::MatMul => "matmul",
+            Op::Transpose(..) => "transpose",
+            Op::Permute(_) => "permute",
+            Op::View(_) => "view",
+            Op::Reshape(_) => "reshape",
+            Op::Contiguous => "contiguous",
+            Op::Expand(_) => "expand",
+            Op::Unsqueeze(_) => "unsqueeze",
+            Op::Squeeze(_) => "squeeze",
+            Op::Softmax(_) => "softmax",
+            Op::Reduce { op, .. } => op.name(),
+            Op::Where => "where",
+            Op::Tri { upper: true, .. } => "triu",
+            Op::Tri { upper: false, .. } => "tril",
+            Op::Fill(_) => "fill",
+            Op::Arange { .. } => "arange",
+            Op::MaskedFill => "masked_fill",
+            Op::Sdpa { .. } => "scaled_dot_product_attention",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Compare(c) => c.name(),
+            Op::Slice { .. } => "slice",
+            Op::Select { .. } => "select",
+            Op::For { .. } => "for",
+            Op::Concat(_) => "concat",
+            Op::Stack(_) => "stack",
+            Op::Gemm { .. } => "gemm",
+            Op::MaskedSoftmax { .. } => "masked_softmax",
+            Op::Attention { .. } => "attention",
+            Op::ScoredAttention { .. } => "scored_attention",
+            Op::Cat(_) => "cat",
+        }
+    }
+
+    /// Whether the op computes each element from the same element of its (broadcast)
+    /// operands alone: what a backend fuses into one map.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::MaskedFill | Op::Where
+        )
+    }
 }
 
 /// One SSA value.

@@ -36,7 +36,7 @@ mod split;
 mod tiling;
 mod view;
 
-use crate::dims::Poly;
+use crate::dims::{Poly, Sym};
 use crate::ir::{BinaryOp, CmpOp, Op, Program, ReduceOp, ValueId};
 use crate::kernel::{
     Attention, BufId, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Kernel, KernelOp, KeyTail, Map,
@@ -301,22 +301,10 @@ impl<'p> Lowerer<'p> {
             .map(|b| format!(" {}", b.name))
             .unwrap_or_default();
         let op = match &node.op {
-            Op::Linear => "linear",
-            Op::MatMul => "matmul",
-            Op::Softmax(_) => "softmax",
-            Op::Contiguous => "contiguous",
-            Op::Reshape(_) | Op::View(_) => "reshape",
-            Op::Concat(_) => "concat",
-            Op::Stack(_) => "stack",
-            Op::MaskedFill => "masked_fill",
-            Op::Arange { .. } => "arange",
-            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => "elementwise",
-            Op::Gemm { .. } => "gemm",
-            Op::MaskedSoftmax { .. } => "masked_softmax",
+            op if op.is_elementwise() => "elementwise",
+            Op::View(_) => "reshape",
             Op::Attention { .. } | Op::ScoredAttention { .. } => "attention",
-            Op::Sdpa { .. } => "scaled_dot_product_attention",
-            Op::Cat(_) => "cat",
-            _ => "value",
+            op => op.name(),
         };
         let lp = loop_suffix(self);
         format!("%{id} {op}{name}{lp}")
@@ -421,20 +409,7 @@ impl<'p> Lowerer<'p> {
                 self.map(vec![], vec![Expr::Const(*v as f32)], &out, self.label(id));
                 Ok(Val::Tensor(out))
             }
-            // `start + i * step` from the element's index: exact below 2^24, as PyTorch's.
-            Op::Arange { start, step } => {
-                let (start, step) = (self.int(start)?, self.size(step)?);
-                let out = self.temp(self.shape(id)?);
-                let expr = vec![
-                    Expr::Index(0),
-                    Expr::Const(step as f32),
-                    Expr::Binary(BinaryOp::Mul, 0, 1),
-                    Expr::Const(start as f32),
-                    Expr::Binary(BinaryOp::Add, 2, 3),
-                ];
-                self.map(vec![], expr, &out, self.label(id));
-                Ok(Val::Tensor(out))
-            }
+            Op::Arange { start, step } => self.arange(id, start, step).map(Val::Tensor),
             Op::Softmax(axis) => {
                 let pat = match self.fusion.fused.get(&id) {
                     Some(Fused::Softmax(p)) => *p,
@@ -447,42 +422,16 @@ impl<'p> Lowerer<'p> {
                 let (x, scale, mask) = self.resolve(pat)?;
                 self.softmax(id, *axis, x, scale, mask).map(Val::Tensor)
             }
-            op if fuse::is_map(op) && self.fusion.rows.contains_key(&id) => self.row(id).map(Val::Tensor),
-            op if fuse::is_map(op) && self.fusion.rope.contains_key(&id) => {
-                let pat = self.fusion.rope[&id].clone();
-                self.rope(id, &pat).map(Val::Tensor)
+            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::MaskedFill | Op::Where => {
+                self.map_op(id).map(Val::Tensor)
             }
-            op if fuse::is_map(op) => match self.fusion.fused.get(&id).copied() {
-                Some(Fused::GemmAlpha { matmul, scale }) => {
-                    let alpha = self.scale(scale)?;
-                    let &[a, b] = self.program.node(matmul).args.as_slice() else {
-                        return Err(bad());
-                    };
-                    self.matmul(id, a, b, alpha).map(Val::Tensor)
-                }
-                _ => self.elementwise(id).map(Val::Tensor),
-            },
             Op::For {
                 var,
                 start,
                 end,
                 body,
                 result,
-            } => {
-                let (s, e) = (self.size(start)?, self.size(end)?);
-                let saved = self.dims.get(*var).copied().flatten();
-                if *var >= self.dims.len() {
-                    self.dims.resize(*var + 1, None);
-                }
-                let mut items = Vec::new();
-                for i in s..e {
-                    self.dims[*var] = Some(i as i64);
-                    self.nodes(body)?;
-                    items.push(self.view(*result)?);
-                }
-                self.dims[*var] = saved;
-                Ok(Val::Seq(items))
-            }
+            } => self.for_loop(*var, (start, end), body, *result).map(Val::Seq),
             Op::Concat(axis) => self.concat(id, arg(0), *axis, false).map(Val::Tensor),
             Op::Stack(axis) => self.concat(id, arg(0), *axis, true).map(Val::Tensor),
             Op::Gemm {
@@ -515,8 +464,67 @@ impl<'p> Lowerer<'p> {
                     .collect::<Result<Vec<_>, _>>()?;
                 self.join(id, items, *axis, false).map(Val::Tensor)
             }
-            _ => Err(bad()),
         }
+    }
+
+    /// An elementwise op of the language: part of a row program or a RoPE kernel where the
+    /// fusion pass put it there, the epilogue scale of a GEMM, or a fused map.
+    fn map_op(&mut self, id: ValueId) -> Result<View, PlanError> {
+        if self.fusion.rows.contains_key(&id) {
+            return self.row(id);
+        }
+        if let Some(pat) = self.fusion.rope.get(&id).cloned() {
+            return self.rope(id, &pat);
+        }
+        match self.fusion.fused.get(&id).copied() {
+            Some(Fused::GemmAlpha { matmul, scale }) => {
+                let alpha = self.scale(scale)?;
+                let &[a, b] = self.program.node(matmul).args.as_slice() else {
+                    return Err(internal(format!("node {matmul} is not a matmul of two")));
+                };
+                self.matmul(id, a, b, alpha)
+            }
+            _ => self.elementwise(id),
+        }
+    }
+
+    /// A `for` loop's items: its body lowered once per value of `var`, which is bound to
+    /// that value meanwhile.
+    fn for_loop(
+        &mut self,
+        var: Sym,
+        (start, end): (&Poly, &Poly),
+        body: &[ValueId],
+        result: ValueId,
+    ) -> Result<Vec<View>, PlanError> {
+        let (s, e) = (self.size(start)?, self.size(end)?);
+        let saved = self.dims.get(var).copied().flatten();
+        if var >= self.dims.len() {
+            self.dims.resize(var + 1, None);
+        }
+        let mut items = Vec::new();
+        for i in s..e {
+            self.dims[var] = Some(i as i64);
+            self.nodes(body)?;
+            items.push(self.view(result)?);
+        }
+        self.dims[var] = saved;
+        Ok(items)
+    }
+
+    /// `arange`: `start + i * step` from the element's index, exact below 2^24 as PyTorch's.
+    fn arange(&mut self, id: ValueId, start: &Poly, step: &Poly) -> Result<View, PlanError> {
+        let (start, step) = (self.int(start)?, self.size(step)?);
+        let out = self.temp(self.shape(id)?);
+        let expr = vec![
+            Expr::Index(0),
+            Expr::Const(step as f32),
+            Expr::Binary(BinaryOp::Mul, 0, 1),
+            Expr::Const(start as f32),
+            Expr::Binary(BinaryOp::Add, 2, 3),
+        ];
+        self.map(vec![], expr, &out, self.label(id));
+        Ok(out)
     }
 
     /// The optimizer's `gemm`: `alpha * (op(a) @ op(b) + bias)`, a transposed operand read
@@ -789,7 +797,7 @@ impl<'p> Lowerer<'p> {
             Expr::Const(self.constant(id)?)
         } else if let Some(&k) = f.stages.get(&id) {
             Expr::Reduced(k)
-        } else if inline && fuse::is_map(&node.op) {
+        } else if inline && node.op.is_elementwise() {
             let args = node.args.clone();
             let mut a = Vec::new();
             for &x in &args {
@@ -930,7 +938,7 @@ impl<'p> Lowerer<'p> {
         expr: &mut Vec<Expr>,
     ) -> Result<usize, PlanError> {
         let node = self.program.node(id);
-        let inline = id == root || (self.fusion.absorbed[id] && fuse::is_map(&node.op));
+        let inline = id == root || (self.fusion.absorbed[id] && node.op.is_elementwise());
         let e = if self.fusion.constant[id] {
             Expr::Const(self.constant(id)?)
         } else if inline {

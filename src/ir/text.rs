@@ -174,7 +174,7 @@ impl Program {
             ),
             Op::Unary(u) => (u.name(), vec![]),
             Op::Binary(b) => (b.name(), vec![]),
-            Op::Compare(c) => (cmp_name(*c), vec![]),
+            Op::Compare(c) => (c.name(), vec![]),
             Op::Slice { axis, start, end } => (
                 "slice",
                 vec![axis.to_string(), format!("{}..{}", d(start), d(end))],
@@ -221,16 +221,4 @@ fn softmax_attrs(scale: f64, fill: f64, masked: bool) -> Vec<String> {
         attrs.push(format!("fill={fill:?}"));
     }
     attrs
-}
-
-fn cmp_name(c: super::CmpOp) -> &'static str {
-    use super::CmpOp::*;
-    match c {
-        Eq => "eq",
-        Ne => "ne",
-        Lt => "lt",
-        Le => "le",
-        Gt => "gt",
-        Ge => "ge",
-    }
 }

@@ -225,13 +225,6 @@ fn is_constant(program: &Program, id: ValueId, constant: &[bool]) -> bool {
 }
 
 /// Whether the op is elementwise arithmetic a [`crate::kernel::Map`] computes.
-pub fn is_map(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::MaskedFill | Op::Where
-    )
-}
-
 struct Decider<'p> {
     program: &'p Program,
     dims: &'p DimTable,
@@ -284,7 +277,7 @@ impl Decider<'_> {
                 let pat = self.softmax(id);
                 self.fused.insert(id, Fused::Softmax(pat));
             }
-            op if is_map(op) && !self.constant[id] => {
+            op if op.is_elementwise() && !self.constant[id] => {
                 let free = |x: ValueId| self.free(x);
                 if let Some(pat) = rope::find(self.program, self.values, id, &self.uses, &free) {
                     for &n in &pat.inner {
@@ -354,7 +347,7 @@ impl Decider<'_> {
                     let last = axes.as_slice() == [shape.len() - 1];
                     last && rowwise(v, true) && rowwise(x, false)
                 }
-                op => is_map(op) && (rowwise(v, false) || rowwise(v, true)),
+                op => op.is_elementwise() && (rowwise(v, false) || rowwise(v, true)),
             };
             if fits {
                 reductions += usize::from(matches!(self.op(v), Op::Reduce { .. }));
@@ -384,7 +377,7 @@ impl Decider<'_> {
             let gemm = match self.op(leaf) {
                 Op::Linear | Op::MatMul | Op::Gemm { .. } => true,
                 Op::View(_) | Op::Reshape(_) => self.is_gemm_result(self.args(leaf)[0]),
-                op => is_map(op),
+                op => op.is_elementwise(),
             };
             (gemm && self.same_shape(leaf, root)).then_some(leaf)
         });
@@ -410,7 +403,7 @@ impl Decider<'_> {
     /// leaves.
     fn leaves(&self, id: ValueId, reads: &mut HashMap<ValueId, usize>) {
         for &a in self.args(id) {
-            if self.absorbed[a] && is_map(self.op(a)) {
+            if self.absorbed[a] && self.op(a).is_elementwise() {
                 self.leaves(a, reads);
             } else {
                 *reads.entry(a).or_default() += 1;
@@ -705,7 +698,7 @@ impl Decider<'_> {
     /// Absorbs the elementwise producers of an elementwise root, recursively.
     fn absorb_map_args(&mut self, id: ValueId) {
         for a in self.args(id).to_vec() {
-            if self.free(a) && is_map(self.op(a)) {
+            if self.free(a) && self.op(a).is_elementwise() {
                 self.absorbed[a] = true;
                 self.absorb_map_args(a);
             }

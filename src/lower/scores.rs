@@ -8,7 +8,6 @@
 //! of positions only, see [`super::positions`]), constants, and tensors read through their
 //! strides over the scores' shape (a per-head slope has stride 0 along rows and keys).
 
-use super::fuse;
 use super::positions::Positions;
 use crate::ir::{CmpOp, Op, ValueId};
 use crate::kernel::{Affine, BinaryOp, Expr, Keep, ScoreMod, UnaryOp};
@@ -87,7 +86,7 @@ impl Builder<'_, '_> {
             self.plan.inlined.push(id);
             return Some(self.push(Expr::Input(0)));
         }
-        if !(inline && fuse::is_map(&node.op)) {
+        if !(inline && node.op.is_elementwise()) {
             let t = match self.plan.tensors.iter().position(|&t| t == id) {
                 Some(t) => t,
                 None => {

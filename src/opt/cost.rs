@@ -211,7 +211,27 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
             let reads: &[usize] = if mask { &[0, 1, 2] } else { &[0, 1] };
             Cost::kernel(flops, io(reads))
         }
-        _ => Cost::default(),
+        // Views and leaves move no data: a strided view of their operand, or no value at
+        // all. Listed rather than caught by `_`, so a new node must be priced here.
+        Tensor::Reshape(_)
+        | Tensor::Transpose(_)
+        | Tensor::Permute(_)
+        | Tensor::Expand(_)
+        | Tensor::Unsqueeze(_)
+        | Tensor::Squeeze(_)
+        | Tensor::Slice(_)
+        | Tensor::Select(_)
+        | Tensor::For(_)
+        | Tensor::Outputs(_)
+        | Tensor::None
+        | Tensor::Param(_)
+        | Tensor::Input(_)
+        | Tensor::Literal(_)
+        | Tensor::DimValue(_)
+        | Tensor::Int(_)
+        | Tensor::Float(_)
+        | Tensor::Dim(_)
+        | Tensor::Shape(_) => Cost::default(),
     }
 }
 
