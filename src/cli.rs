@@ -15,6 +15,7 @@ use std::time::Instant;
 mod output;
 mod native;
 mod plot;
+mod tokenize;
 
 #[derive(Parser)]
 #[command(
@@ -83,6 +84,9 @@ enum Command {
     /// Draw attention heatmaps of a `[.., N, M]` tensor from a safetensors file: one batch
     /// element, a grid of heads, a colour bar
     Plot(plot::PlotCommand),
+    /// Print a prompt's tokens: the tokenizer and chat template of a GGUF file's metadata,
+    /// or a tokenizer.json
+    Tokenize(tokenize::TokenizeArgs),
     /// A language server on stdin and stdout, for editors: diagnostics, hover with shapes,
     /// go-to-definition, completion
     Lsp,
@@ -131,8 +135,9 @@ impl MemoryArgs {
 /// Where a run's weights and inputs come from: `run` and `bench` take the same flags.
 #[derive(clap::Args)]
 struct TensorArgs {
-    /// Weights (safetensors); without it every param is drawn as nn.Linear initializes it
-    #[arg(long, value_name = "W.safetensors")]
+    /// Weights, safetensors or GGUF (dequantized to float32 on load); without it every param
+    /// is drawn as nn.Linear initializes it
+    #[arg(long, value_name = "W.safetensors|W.gguf")]
     weights: Option<PathBuf>,
     /// Inputs (safetensors); without it inputs are drawn from a standard normal, masks all ones
     #[arg(long, value_name = "I.safetensors")]
@@ -250,6 +255,7 @@ pub fn main() -> i32 {
         }),
         Command::Bench(args) => native::bench(&args),
         Command::Plot(cmd) => plot::command(&cmd),
+        Command::Tokenize(args) => tokenize::command(&args),
         Command::Lsp => attnc::lsp::run(),
     }
 }

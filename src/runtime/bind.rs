@@ -6,16 +6,17 @@
 //! read (E0302, E0303) or drawn.
 
 use super::defaults;
-use super::files::{is_float, TensorFile};
+use super::files::TensorFile;
 use super::ops::holds;
 use super::tensor::Tensor;
+use super::weights::{Param, WeightFile};
 use super::{Bound, RunError, RunOptions};
 use crate::diagnostic::Code;
 use crate::dims::{DimKind, DimTable, Poly, Sym};
 use crate::ir::{InputDecl, Op, Program, Type};
 
 pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
-    let weights = opts.weights.as_deref().map(TensorFile::open).transpose()?;
+    let weights = opts.weights.as_deref().map(WeightFile::open).transpose()?;
     let input_file = opts.inputs.as_deref().map(TensorFile::open).transpose()?;
     let mut dims = Dims::new(program);
     let read = match &input_file {
@@ -274,9 +275,10 @@ impl<'p> Dims<'p> {
 /// read or its rank differs from the declaration's.
 fn read_input(file: &TensorFile, decl: &InputDecl, dims: &DimTable) -> Result<Tensor, RunError> {
     let path = file.path().display();
-    let entry = file
-        .get(&decl.name)
-        .ok_or_else(|| missing(file, &format!("input `{}`", decl.name), &decl.name))?;
+    let entry = file.get(&decl.name).ok_or_else(|| {
+        let message = format!("input `{}` is missing from `{path}`", decl.name);
+        missing(&message, &file.closest_keys(&decl.name, 3))
+    })?;
     let Some(t) = entry.tensor else {
         let message = format!(
             "input `{}` in `{path}` has dtype {:?}, which attnc cannot read",
@@ -298,23 +300,21 @@ fn read_input(file: &TensorFile, decl: &InputDecl, dims: &DimTable) -> Result<Te
 }
 
 /// Every param from `file` under its key: E0302 when missing, E0303 when its dtype is not
-/// a float or its shape differs from the declaration's.
-fn read_params(program: &Program, file: &TensorFile, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, RunError> {
+/// one a param can have or its shape differs from the declaration's.
+fn read_params(program: &Program, file: &WeightFile, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, RunError> {
     let path = file.path().display();
     let mut tensors = Vec::new();
     for (decl, shape) in program.params.iter().zip(shapes) {
         let what = format!("weight `{}` of param `{}`", decl.key, decl.name);
-        let entry = file
-            .get(&decl.key)
-            .ok_or_else(|| missing(file, &what, &decl.key))?;
-        let t = match entry.tensor {
-            Some(t) if is_float(entry.dtype) => t,
-            _ => {
-                let dtype = entry.dtype;
-                let message = format!("{what} in `{path}` has dtype {dtype:?}, which a param cannot have");
-                return Err(
-                    RunError::new(Some(Code::E0303), message).with_hint("store it as F32, F16, BF16 or F64")
-                );
+        let t = match file.param(&decl.key)? {
+            Param::Tensor(t) => t,
+            Param::Missing => {
+                let near = file.closest_keys(&decl.key, 3);
+                return Err(missing(&format!("{what} is missing from `{path}`"), &near));
+            }
+            Param::Unreadable { dtype, hint } => {
+                let message = format!("{what} in `{path}` has dtype {dtype}, which a param cannot have");
+                return Err(RunError::new(Some(Code::E0303), message).with_hint(hint));
             }
         };
         if t.shape != *shape {
@@ -329,15 +329,10 @@ fn read_params(program: &Program, file: &TensorFile, shapes: &[Vec<usize>]) -> R
     Ok(tensors)
 }
 
-/// E0302 for `what` (stored under `key`) missing from `file`, with the nearest keys.
-fn missing(file: &TensorFile, what: &str, key: &str) -> RunError {
-    let message = format!("{what} is missing from `{}`", file.path().display());
+/// E0302 with `message`, hinting at the nearest keys of the file.
+fn missing(message: &str, near: &[String]) -> RunError {
     let error = RunError::new(Some(Code::E0302), message);
-    let near: Vec<String> = file
-        .closest_keys(key, 3)
-        .iter()
-        .map(|k| format!("`{k}`"))
-        .collect();
+    let near: Vec<String> = near.iter().map(|k| format!("`{k}`")).collect();
     match near.as_slice() {
         [] => error.with_hint("add it to the file: the file holds no tensors"),
         _ => error.with_hint(format!("did you mean {}?", near.join(", "))),

@@ -222,7 +222,7 @@ fn temp_path(path: &Path) -> PathBuf {
 }
 
 /// `action` is "read" or "write".
-fn file_error(action: &str, path: &Path, what: &str) -> RunError {
+pub(super) fn file_error(action: &str, path: &Path, what: &str) -> RunError {
     RunError::new(None, format!("cannot {action} `{}`: {what}", path.display()))
 }
 

@@ -23,11 +23,14 @@ mod bind;
 pub mod budget;
 pub mod defaults;
 pub mod files;
+pub mod gguf;
 mod interp;
 pub mod jit;
 mod native;
 mod ops;
 pub mod tensor;
+pub mod tokenize;
+pub mod weights;
 #[cfg(test)]
 mod testutil;
 
