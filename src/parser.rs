@@ -24,7 +24,7 @@ use crate::ast::{
 use crate::diagnostic::Diagnostic;
 use crate::lexer::{self, Token};
 use crate::source::Span;
-use layout::layout;
+use layout::{block_cuts, layout};
 use std::mem;
 use Token::*;
 
@@ -74,9 +74,11 @@ pub fn parse_at(src: &str, start: usize) -> (Program, Vec<Diagnostic>) {
             label.span = shift(label.span);
         }
     }
+    let tokens = layout(tokens, src.len());
     let mut parser = Parser {
         src,
-        tokens: layout(tokens, src.len()),
+        cuts: block_cuts(&tokens, src),
+        tokens,
         pos: 0,
         last: Span::new(start, start),
         depth: 0,
@@ -94,6 +96,8 @@ struct Parser<'src> {
     src: &'src str,
     /// Ends with [`Token::Eof`], which is never consumed.
     tokens: Vec<(Token, Span)>,
+    /// Where blocks left open end (see [`block_cuts`]), sorted.
+    cuts: Vec<usize>,
     pos: usize,
     /// The span of the last consumed token: where a node ends when its closer is missing.
     last: Span,
@@ -325,6 +329,9 @@ impl Parser<'_> {
         let outer = mem::take(&mut self.recovering);
         let mut stmts = Vec::new();
         loop {
+            if self.at_cut() {
+                break;
+            }
             self.skip_newlines();
             if self.at(RightBrace) || self.at(Eof) {
                 break;

@@ -121,6 +121,20 @@ pub fn sizes(prog: &Program, shape: &[crate::dims::Poly]) -> Option<Vec<i64>> {
     shape.iter().map(|d| prog.dims.value(d)).collect()
 }
 
+/// What a hover shows of a tensor: `[B, H, N, Dk]  non-contiguous, strides [..]`, and a
+/// second line with the sizes where every dim has a value.
+pub fn tensor_text(prog: &Program, t: &crate::ir::TensorType) -> String {
+    let layout = match t.is_contiguous(&prog.dims) {
+        true => "contiguous".to_string(),
+        false => format!("non-contiguous, strides {}", prog.strides_text(t)),
+    };
+    let mut text = format!("{}  {layout}", prog.shape_text(&t.shape));
+    if let Some(sizes) = sizes(prog, &t.shape) {
+        text.push_str(&format!("\nsizes {sizes:?}"));
+    }
+    text
+}
+
 /// The binding table of `attnc check`: kind, name, shape, layout and sizes, aligned.
 pub fn bindings_text(prog: &Program) -> String {
     let rows: Vec<[String; 5]> = prog

@@ -270,3 +270,132 @@ fn malformed_parameters_are_answered_not_fatal() {
     client.notify("exit", Value::Null);
     assert!(client.child.wait().unwrap().success());
 }
+
+/// Starts a server on `text` with the dims of `an_editor_session`.
+fn open(text: &str) -> Client {
+    let mut client = Client::start();
+    client.request(
+        "initialize",
+        json!({"capabilities": {}, "initializationOptions": {"dims": {"B": 2, "N": 7, "M": 7}}}),
+    );
+    client.notify("initialized", json!({}));
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "attn", "version": 1, "text": text}}),
+    );
+    client.notification("textDocument/publishDiagnostics");
+    client
+}
+
+fn close(mut client: Client) {
+    assert_eq!(client.request("shutdown", Value::Null), Value::Null);
+    client.notify("exit", Value::Null);
+    assert!(client.child.wait().unwrap().success());
+}
+
+/// A function typed into the middle of a file one character at a time, as an editor sends
+/// it: at every step the names on the other lines keep their hovers (the half-typed line
+/// costs only itself), and once it is typed its own names hover too.
+#[test]
+fn hovers_survive_typing_a_block_character_by_character() {
+    let text = example("mha.attn");
+    let block = "fn gate(t: [B, N, D]) -> [B, N, D] {\n    let s = t.pow(2).mean(-1, keepdim=True)\n    t * s.rsqrt()\n}\n";
+    // On the blank line before `let q`, where an editor's user would type it.
+    let insert_at = text.find("\n\nlet q = linear").expect("mha has `let q`") + 1;
+    // Names on lines before and after the insertion: bindings, a function's parameter
+    // used as a receiver, a function's `let`, a dim.
+    let probes: Vec<(&str, usize, usize)> = vec![
+        ("query: [B", 0, 0),
+        ("scores = q", 0, 0),
+        ("q @ k", 0, 0),
+        ("k.transpose(-2", 0, 0),
+        ("let p", 0, 4),
+        ("let q", 0, 4),
+        ("let (x, attn)", 0, 5),
+        ("x.transpose(1, 2)", 0, 0),
+        ("output attn", 0, 7),
+        ("sqrt(Dk)", 0, 5),
+    ];
+    let mut client = open(&text);
+    let before: Vec<String> = probes
+        .iter()
+        .map(|&(needle, nth, skip)| hover(&mut client, at(&text, needle, nth, skip)))
+        .collect();
+    for (h, (needle, ..)) in before.iter().zip(&probes) {
+        assert!(!h.is_empty(), "no hover on `{needle}` in the whole file");
+    }
+    let mut version = 1;
+    for end in (1..=block.len()).filter(|&i| block.is_char_boundary(i)) {
+        let typed = format!("{}{}{}", &text[..insert_at], &block[..end], &text[insert_at..]);
+        version += 1;
+        client.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": URI, "version": version}, "contentChanges": [{"text": typed}]}),
+        );
+        client.notification("textDocument/publishDiagnostics");
+        for (&(needle, nth, skip), want) in probes.iter().zip(&before) {
+            // The needles are on other lines than the block, and none is in it.
+            let got = hover(&mut client, at(&typed, needle, nth, skip));
+            assert_eq!(&got, want, "hover on `{needle}` after typing {:?}", &block[..end]);
+        }
+    }
+    // The typed function, never called: its parameter, as a receiver too, and its `let`
+    // have the shapes of its signature.
+    let typed = format!("{}{block}{}", &text[..insert_at], &text[insert_at..]);
+    for needle in ["t: [B", "t.pow", "t * s"] {
+        let h = hover(&mut client, at(&typed, needle, 0, 0));
+        assert!(h.contains("t: [B, N, D]  contiguous"), "`{needle}`: {h}");
+    }
+    let s = hover(&mut client, at(&typed, "let s =", 0, 4));
+    assert!(s.contains("s: [B, N, 1]  contiguous"), "{s}");
+    close(client);
+}
+
+/// A function's names hover with the shapes of each call, and a loop variable with its
+/// range.
+#[test]
+fn names_inside_functions_and_loops_hover() {
+    let text = "dim B, N\ndim D = 4, L = 3\ninput x: [B, N, D]\n\
+                fn double(t: [B, Q, D]) -> [B, Q, D] {\n    let y = t * 2.0\n    y\n}\n\
+                let a = double(x)\n\
+                let b = for i in 0..L { x[:, :, i] }\n\
+                output o = a\noutput p = b\n";
+    let mut client = open(text);
+    let t = hover(&mut client, at(text, "t * 2.0", 0, 0));
+    assert!(t.contains("t: [B, N, D]  contiguous"), "{t}");
+    let y = hover(&mut client, at(text, "let y", 0, 4));
+    assert!(y.contains("y: [B, N, D]  contiguous"), "{y}");
+    assert!(y.contains("sizes [2, 7, 4]"), "{y}");
+    // A shape variable, as the one call unified it.
+    let q = hover(&mut client, at(text, "Q, D]", 0, 0));
+    assert!(q.contains("Q: dim N  (= 7)"), "{q}");
+    let i = hover(&mut client, at(text, "i]", 0, 0));
+    assert!(i.contains("loop variable `i` in 0..L"), "{i}");
+    close(client);
+}
+
+/// A syntax error is published, and the statements around it are still checked: a shape
+/// error on another line is published with it.
+#[test]
+fn a_syntax_error_does_not_hide_the_other_lines() {
+    let text = "dim B, N\ndim D = 4\ninput x: [B, N, D]\nlet h = x.\nlet y = x.view(B, N, 3)\noutput o = y\n";
+    let mut client = Client::start();
+    client.request("initialize", json!({"capabilities": {}}));
+    client.notify("initialized", json!({}));
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "attn", "version": 1, "text": text}}),
+    );
+    let published = client.notification("textDocument/publishDiagnostics");
+    let codes: Vec<&str> = published["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes.first(), Some(&"E0002"), "{published}");
+    assert!(codes.len() == 2 && codes[1] != "E0002", "{published}");
+    let x = hover(&mut client, at(text, "x.view", 0, 0));
+    assert!(x.contains("x: [B, N, D]"), "{x}");
+    close(client);
+}

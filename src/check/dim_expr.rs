@@ -68,7 +68,11 @@ impl Checker {
 
     fn dim_name(&mut self, name: &str, e: &Expr) -> Option<Poly> {
         match self.lookup(name) {
-            Some(Entry::Dim(p)) => Some(p.clone()),
+            Some(Entry::Dim(p)) => {
+                let p = p.clone();
+                self.note_dim(e.span, &p);
+                Some(p)
+            }
             Some(Entry::Value(Value::Error)) => None,
             Some(Entry::Value(v)) => {
                 let kind = v.kind_name();

@@ -270,6 +270,7 @@ impl Checker {
     }
 
     fn bind_top(&mut self, name: &Ident, kind: BindingKind, value: Value) {
+        self.note_value(name.span, &value);
         if let (Value::Tensor(id), true) = (&value, self.scopes.len() == 1 && self.calls.is_empty()) {
             self.prog.bindings.push(Binding {
                 name: name.name.clone(),
@@ -307,6 +308,7 @@ impl Checker {
             if self.is_dim_only(&l.value) {
                 let entry = match self.dim_expr(&l.value) {
                     Some(p) => {
+                        self.note_dim(n.span, &p);
                         self.list_dim_let(n, &p, l.value.span);
                         Entry::Dim(p)
                     }
@@ -461,6 +463,7 @@ impl Checker {
             if let Some(ann) = &p.ty {
                 self.unify(v, ann, a.span, &p.name.name, &f.name.name);
             }
+            self.note_value(p.name.span, v);
             self.bind(&p.name.name, Entry::Value(v.clone()));
         }
         self.calls.push((f.name.name.clone(), span));
@@ -577,6 +580,13 @@ impl Checker {
                 end: e.clone(),
             },
         );
+        let range = format!(
+            "loop variable `{}` in {}..{}",
+            var.name,
+            self.dim_text(&s),
+            self.dim_text(&e)
+        );
+        self.note(var.span, range);
         self.scopes.push(HashMap::new());
         self.bind(&var.name, Entry::Dim(Poly::sym(sym)));
         self.blocks.push(Vec::new());
@@ -634,6 +644,7 @@ impl Checker {
                     _ => Value::Error,
                 };
                 ok &= value != Value::Error || p.ty.is_none();
+                self.note_value(p.name.span, &value);
                 self.bind(&p.name.name, Entry::Value(value));
             }
             if ok {

@@ -12,6 +12,7 @@ mod attention;
 mod dim_expr;
 mod items;
 mod movement;
+mod names;
 pub(crate) mod layout;
 mod ops;
 mod rules;
@@ -25,6 +26,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 pub use items::dim_override_error;
+pub use names::NameType;
 
 /// The names of the built-in ops (`linear`, `view`, ..), for completion and help.
 pub fn op_names() -> impl Iterator<Item = &'static str> {
@@ -90,6 +92,8 @@ pub struct Checker {
     /// Calls being inlined, innermost last: (function name, call span).
     calls: Vec<(String, Span)>,
     called: Vec<String>,
+    /// What each name stood for, when asked to record it (see [`Checker::record_names`]).
+    names: Option<Vec<NameType>>,
 }
 
 /// Check a whole program. `overrides` must name constant or free dims of the program
@@ -113,6 +117,7 @@ impl Checker {
             blocks: vec![Vec::new()],
             calls: Vec::new(),
             called: Vec::new(),
+            names: None,
         }
     }
 

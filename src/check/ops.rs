@@ -99,9 +99,14 @@ impl Checker {
 
     fn name_value(&mut self, name: &str, span: Span) -> Value {
         match self.lookup(name) {
-            Some(Entry::Value(v)) => v.clone(),
+            Some(Entry::Value(v)) => {
+                let v = v.clone();
+                self.note_value(span, &v);
+                v
+            }
             Some(Entry::Dim(p)) => {
                 let p = p.clone();
+                self.note_dim(span, &p);
                 self.push(Op::DimValue(p), vec![], scalar(), span)
             }
             Some(Entry::Fn(_)) => {
@@ -143,7 +148,9 @@ impl Checker {
             return self.call_fn(&f, func, &args, span);
         }
         let Some(def) = table::find(&func.name) else {
-            self.unknown_op(func);
+            // A method's receiver is its first argument, written before its name.
+            let method = args.first().is_some_and(|a| a.span.end <= func.span.start);
+            self.unknown_op(func, method);
             return Value::Error;
         };
         let Some(bound) = self.bind_args(def, &args, kwargs, span) else {
@@ -153,8 +160,9 @@ impl Checker {
         self.apply(def, &bound, span).unwrap_or(Value::Error)
     }
 
-    /// E0101 for a call of no function or op, with the PyTorch habit it probably is.
-    fn unknown_op(&mut self, func: &Ident) {
+    /// E0101 for a call of no function or op, with the PyTorch habit it probably is
+    /// (`float("-inf")` and `x.float()` are two).
+    fn unknown_op(&mut self, func: &Ident, method: bool) {
         let mut d = Diagnostic::error(
             Code::E0101,
             func.span,
@@ -163,6 +171,7 @@ impl Checker {
         let hint = match func.name.as_str() {
             "max" => Some("`max` is not an op (PyTorch's returns indices too): use `amax(x, dim)` to reduce, `maximum(a, b)` elementwise".to_string()),
             "min" => Some("`min` is not an op (PyTorch's returns indices too): use `amin(x, dim)` to reduce, `minimum(a, b)` elementwise".to_string()),
+            "float" if method => Some("leave out `.float()`: values are float32 here, and a comparison goes to `masked_fill` as it is".to_string()),
             "float" => Some("write infinity as `inf` or `-inf`, a number as a literal".to_string()),
             _ => self.closest_callable(&func.name).map(|close| format!("did you mean `{close}`?")),
         };

@@ -6,7 +6,7 @@ use crate::ast::{self, Block, Expr, ExprKind, Ident, Item, Pattern, Stmt, TypeAn
 use crate::check::{self, DimOverride};
 use crate::diagnostic::Severity;
 use crate::dims::DimKind;
-use crate::driver::{check_source, Checked};
+use crate::driver::Checked;
 use crate::ir::{Program, Type};
 use crate::lexer::{self, Token};
 use crate::ops;
@@ -43,19 +43,32 @@ struct Def {
 pub struct Document {
     pub text: String,
     checked: Checked,
+    /// What each name stood for where it was bound or used (see [`check::NameType`]).
+    names: Vec<check::NameType>,
     defs: Vec<Def>,
 }
 
 impl Document {
     /// Parse and check `text`, with those `dims` that name a free or constant dim of it.
+    /// Unlike `attnc check`, a file with syntax errors is checked too: the parser recovers
+    /// at statement boundaries, and every statement it kept is checked and hovered, so a
+    /// half-typed line costs only itself.
     pub fn new(text: String, dims: &[DimOverride]) -> Document {
-        let (ast, _) = crate::parser::parse(&text);
+        let (ast, mut diagnostics) = crate::parser::parse(&text);
         let usable: Vec<DimOverride> = dims
             .iter()
             .filter(|d| check::dim_override_error(&ast, std::slice::from_ref(d)).is_none())
             .cloned()
             .collect();
-        let checked = check_source(&text, &usable).expect("only usable overrides are passed");
+        let mut checker = check::Checker::new(&usable);
+        checker.record_names();
+        checker.check_items(&ast.items);
+        checker.check_uncalled_fns(&ast.items);
+        let names = checker.take_names();
+        let (program, checked) = checker.finish();
+        diagnostics.extend(checked);
+        diagnostics.sort_by_key(|d| d.span.start);
+        let checked = Checked { program, diagnostics };
         let mut defs = Defs {
             text: &text,
             all: Span::new(0, text.len()),
@@ -63,7 +76,12 @@ impl Document {
         };
         defs.items(&ast.items);
         let defs = defs.out;
-        Document { text, checked, defs }
+        Document {
+            text,
+            checked,
+            names,
+            defs,
+        }
     }
 
     fn program(&self) -> &Program {
@@ -138,20 +156,10 @@ impl Document {
         let index = LineIndex::new(&self.text);
         let offset = index.offset(position);
         let ident = self.ident_at(offset);
-        let def = ident.as_ref().and_then(|(name, _)| self.resolve(name, offset));
-        let text = match def {
-            Some(d) if d.kind == DefKind::Dim => Some(self.dim_text(&d.name)),
-            Some(d) if d.kind == DefKind::LoopVar => Some(format!("loop variable `{}`", d.name)),
-            Some(d) if d.kind == DefKind::ShapeVar => Some(format!(
-                "shape variable `{}`: unified with the argument's dim at each call",
-                d.name
-            )),
-            Some(d) if d.kind == DefKind::Fn => d.signature.clone(),
-            Some(d) => self.binding_text(d),
-            None => None,
-        };
-        if let (Some(text), Some((_, span))) = (text, &ident) {
-            return Some((code_block(&text), index.range(*span)));
+        if let Some((name, span)) = &ident {
+            if let Some(text) = self.resolve(name, offset).and_then(|d| self.def_text(d, *span)) {
+                return Some((code_block(&text), index.range(*span)));
+            }
         }
         let (id, span) = self.node_at(offset)?;
         let mut text = self.type_text(id)?;
@@ -161,6 +169,55 @@ impl Document {
             }
         }
         Some((code_block(&text), index.range(span)))
+    }
+
+    /// What the name at `at`, declared by `d`, stands for.
+    fn def_text(&self, d: &Def, at: Span) -> Option<String> {
+        match d.kind {
+            DefKind::Dim => Some(self.dim_text(&d.name)),
+            DefKind::Fn => d.signature.clone(),
+            DefKind::LoopVar => self
+                .name_text(d, at)
+                .or_else(|| Some(format!("loop variable `{}`", d.name))),
+            DefKind::ShapeVar => self.name_text(d, at).or_else(|| {
+                Some(format!(
+                    "shape variable `{}`: unified with the argument's dim at each call",
+                    d.name
+                ))
+            }),
+            DefKind::Value => self.name_text(d, at).or_else(|| self.binding_text(d)),
+        }
+    }
+
+    /// What the checker recorded for the name at `at` (a use) or, failing that, at its
+    /// declaration: `x: [B, N, D]  contiguous`, one line per distinct type a function's
+    /// calls gave it.
+    fn name_text(&self, d: &Def, at: Span) -> Option<String> {
+        let recorded = |span: Span| {
+            let mut texts: Vec<&str> = Vec::new();
+            for n in self.names.iter().filter(|n| n.span == span) {
+                if !texts.contains(&n.text.as_str()) {
+                    texts.push(&n.text);
+                }
+            }
+            texts
+        };
+        // A loop variable is the same dim at every use: its declaration says its range.
+        let mut texts = match d.kind {
+            DefKind::LoopVar => Vec::new(),
+            _ => recorded(at),
+        };
+        if texts.is_empty() {
+            texts = recorded(d.span);
+        }
+        if texts.is_empty() {
+            return None;
+        }
+        let named = |t: &&str| match d.kind {
+            DefKind::LoopVar => t.to_string(),
+            _ => format!("{}: {t}", d.name),
+        };
+        Some(texts.iter().map(named).collect::<Vec<_>>().join("\n"))
     }
 
     /// A top-level binding's name and type.
@@ -187,15 +244,7 @@ impl Document {
         let Type::Tensor(t) = &prog.nodes.get(id)?.ty else {
             return None;
         };
-        let layout = match t.is_contiguous(&prog.dims) {
-            true => "contiguous".to_string(),
-            false => format!("non-contiguous, strides {}", prog.strides_text(t)),
-        };
-        let mut text = format!("{}  {layout}", prog.shape_text(&t.shape));
-        if let Some(sizes) = crate::render::sizes(prog, &t.shape) {
-            text.push_str(&format!("\nsizes {sizes:?}"));
-        }
-        Some(text)
+        Some(crate::render::tensor_text(prog, t))
     }
 
     /// `dim D = 512`, `dim Dk = D / H  (= 64)`, `dim B  (free, = 2)`.

@@ -44,6 +44,59 @@ pub(super) fn layout(tokens: Vec<(Token, Span)>, end: usize) -> Vec<(Token, Span
     out
 }
 
+/// Where the blocks whose `{` is never closed end: the positions (in `tokens`, as
+/// [`layout`] returns them) of the newlines before the first line indented no deeper than
+/// the line of the `{`. Half-typed code is mostly a `{` whose `}` is not written yet; cut
+/// there, the block keeps its own statements and the items after it stay items. Blocks
+/// whose braces match are never cut, however they are indented.
+pub(super) fn block_cuts(tokens: &[(Token, Span)], src: &str) -> Vec<usize> {
+    let mut open = Vec::new();
+    for (i, (token, _)) in tokens.iter().enumerate() {
+        match token {
+            LeftBrace => open.push(i),
+            RightBrace => {
+                open.pop();
+            }
+            _ => {}
+        }
+    }
+    let mut cuts: Vec<usize> = open
+        .into_iter()
+        .filter_map(|at| {
+            let indent = indentation(src, tokens[at].1.start);
+            (at + 1..tokens.len()).find(|&i| {
+                let (token, span) = tokens[i];
+                let first_on_line = tokens[i - 1].0 == Newline && token != Newline;
+                first_on_line
+                    && !matches!(token, RightBrace | RightParen | RightSquare | Eof)
+                    && column(src, span.start) <= indent
+            })
+        })
+        .map(|line| {
+            // The first newline of the run before that line: a block stops at it.
+            let mut at = line - 1;
+            while at > 0 && tokens[at - 1].0 == Newline {
+                at -= 1;
+            }
+            at
+        })
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
+}
+
+/// The byte column of `at` on its line.
+fn column(src: &str, at: usize) -> usize {
+    at - src[..at].rfind('\n').map_or(0, |nl| nl + 1)
+}
+
+/// How far the line holding `at` is indented, in bytes.
+fn indentation(src: &str, at: usize) -> usize {
+    let start = at - column(src, at);
+    src[start..at].len() - src[start..at].trim_start().len()
+}
+
 /// Keywords that can only begin a statement, never continue an expression.
 fn starts_statement(token: Token) -> bool {
     matches!(token, Dim | Param | Input | Fn | Let | Output | Assert)

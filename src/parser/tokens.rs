@@ -44,7 +44,7 @@ impl Parser<'_> {
             _ => format!("`,` or `{symbol}`"),
         };
         let mut d = self.expected(&what);
-        if self.at(Eof) {
+        if self.at(Eof) || self.at_cut() {
             let label = format!("unclosed `{}`", self.text(open));
             d = d.with_label(open, label);
         }
@@ -110,6 +110,11 @@ impl Parser<'_> {
 
     pub(super) fn at(&self, token: Token) -> bool {
         self.peek() == token
+    }
+
+    /// Whether a block left open ends here (see [`super::layout::block_cuts`]).
+    pub(super) fn at_cut(&self) -> bool {
+        self.cuts.binary_search(&self.pos).is_ok()
     }
 
     pub(super) fn after_comma(&self) -> bool {
