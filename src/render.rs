@@ -128,11 +128,7 @@ pub fn bindings_text(prog: &Program) -> String {
         .iter()
         .map(|b| {
             let t = prog.tensor_type(b.value);
-            let layout = match (t.is_contiguous(&prog.dims), t.varies()) {
-                (true, _) => "contiguous".to_string(),
-                (false, false) => format!("non-contiguous, strides {}", prog.strides_text(t)),
-                (false, true) => format!("strides depend on the sizes: {}", prog.strides_text(t)),
-            };
+            let layout = prog.layout_text(t);
             let sizes = sizes(prog, &t.shape).map_or(String::new(), |s| format!("{s:?}"));
             [
                 kind_name(b.kind).to_string(),

@@ -187,10 +187,7 @@ impl Document {
         let Type::Tensor(t) = &prog.nodes.get(id)?.ty else {
             return None;
         };
-        let layout = match t.is_contiguous(&prog.dims) {
-            true => "contiguous".to_string(),
-            false => format!("non-contiguous, strides {}", prog.strides_text(t)),
-        };
+        let layout = prog.layout_text(t);
         let mut text = format!("{}  {layout}", prog.shape_text(&t.shape));
         if let Some(sizes) = crate::render::sizes(prog, &t.shape) {
             text.push_str(&format!("\nsizes {sizes:?}"));
