@@ -20,6 +20,7 @@ use attnc::kernel::{BufferKind, KernelOp, Operand, Plan};
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, interpret, RunOptions, Tensor};
 use proptest::prelude::*;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -385,8 +386,9 @@ const OPS: &[(&str, OpGen)] = &[
         Some((e, shape, true))
     }),
     ("tuple_item", |g| {
-        // One part of a `chunk` or `split` tuple, indexed as PyTorch code indexes it.
-        let a = g.pick(|v| !v.shape.is_empty())?;
+        // One part of a `chunk` or `split` tuple, indexed as PyTorch code indexes it (of
+        // an axis never empty: a split size of 0 divides nothing).
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| never_empty(d)))?;
         let r = a.shape.len();
         Some(match g.rng.below(3) {
             0 => (
@@ -408,10 +410,11 @@ const OPS: &[(&str, OpGen)] = &[
     ("boolean", |g| {
         let a = g.any()?;
         let full = format!("full([{}], True)", a.shape.join(", "));
+        // Read as floats (0.0/1.0) at once: values in scope are floats.
         let e = match g.rng.below(3) {
-            0 => format!("where({} > 0.0, True, False)", a.name),
+            0 => format!("where({} > 0.0, True, False) * 1.0", a.name),
             1 => format!("where({} > 0.0, False, 0.5)", a.name),
-            _ => format!("{full} & ({} > 0.0)", a.name),
+            _ => format!("({full} & ({} > 0.0)) * 1.0", a.name),
         };
         Some((e, a.shape, true))
     }),
@@ -640,11 +643,14 @@ fn agree(src: &str, sizes: [i64; 3], seed: u64) -> Result<(), String> {
         let _ = send.send(agree_in_time(&owned, sizes, seed));
     });
     let stages = 8;
-    receive.recv_timeout(STAGE_LIMIT * stages).unwrap_or_else(|_| {
-        Err(format!(
-            "a stage ran longer than {STAGE_LIMIT:?} and did not return"
-        ))
-    })
+    receive
+        .recv_timeout(STAGE_LIMIT * stages)
+        .unwrap_or_else(|e| match e {
+            RecvTimeoutError::Timeout => Err(format!(
+                "a stage ran longer than {STAGE_LIMIT:?} and did not return"
+            )),
+            RecvTimeoutError::Disconnected => Err("the case panicked (its message is above)".to_string()),
+        })
 }
 
 /// Runs `src` at `sizes` on both backends (checked and optimized programs) and compares,
