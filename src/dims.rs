@@ -591,10 +591,35 @@ impl DimTable {
     }
 
     /// Integer coefficients over monomials that are each known integers: non-negative
-    /// powers of atoms, or a known-exact quotient (a derived dim, a fact) times such.
+    /// powers of atoms, or a known-exact quotient (a derived dim, a fact) times such. An
+    /// opaque quotient `a / b` is an integer only by a fact: `H / (H + 1)` is a fraction.
     fn is_integral_plain(&self, p: &Poly) -> bool {
-        p.terms()
-            .all(|(m, c)| c.as_int().is_some() && (!m.has_negative() || self.is_integral_monomial(m)))
+        p.terms().all(|(m, c)| {
+            c.as_int().is_some()
+                && m.atoms().all(|(a, _)| self.is_integral_atom(a))
+                && (!m.has_negative() || self.is_integral_monomial(m))
+        })
+    }
+
+    /// A free dim, a loop variable and a remainder are integers; a quotient by a sum is one
+    /// where a recorded fact proves it exact by structure alone (without other quotients,
+    /// so that the proof cannot recurse).
+    fn is_integral_atom(&self, a: &Atom) -> bool {
+        let Atom::Quot(x, y) = a else {
+            return true;
+        };
+        let simple = |p: &Poly| {
+            p.terms().all(|(m, c)| {
+                c.as_int().is_some()
+                    && !m.has_negative()
+                    && m.atoms().all(|(a, _)| !matches!(a, Atom::Quot(..)))
+            })
+        };
+        self.divides.iter().any(|(fx, fy)| {
+            let m = x.quotient(fx);
+            let n = fy.quotient(y);
+            matches!((m, n), (Some(m), Some(n)) if simple(&m) && simple(&n))
+        })
     }
 
     /// A monomial with negative powers is integral when it is a product of known-integral

@@ -454,15 +454,18 @@ impl TensorType {
         if self.shape.iter().any(|n| dims.equal(n, &Poly::int(0))) {
             return true;
         }
+        self.layouts()
+            .is_some_and(|all| all.iter().all(|strides| self.is_row_major(strides, dims)))
+    }
+
+    /// Whether `strides`, one list this value may have, are row-major for its shape
+    /// (an axis of size 1 may have any stride).
+    pub fn is_row_major(&self, strides: &[Poly], dims: &DimTable) -> bool {
         let expected = row_major_strides(&self.shape);
-        self.layouts().is_some_and(|all| {
-            all.iter().all(|strides| {
-                self.shape
-                    .iter()
-                    .zip(strides.iter().zip(&expected))
-                    .all(|(size, (s, e))| dims.is_one(size) || dims.equal(s, e))
-            })
-        })
+        self.shape
+            .iter()
+            .zip(strides.iter().zip(&expected))
+            .all(|(size, (s, e))| dims.is_one(size) || dims.equal(s, e))
     }
 }
 

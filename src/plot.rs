@@ -71,6 +71,11 @@ impl Maps<'_> {
             false => (lo, lo + 1.0),
         }
     }
+
+    /// Whether a drawn cell is NaN, so that the legend names its colour.
+    pub fn has_nan(&self) -> bool {
+        self.data.iter().any(|x| x.is_nan())
+    }
 }
 
 /// Select the maps `opts` asks for from `t` (named `name` in messages).
@@ -141,6 +146,8 @@ pub struct Layout {
     pub map: (u32, u32),
     /// The colour bar's left edge, its top edge and its height.
     pub bar: (u32, u32, u32),
+    /// The top-left pixel of the NaN swatch below the bar, when a cell is NaN.
+    pub nan: Option<(u32, u32)>,
     pub size: (u32, u32),
 }
 
@@ -165,7 +172,11 @@ impl Layout {
         let panel = (label_width + map.0 + GAP, header + map.1 + GAP);
         let bar_top = GAP + header;
         let bar = (GAP + columns * panel.0, bar_top, rows * panel.1 - header - GAP);
-        let size = (bar.0 + BAR + 8 * CHAR_WIDTH + GAP, GAP + rows * panel.1);
+        let mut size = (bar.0 + BAR + 8 * CHAR_WIDTH + GAP, GAP + rows * panel.1);
+        let nan = maps.has_nan().then(|| (bar.0, bar.1 + bar.2 + TEXT / 2));
+        if nan.is_some() {
+            size.1 += TEXT + TEXT / 2;
+        }
         Layout {
             cell,
             columns,
@@ -173,6 +184,7 @@ impl Layout {
             header,
             map,
             bar,
+            nan,
             size,
         }
     }
@@ -202,9 +214,20 @@ fn digits(n: usize) -> usize {
     n.saturating_sub(1).to_string().len()
 }
 
-/// The colour of `v` on the scale `lo..hi`.
+/// The colour of a NaN cell (a fully masked row under `-inf`): a grey, which viridis never
+/// gives, named in the colour bar's legend.
+pub const NAN_COLOUR: RGBColor = RGBColor(160, 160, 160);
+
+/// The colour of `v` on the scale `lo..hi`: `±inf` and values beyond the scale at its
+/// ends, NaN grey. The position is computed in `f64`, so a scale as wide as `f32`'s range
+/// does not overflow.
 pub fn colour(v: f32, (lo, hi): (f32, f32)) -> RGBColor {
-    ViridisRGB.get_color_normalized(v.clamp(lo, hi), lo, hi)
+    if v.is_nan() {
+        return NAN_COLOUR;
+    }
+    let t = (f64::from(v) - f64::from(lo)) / (f64::from(hi) - f64::from(lo));
+    let t = if t.is_nan() { 0.0 } else { t.clamp(0.0, 1.0) };
+    ViridisRGB.get_color_normalized(t, 0.0, 1.0)
 }
 
 /// Draw `maps` into `path`, PNG or SVG by its extension.
@@ -337,7 +360,8 @@ fn colour_bar<DB: DrawingBackend>(
         layout.bar.2.max(1) as i32,
     );
     for y in 0..h {
-        let v = hi - (hi - lo) * y as f32 / (h - 1).max(1) as f32;
+        let v = f64::from(hi) - (f64::from(hi) - f64::from(lo)) * f64::from(y) / f64::from((h - 1).max(1));
+        let v = v as f32;
         let rect = [(x, top + y), (x + BAR as i32, top + y + 1)];
         area.draw(&Rectangle::new(rect, colour(v, (lo, hi)).filled()))?;
     }
@@ -346,8 +370,19 @@ fn colour_bar<DB: DrawingBackend>(
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
     let at = x + BAR as i32 + 4;
-    for (v, y) in [(hi, top), ((lo + hi) / 2.0, top + h / 2), (lo, top + h - 1)] {
+    let middle = (f64::from(lo) + f64::from(hi)) / 2.0;
+    for (v, y) in [
+        (f64::from(hi), top),
+        (middle, top + h / 2),
+        (f64::from(lo), top + h - 1),
+    ] {
         area.draw_text(&format!("{v:.3}"), &style, (at, y))?;
+    }
+    if let Some((x, y)) = layout.nan {
+        let (x, y) = (x as i32, y as i32);
+        let swatch = [(x, y), (x + BAR as i32, y + TEXT as i32)];
+        area.draw(&Rectangle::new(swatch, NAN_COLOUR.filled()))?;
+        area.draw_text("NaN", &style, (at, y + TEXT as i32 / 2))?;
     }
     Ok(())
 }

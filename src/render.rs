@@ -124,10 +124,7 @@ pub fn sizes(prog: &Program, shape: &[crate::dims::Poly]) -> Option<Vec<i64>> {
 /// What a hover shows of a tensor: `[B, H, N, Dk]  non-contiguous, strides [..]`, and a
 /// second line with the sizes where every dim has a value.
 pub fn tensor_text(prog: &Program, t: &crate::ir::TensorType) -> String {
-    let layout = match t.is_contiguous(&prog.dims) {
-        true => "contiguous".to_string(),
-        false => format!("non-contiguous, strides {}", prog.strides_text(t)),
-    };
+    let layout = prog.layout_text(t);
     let mut text = format!("{}  {layout}", prog.shape_text(&t.shape));
     if let Some(sizes) = sizes(prog, &t.shape) {
         text.push_str(&format!("\nsizes {sizes:?}"));
@@ -142,11 +139,7 @@ pub fn bindings_text(prog: &Program) -> String {
         .iter()
         .map(|b| {
             let t = prog.tensor_type(b.value);
-            let layout = match (t.is_contiguous(&prog.dims), t.varies()) {
-                (true, _) => "contiguous".to_string(),
-                (false, false) => format!("non-contiguous, strides {}", prog.strides_text(t)),
-                (false, true) => format!("strides depend on the sizes: {}", prog.strides_text(t)),
-            };
+            let layout = prog.layout_text(t);
             let sizes = sizes(prog, &t.shape).map_or(String::new(), |s| format!("{s:?}"));
             [
                 kind_name(b.kind).to_string(),

@@ -20,6 +20,8 @@ use attnc::kernel::{BufferKind, KernelOp, Operand, Plan};
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, interpret, RunOptions, Tensor};
 use proptest::prelude::*;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
 
 mod common;
 use common::Rng;
@@ -57,6 +59,11 @@ impl Gen {
     fn any(&mut self) -> Option<Val> {
         self.pick(|_| true)
     }
+
+    /// A size to expand to: a dim, or a sum or difference of dims (never below 1).
+    fn dim(&mut self) -> String {
+        ["N", "N + 1", "B + N - 1", "2 * D - 1"][self.rng.below(4)].to_string()
+    }
 }
 
 /// `:, :, ..` for the leading axes of a rank-`r` value, then `last` on its last axis.
@@ -69,6 +76,12 @@ fn index_last(r: usize, last: &str) -> String {
 /// Whether a size is one of the prelude's dims (a slice of it is in range for any value).
 fn named(size: &str) -> bool {
     ["B", "N", "D"].contains(&size)
+}
+
+/// Whether a size is at least 1 at every size of the dims: no difference (`N - 1`) and
+/// not the empty slice's 0.
+fn never_empty(size: &str) -> bool {
+    !size.contains('-') && size != "0"
 }
 
 fn with_last(shape: &[String], last: String) -> Vec<String> {
@@ -207,8 +220,12 @@ const OPS: &[(&str, OpGen)] = &[
         Some((e, with_last(&a.shape, "0".into()), false))
     }), // The ops of section 7.2 (issue 10).
     ("reduce", |g| {
-        let a = g.pick(|v| v.shape.len() >= 2)?;
         let op = ["sum", "mean", "amax", "amin"][g.rng.below(4)];
+        // `amax` and `amin` of no elements raise in PyTorch: only over axes never empty.
+        let a = match op.starts_with("am") {
+            true => g.pick(|v| v.shape.len() >= 2 && v.shape.iter().all(|d| never_empty(d)))?,
+            false => g.pick(|v| v.shape.len() >= 2)?,
+        };
         let r = a.shape.len();
         Some(match g.rng.below(3) {
             0 => (
@@ -348,14 +365,113 @@ const OPS: &[(&str, OpGen)] = &[
         let mut sizes = vec!["-1".to_string(); r];
         let mut shape = a.shape.clone();
         if repeat {
-            sizes[r - 1] = "N".into();
-            shape[r - 1] = "N".into();
+            let n = g.dim();
+            sizes[r - 1] = n.clone();
+            shape[r - 1] = n;
         }
         if !repeat || g.rng.below(2) == 0 {
             sizes.insert(0, "B".into());
             shape.insert(0, "B".into());
         }
         Some((format!("{}.expand({})", a.name, sizes.join(", ")), shape, false))
+    }),
+    // The forms of issue 24: lists, tuples, booleans, sums of dims, empty axes.
+    ("stack", |g| {
+        let a = g.any()?;
+        let r = a.shape.len() as i64;
+        let d = g.rng.below(a.shape.len() + 1) as i64 - (g.rng.below(2) as i64) * (r + 1);
+        let e = format!("stack([{0}, -{0}, {0} * 0.5], dim={d})", a.name);
+        let mut shape = a.shape.clone();
+        shape.insert(d.rem_euclid(r + 1) as usize, "3".into());
+        Some((e, shape, true))
+    }),
+    ("tuple_item", |g| {
+        // One part of a `chunk` or `split` tuple, indexed as PyTorch code indexes it (of
+        // an axis never empty: a split size of 0 divides nothing).
+        let a = g.pick(|v| v.shape.last().is_some_and(|d| never_empty(d)))?;
+        let r = a.shape.len();
+        Some(match g.rng.below(3) {
+            0 => (
+                format!("cat([{0}, -{0}], dim=-1).chunk(2, dim=-1)[1]", a.name),
+                a.shape,
+                r == 1,
+            ),
+            1 => {
+                let e = format!(
+                    "cat([-{0}, {0}], dim={1}).split({0}.shape[-1], dim={1})[-1]",
+                    a.name,
+                    r - 1
+                );
+                (e, a.shape, r == 1)
+            }
+            _ => (format!("{0}.chunk(1, dim=0)[0]", a.name), a.shape, a.contiguous),
+        })
+    }),
+    ("boolean", |g| {
+        let a = g.any()?;
+        let full = format!("full([{}], True)", a.shape.join(", "));
+        // Read as floats (0.0/1.0) at once: values in scope are floats.
+        let e = match g.rng.below(3) {
+            0 => format!("where({} > 0.0, True, False) * 1.0", a.name),
+            1 => format!("where({} > 0.0, False, 0.5)", a.name),
+            _ => format!("({full} & ({} > 0.0)) * 1.0", a.name),
+        };
+        Some((e, a.shape, true))
+    }),
+    ("reduce_all", |g| {
+        let a = g.any()?;
+        let op = ["sum", "mean", "amin", "var", "std"][g.rng.below(5)];
+        let empty = g.rng.below(2) == 0;
+        let all = if empty { "dim=[]" } else { "dim=None" };
+        // `amin` of no elements raises in PyTorch: only over sizes never empty.
+        let a = match op {
+            "amin" => g.pick(|v| v.shape.iter().all(|d| never_empty(d)))?,
+            _ => a,
+        };
+        Some((format!("{}.{op}({all})", a.name), vec![], true))
+    }),
+    ("correction", |g| {
+        // A correction at or beyond the count: the divisor clamps at 0 (NaN or inf).
+        let a = g.pick(|v| !v.shape.is_empty())?;
+        let c = 1 + g.rng.below(3);
+        let op = ["var", "std"][g.rng.below(2)];
+        let e = format!("{}.{op}(-1, correction={c}, keepdim=True)", a.name);
+        Some((e, with_last(&a.shape, "1".into()), true))
+    }),
+    ("scalar_softmax", |g| {
+        let a = g.any()?;
+        let f = ["softmax", "log_softmax"][g.rng.below(2)];
+        let d = ["-1", "0"][g.rng.below(2)];
+        Some((
+            format!("{}.sum().{f}({d}) * {}", a.name, a.name),
+            a.shape,
+            a.contiguous,
+        ))
+    }),
+    ("dim_number", |g| {
+        // `//` and `%` of dims are numbers; `D + 1` and `N - 1` are sizes.
+        let a = g.any()?;
+        let e = match g.rng.below(3) {
+            0 => format!("{} / ((2 * D) // 2 + N % 2)", a.name),
+            1 => format!("{} * (N - 1) + (D + 1)", a.name),
+            _ => format!("{} / (B + N)", a.name),
+        };
+        Some((e, a.shape, a.contiguous))
+    }),
+    ("grow", |g| {
+        // `u: [N + 1, D]` joined to a value `[N, D]`: sizes that are sums of dims.
+        let a = g.pick(|v| v.shape.len() == 2 && v.shape[1] == "D")?;
+        let first = format!("{} + N + 1", a.shape[0]);
+        Some((
+            format!("cat([{}, u], dim=0)", a.name),
+            vec![first, "D".into()],
+            true,
+        ))
+    }),
+    ("amax_tail", |g| {
+        // `amax` over `t`'s axis of `N + 1`, never empty, after a slice of it that may be.
+        let e = ["t.amax(dim=-1)", "t[:, 1 :].amin(dim=-1)"][g.rng.below(2)];
+        Some((e.to_string(), vec!["N - 1".to_string()], true))
     }),
     ("repeat_interleave", |g| {
         let a = g.pick(|v| !v.shape.is_empty())?;
@@ -392,6 +508,8 @@ input y: [N, D]
 input z: [D]
 input s: [D, N]
 input m: [N, N]
+input u: [N + 1, D]
+input t: [N - 1, N + 1]
 ";
 
 /// A random program of `statements` lets over the prelude's values; its last two values
@@ -502,23 +620,69 @@ fn disagreement(got: &Tensor, want: &Tensor) -> Option<String> {
         })
 }
 
-/// Runs `src` at `sizes` on both backends (checked and optimized programs) and compares.
+/// The longest a stage (check, bind, interpret, optimize, compile, run) of a generated
+/// program may take: they take milliseconds, so one that takes a second is stuck in a loop
+/// or grows without bound (issue 24's optimizer did, on `x[-1 :]` of `dim R = 1`).
+const STAGE_LIMIT: Duration = Duration::from_secs(1);
+
+/// `Err` naming `stage` where it took longer than [`STAGE_LIMIT`] since `start`.
+fn timed(stage: &str, start: Instant) -> Result<(), String> {
+    let took = start.elapsed();
+    match took > STAGE_LIMIT {
+        true => Err(format!("{stage} took {took:?}, more than {STAGE_LIMIT:?}")),
+        false => Ok(()),
+    }
+}
+
+/// [`agree_in_time`] on a thread, so that a stage that never returns fails the case after
+/// every stage's limit has passed rather than hanging the test.
 fn agree(src: &str, sizes: [i64; 3], seed: u64) -> Result<(), String> {
+    let (send, receive) = std::sync::mpsc::channel();
+    let owned = src.to_string();
+    std::thread::spawn(move || {
+        let _ = send.send(agree_in_time(&owned, sizes, seed));
+    });
+    let stages = 8;
+    receive
+        .recv_timeout(STAGE_LIMIT * stages)
+        .unwrap_or_else(|e| match e {
+            RecvTimeoutError::Timeout => Err(format!(
+                "a stage ran longer than {STAGE_LIMIT:?} and did not return"
+            )),
+            RecvTimeoutError::Disconnected => Err("the case panicked (its message is above)".to_string()),
+        })
+}
+
+/// Runs `src` at `sizes` on both backends (checked and optimized programs) and compares,
+/// each stage within [`STAGE_LIMIT`].
+fn agree_in_time(src: &str, sizes: [i64; 3], seed: u64) -> Result<(), String> {
+    let start = Instant::now();
     let Some(program) = checked(src, sizes) else {
         return Ok(());
     };
+    timed("check", start)?;
     let opts = RunOptions {
         seed,
         ..RunOptions::default()
     };
+    let start = Instant::now();
     let bound = bind(&program, &opts).map_err(|e| e.to_string())?;
+    timed("bind", start)?;
+    let start = Instant::now();
     let want = interpret(&program, &bound).map_err(|e| e.to_string())?;
+    timed("the interpreter", start)?;
+    let start = Instant::now();
     let optimized = attnc::opt::optimize(&program).program;
+    timed("the optimizer", start)?;
     for (path, p) in [("typed", &program), ("optimized", &optimized)] {
+        let start = Instant::now();
         let exe = Executable::compile(p, &bound.dims).map_err(|e| format!("{path}: {e}"))?;
+        timed(&format!("{path}: compiling"), start)?;
+        let start = Instant::now();
         let got = exe
             .run(&bound, &pool(2).unwrap())
             .map_err(|e| format!("{path}: {e}"))?;
+        timed(&format!("{path}: running"), start)?;
         for ((name, w), (_, a)) in want.iter().zip(&got) {
             if let Some(why) = disagreement(a, w) {
                 return Err(format!("{path}: `{name}` at {sizes:?}: {why}"));
@@ -553,6 +717,23 @@ const REGRESSIONS: &[(&str, [i64; 3])] = &[
         [1, 2, 1],
     ),
 ];
+
+/// Programs of their own declarations that once hung or were wrongly accepted (issue 24).
+const OWN_REGRESSIONS: &[&str] = &[
+    // The optimizer looped: `x[-1 :]` of a constant 1 is `x`, and `slice-slice` composed
+    // it with itself without end.
+    "dim B, N, D\ndim R = 1\ninput x: [R, 4]\noutput o = x[-1 :]\n",
+    "dim B, N, D\ndim R = 1\ninput x: [R, 4]\noutput o = x[-1 :][0 : 1][R - 1 :] * 2.0\n",
+];
+
+#[test]
+fn own_regressions_agree_in_time() {
+    for src in OWN_REGRESSIONS {
+        if let Err(why) = agree(src, [2, 3, 4], 7) {
+            panic!("{why}\n{src}");
+        }
+    }
+}
 
 #[test]
 fn regressions_agree() {

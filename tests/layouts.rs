@@ -14,8 +14,8 @@ mod torch_model;
 use common::Rng;
 use torch_model::{elementwise, fresh, T};
 
-/// A factor of a size: `B`, `N` and `E` free, `U = 1` and `D = 12` constant, a number, or
-/// a free dim less one (a slice `1:` of it).
+/// A factor of a size: `B`, `N` and `E` free, `U = 1` and `D = 12` constant, a number, a
+/// free dim less one (a slice `1:` of it), or a sum of dims (`N + 1`, never 1 nor 0).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Atom {
     B,
@@ -26,6 +26,7 @@ enum Atom {
     K(i64),
     BLess1,
     NLess1,
+    NPlus1,
 }
 
 impl Atom {
@@ -39,6 +40,7 @@ impl Atom {
             Atom::K(k) => k.to_string(),
             Atom::BLess1 => "(B - 1)".into(),
             Atom::NLess1 => "(N - 1)".into(),
+            Atom::NPlus1 => "(N + 1)".into(),
         }
     }
 
@@ -52,6 +54,7 @@ impl Atom {
             Atom::K(k) => k,
             Atom::BLess1 => b - 1,
             Atom::NLess1 => n - 1,
+            Atom::NPlus1 => n + 1,
         }
     }
 
@@ -60,6 +63,7 @@ impl Atom {
         match self {
             Atom::B => Some(Atom::BLess1),
             Atom::N => Some(Atom::NLess1),
+            Atom::NPlus1 => Some(Atom::N),
             Atom::D => Some(Atom::K(11)),
             Atom::K(k) if k >= 1 => Some(Atom::K(k - 1)),
             _ => None,
@@ -173,7 +177,8 @@ struct Chain {
 
 /// Draws a chain of `len` steps, tracking the symbolic shape so that most steps fit.
 fn draw(rng: &mut Rng, len: usize) -> Chain {
-    let starts: [Vec<Axis>; 6] = [
+    let starts: [Vec<Axis>; 7] = [
+        vec![vec![Atom::B], vec![Atom::NPlus1], vec![Atom::N]],
         vec![vec![Atom::B], vec![Atom::N], vec![Atom::K(4)]],
         vec![vec![Atom::B], vec![Atom::N], vec![Atom::E]],
         vec![vec![Atom::E], vec![Atom::B], vec![Atom::U], vec![Atom::N]],
@@ -327,6 +332,7 @@ fn expanded(rng: &mut Rng, shape: &[Axis]) -> Vec<Option<Axis>> {
         vec![Atom::N],
         vec![Atom::E],
         vec![Atom::K(3)],
+        vec![Atom::NPlus1],
         vec![],
         vec![Atom::U],
     ];
@@ -435,6 +441,8 @@ fn apply_text(expr: &str, step: &Step, shape: &[Axis]) -> String {
         Step::Where(o) => format!("where({} > 0, {expr}, 0.0)", o.text()),
         Step::Clamp => format!("clamp({expr}, min=0.0)"),
         Step::Cat(d) => format!("cat([{expr}, {expr}], dim={d})"),
+        // A sequence of a `for`, or a list as PyTorch code writes it: the same strides.
+        Step::Stack(d) if d % 2 == 0 => format!("stack([{expr}, {expr}], dim={d})"),
         Step::Stack(d) => format!("stack(for h in 0..2 {{ {expr} }}, {d})"),
         Step::Part(d, true) => format!("chunk({expr}, 2, dim={d})"),
         Step::Part(d, false) => {

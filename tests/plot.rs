@@ -208,3 +208,44 @@ fn what_cannot_be_drawn_is_an_error_naming_the_tensor() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no output `nope`"), "{}", stderr(&o));
 }
+
+/// A fully masked row under `-inf` is NaN in PyTorch: it is drawn grey, named in the
+/// legend, and infinities sit at the ends of the scale of the finite values.
+#[test]
+fn nan_cells_are_grey_and_infinities_clamp_to_the_scale() {
+    let mut data: Vec<f32> = (0..9).map(|i| i as f32 / 8.0).collect();
+    data[1] = f32::NAN;
+    data[3] = f32::INFINITY;
+    data[5] = f32::NEG_INFINITY;
+    let t = Tensor::new(vec![1, 3, 3], data);
+    let opts = PlotOptions::default();
+    let maps = plot::select(&t, "attn", &opts).unwrap();
+    let range = maps.range();
+    assert_eq!(range, (0.0, 1.0));
+    let layout = Layout::new(&maps, &opts);
+    assert!(layout.nan.is_some(), "the legend names NaN's colour");
+    let (png, svg) = (temp("nan.png"), temp("nan.svg"));
+    plot::save(&maps, "attn", &opts, &png).unwrap();
+    plot::save(&maps, "attn", &opts, &svg).unwrap();
+    let image = decode(&png);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    std::fs::remove_file(&png).unwrap();
+    std::fs::remove_file(&svg).unwrap();
+    assert_eq!((image.0, image.1), layout.size);
+    assert_eq!(pixel(&image, centre(&layout, 0, 0, 1)), rgb(plot::NAN_COLOUR));
+    assert_eq!(
+        pixel(&image, centre(&layout, 0, 1, 0)),
+        rgb(plot::colour(range.1, range))
+    );
+    assert_eq!(
+        pixel(&image, centre(&layout, 0, 1, 2)),
+        rgb(plot::colour(range.0, range))
+    );
+    let (x, y) = layout.nan.unwrap();
+    assert_eq!(pixel(&image, (x + 2, y + 2)), rgb(plot::NAN_COLOUR));
+    assert!(text.contains("NaN"), "the legend says NaN");
+    let all_nan = Tensor::new(vec![1, 2, 2], vec![f32::NAN; 4]);
+    let maps = plot::select(&all_nan, "attn", &opts).unwrap();
+    plot::save(&maps, "attn", &opts, &png).unwrap();
+    std::fs::remove_file(&png).unwrap();
+}

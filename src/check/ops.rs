@@ -21,6 +21,12 @@ impl Checker {
                 let v = self.expr(x);
                 self.unary(UnaryOp::Neg, &v, x.span, e.span)
             }
+            ExprKind::Binary(BinOp::FloorDiv | BinOp::Rem, ..) if self.is_dim_only(e) => {
+                match self.dim_expr(e) {
+                    Some(p) => self.push(Op::DimValue(p), vec![], scalar(), e.span),
+                    None => Value::Error,
+                }
+            }
             ExprKind::Binary(op, a, b) => self.binary(*op, a, b, e.span),
             ExprKind::Range(Some(a), Some(b)) => match (self.dim_expr(a), self.dim_expr(b)) {
                 (Some(a), Some(b)) => Value::Range(a, b),
@@ -49,13 +55,9 @@ impl Checker {
                 let v = self.expr(x);
                 self.unary(UnaryOp::Not, &v, x.span, e.span)
             }
-            ExprKind::Bool(_)
-            | ExprKind::NoneLit
-            | ExprKind::Ellipsis
-            | ExprKind::Str(_)
-            | ExprKind::List(_) => {
+            ExprKind::Bool(b) => self.bool_literal(*b, vec![], e.span),
+            ExprKind::NoneLit | ExprKind::Ellipsis | ExprKind::Str(_) | ExprKind::List(_) => {
                 let what = match &e.kind {
-                    ExprKind::Bool(_) => "`True`/`False` is an argument of a boolean parameter",
                     ExprKind::NoneLit => "`None` is an argument, or a new axis inside `[ ]`",
                     ExprKind::Ellipsis => "`...` stands for axes inside `[ ]` only",
                     ExprKind::Str(_) => "a string is an argument of a string parameter",
@@ -95,6 +97,28 @@ impl Checker {
 
     fn literal(&mut self, x: f64, span: Span) -> Value {
         self.push(Op::Literal(x), vec![], scalar(), span)
+    }
+
+    /// `True` or `False` filling `shape` (a scalar when empty): a boolean tensor, built as
+    /// the float `1.0` or `0.0` compared to zero, since booleans come from comparisons.
+    pub(super) fn bool_literal(&mut self, b: bool, shape: Vec<Poly>, span: Span) -> Value {
+        let fill = match shape.is_empty() {
+            true => Op::Literal(f64::from(u8::from(b))),
+            false => Op::Fill(f64::from(u8::from(b))),
+        };
+        let Value::Tensor(x) = self.push(
+            fill,
+            vec![],
+            TensorType::row_major(shape.clone(), DType::F32),
+            span,
+        ) else {
+            unreachable!("push makes a tensor")
+        };
+        let Value::Tensor(zero) = self.literal(0.0, span) else {
+            unreachable!("push makes a tensor")
+        };
+        let ty = TensorType::row_major(shape, DType::Bool);
+        self.push(Op::Compare(CmpOp::Ne), vec![x, zero], ty, span)
     }
 
     fn name_value(&mut self, name: &str, span: Span) -> Value {
@@ -248,17 +272,29 @@ impl Checker {
     /// `cat([a, b, ..], dim)`: tensors of one rank that agree on every axis but `dim`; laid
     /// out as `joined` says (row-major, or channels-last as PyTorch keeps it).
     fn cat_list(&mut self, items: &[Expr], dim: &Expr, span: Span) -> Option<Value> {
+        let parts = self.list_parts("cat", items, span)?;
+        let axis = self.axis(dim, self.ty(parts[0]).rank(), false)?;
+        self.cat_ids(&parts, items, axis, span)
+    }
+
+    /// The tensors of a non-empty list argument of `op`.
+    fn list_parts(&mut self, op: &str, items: &[Expr], span: Span) -> Option<Vec<ValueId>> {
         let mut parts = Vec::new();
         for e in items {
-            parts.push(self.tensor_arg(e, "a part of `cat`"));
+            parts.push(self.tensor_arg(e, &format!("a part of `{op}`")));
         }
         let parts: Vec<ValueId> = parts.into_iter().collect::<Option<_>>()?;
-        let Some(&first) = parts.first() else {
-            self.error(Code::E0208, span, "`cat` of an empty list");
+        if parts.is_empty() {
+            self.error(Code::E0208, span, format!("`{op}` of an empty list"));
             return None;
-        };
+        }
+        Some(parts)
+    }
+
+    /// `parts` joined along `axis`, each written by `items`.
+    fn cat_ids(&mut self, parts: &[ValueId], items: &[Expr], axis: usize, span: Span) -> Option<Value> {
+        let first = parts[0];
         let t = self.ty(first).clone();
-        let axis = self.axis(dim, t.rank(), false)?;
         let mut shape = t.shape.clone();
         for (&p, e) in parts.iter().zip(items).skip(1) {
             let s = self.ty(p).shape.clone();
@@ -275,12 +311,42 @@ impl Checker {
             }
             shape[axis] = shape[axis].add(&s[axis]);
         }
-        let ty = self.laid_out(layout::joined, &parts, shape, t.dtype);
-        Some(self.push(Op::Cat(axis), parts, ty, span))
+        let ty = self.laid_out(layout::joined, parts, shape, t.dtype);
+        Some(self.push(Op::Cat(axis), parts.to_vec(), ty, span))
     }
 
+    /// `stack(tensors, dim)`: a `for` sequence, or a list of tensors of one shape joined
+    /// along a new axis `dim`, which ATen computes as `cat` of each part unsqueezed at `dim`
+    /// (so its strides are `cat`'s).
     pub(crate) fn stack(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        self.join("stack", args, span)
+        let (ExprKind::List(items) | ExprKind::Tuple(items)) = &args[0].kind else {
+            return self.join("stack", args, span);
+        };
+        let parts = self.list_parts("stack", items, span)?;
+        let t = self.ty(parts[0]).clone();
+        for (&p, e) in parts.iter().zip(items).skip(1) {
+            let s = self.ty(p).shape.clone();
+            let same = s.len() == t.rank() && s.iter().zip(&t.shape).all(|(a, b)| self.prog.dims.equal(a, b));
+            if !same {
+                let msg = format!(
+                    "`stack` of {} and {}: every part has one shape",
+                    self.shape_text(&t.shape),
+                    self.shape_text(&s)
+                );
+                self.error(Code::E0201, e.span, msg);
+                return None;
+            }
+        }
+        let axis = self.axis(args[1], t.rank(), true)?;
+        let mut unsqueezed = Vec::new();
+        for &p in &parts {
+            let out = layout::unsqueezed(&self.prog.dims, self.ty(p), axis);
+            match self.push(Op::Unsqueeze(axis), vec![p], out, span) {
+                Value::Tensor(id) => unsqueezed.push(id),
+                _ => unreachable!("push makes a tensor"),
+            }
+        }
+        self.cat_ids(&unsqueezed, items, axis, span)
     }
 
     /// A unary primitive: `~` takes a boolean and gives one; `-` refuses a boolean (as
@@ -774,10 +840,38 @@ impl Checker {
 
     pub(crate) fn softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `softmax`")?;
+        let (x, d, scalar) = self.along_axis(x, args[1], span)?;
         let shape = self.ty(x).shape.clone();
-        let d = self.axis(args[1], shape.len(), false)?;
         let ty = self.laid_out(layout::fresh_row_major, &[x], shape, DType::F32);
-        Some(self.push(Op::Softmax(d), vec![x], ty, span))
+        let Value::Tensor(y) = self.push(Op::Softmax(d), vec![x], ty, span) else {
+            unreachable!("push makes a tensor")
+        };
+        Some(self.unrow(y, scalar, span))
+    }
+
+    /// `x` and the axis `e` names for an op along one axis. PyTorch reads a rank-0 `x` as a
+    /// row of one (`e` is `0` or `-1`): then `x` as `[1]`, axis 0, and `true`, so that
+    /// [`Checker::unrow`] gives the result rank 0 again.
+    pub(super) fn along_axis(&mut self, x: ValueId, e: &Expr, span: Span) -> Option<(ValueId, usize, bool)> {
+        let rank = self.ty(x).rank();
+        if rank > 0 {
+            return Some((x, self.axis(e, rank, false)?, false));
+        }
+        self.axis(e, 1, false)?;
+        let row = layout::unsqueezed(&self.prog.dims, self.ty(x), 0);
+        let Value::Tensor(row) = self.push(Op::Unsqueeze(0), vec![x], row, span) else {
+            unreachable!("push makes a tensor")
+        };
+        Some((row, 0, true))
+    }
+
+    /// `y` as rank 0 again when [`Checker::along_axis`] made a scalar a row.
+    pub(super) fn unrow(&mut self, y: ValueId, scalar: bool, span: Span) -> Value {
+        if !scalar {
+            return Value::Tensor(y);
+        }
+        let ty = TensorType::row_major(vec![], self.ty(y).dtype);
+        self.push(Op::View(vec![]), vec![y], ty, span)
     }
 
     pub(crate) fn masked_fill(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
@@ -850,7 +944,11 @@ impl Checker {
 
     /// `x[i, a : b, :]`: each index selects (drops the axis) or slices.
     fn index(&mut self, base: &Expr, indices: &[Expr], span: Span) -> Value {
-        let Some(mut x) = self.tensor_arg(base, "an indexed value") else {
+        let value = self.expr(base);
+        if let Value::Tuple(items) = value {
+            return self.tuple_item(items, indices, span);
+        }
+        let Some(mut x) = self.expect_tensor(&value, base.span, "an indexed value") else {
             return Value::Error;
         };
         let rank = self.ty(x).rank();
@@ -904,6 +1002,33 @@ impl Checker {
         match self.push(Op::Unsqueeze(axis), vec![x], t, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("push makes a tensor"),
+        }
+    }
+
+    /// `t[i]` of a tuple (`x.chunk(2, dim=-1)[0]`): one integer, negative counting from the
+    /// end, as Python indexes the tuple PyTorch returns.
+    fn tuple_item(&mut self, items: Vec<Value>, indices: &[Expr], span: Span) -> Value {
+        let [ix] = indices else {
+            self.error(Code::E0208, span, "a tuple takes one integer index");
+            return Value::Error;
+        };
+        let len = items.len() as i64;
+        let i = match self.dim_expr(ix).map(|p| self.prog.dims.with_consts(&p).as_int()) {
+            Some(Some(i)) => i,
+            Some(None) => {
+                self.error(Code::E0208, ix.span, "a tuple's index must be a constant integer");
+                return Value::Error;
+            }
+            None => return Value::Error,
+        };
+        let at = if i < 0 { i + len } else { i };
+        match usize::try_from(at).ok().and_then(|at| items.get(at)) {
+            Some(v) => v.clone(),
+            None => {
+                let msg = format!("index {i} is out of range for a tuple of length {len}");
+                self.error(Code::E0208, ix.span, msg);
+                Value::Error
+            }
         }
     }
 

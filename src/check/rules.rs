@@ -7,7 +7,7 @@ use super::layout;
 use super::ops::{is_none, scalar};
 use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
-use crate::diagnostic::Code;
+use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
 use crate::source::Span;
@@ -142,10 +142,11 @@ impl Checker {
     }
 
     /// The axes of a reduction: `None` for all of them, one axis, or a list or tuple of
-    /// axes; sorted, each once.
+    /// axes; sorted, each once. An empty list is every axis, as in PyTorch.
     fn reduce_axes(&mut self, e: &Expr, rank: usize) -> Option<Vec<usize>> {
         let mut axes = match &e.kind {
             ExprKind::NoneLit => (0..rank).collect(),
+            ExprKind::List(items) | ExprKind::Tuple(items) if items.is_empty() => (0..rank).collect(),
             ExprKind::List(items) | ExprKind::Tuple(items) => {
                 let mut axes = Vec::new();
                 for item in items {
@@ -183,7 +184,36 @@ impl Checker {
     /// `sum`, `amax`, `amin`: `(input, dim=None, keepdim=False)`.
     pub(super) fn reduction(&mut self, op: ReduceOp, args: &[&Expr], span: Span) -> Option<Value> {
         let (x, axes, keepdim) = self.reduce_args(args, 2)?;
+        if op != ReduceOp::Sum {
+            self.nonempty_axes(op, x, &axes, span)?;
+        }
         Some(Value::Tensor(self.reduce_id(op, x, &axes, keepdim, span)))
+    }
+
+    /// `amax` and `amin` have no value over no elements: PyTorch raises, so each reduced
+    /// axis must be proved non-empty (E0208 otherwise, with the `assert` that would prove it).
+    fn nonempty_axes(&mut self, op: ReduceOp, x: ValueId, axes: &[usize], span: Span) -> Option<()> {
+        let shape = self.ty(x).shape.clone();
+        let axis = axes
+            .iter()
+            .find(|&&a| !self.prog.dims.provably_positive(&shape[a]));
+        let Some(&axis) = axis else {
+            return Some(());
+        };
+        let size = self.dim_text(&shape[axis]);
+        let msg = format!(
+            "`{}` over axis {axis} of {}, of size `{size}`, which may be empty",
+            op.name(),
+            self.shape_text(&shape)
+        );
+        let mut d = Diagnostic::error(Code::E0208, span, msg);
+        if self.prog.dims.with_consts(&shape[axis]).as_const().is_none() {
+            d = d.with_hint(format!(
+                "add `assert {size} >= 1` above this line if it always holds"
+            ));
+        }
+        self.report(d);
+        None
     }
 
     /// `mean = sum / n`.
@@ -200,18 +230,28 @@ impl Checker {
 
     /// `var(input, dim=None, unbiased=True, keepdim=False, correction=None)`: the sum of
     /// squared deviations from the mean, over `n - correction` (`correction` is 1 when
-    /// `unbiased`, else 0, unless given).
+    /// `unbiased`, else 0, unless given), as `s * (s * q)` (see [`Checker::var_parts`]).
     pub(crate) fn var(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        Some(Value::Tensor(self.var_id(args, span)?))
+        let (s, q) = self.var_parts(args, span)?;
+        let sq = self.bin(BinaryOp::Mul, s, q, span)?;
+        Some(Value::Tensor(self.bin(BinaryOp::Mul, s, sq, span)?))
     }
 
-    /// `std = sqrt(var)`.
+    /// `std = sqrt(var)`, as `s * sqrt(q)`: finite wherever the standard deviation is,
+    /// though the variance may not be (`[3e38, 0, 0]` has `std` 1.73e38).
     pub(crate) fn std(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let var = self.var_id(args, span)?;
-        Some(Value::Tensor(self.unary_id(UnaryOp::Sqrt, var, span)))
+        let (s, q) = self.var_parts(args, span)?;
+        let root = self.unary_id(UnaryOp::Sqrt, q, span);
+        Some(Value::Tensor(self.bin(BinaryOp::Mul, s, root, span)?))
     }
 
-    fn var_id(&mut self, args: &[&Expr], span: Span) -> Option<ValueId> {
+    /// The variance as a scale `s`, the largest deviation from the mean (at least the
+    /// smallest normal float, so that equal values give 0, not NaN), and
+    /// `q = sum((dev / s)^2) / max(n - correction, 0)`, the variance being `s * s * q`.
+    /// PyTorch sums the squared deviations in double; in float32 they overflow from about
+    /// 1.8e19, so they are summed scaled to at most 1. The divisor is clamped at 0 as
+    /// PyTorch clamps it: `correction >= n` gives NaN or inf, never a negative variance.
+    fn var_parts(&mut self, args: &[&Expr], span: Span) -> Option<(ValueId, ValueId)> {
         let (x, axes, keepdim) = self.reduce_args(args, 3)?;
         let unbiased = match given(args, 2) {
             Some(e) => self.bool_param(e, "`unbiased`")?,
@@ -222,12 +262,28 @@ impl Checker {
             None => f64::from(u8::from(unbiased)),
         };
         let dev = self.deviation(x, &axes, span)?;
-        let sq = self.bin(BinaryOp::Mul, dev, dev, span)?;
+        let abs = self.unary_id(UnaryOp::Abs, dev, span);
+        let largest = self.reduce_id(ReduceOp::Max, abs, &axes, true, span);
+        let tiny = self.literal_id(f64::from(f32::MIN_POSITIVE), span);
+        let scale = self.bin(BinaryOp::Maximum, largest, tiny, span)?;
+        let scaled = self.bin(BinaryOp::Div, dev, scale, span)?;
+        let sq = self.bin(BinaryOp::Mul, scaled, scaled, span)?;
         let ss = self.reduce_id(ReduceOp::Sum, sq, &axes, keepdim, span);
         let n = self.count_id(x, &axes, span);
         let c = self.literal_id(correction, span);
         let dof = self.bin(BinaryOp::Sub, n, c, span)?;
-        self.bin(BinaryOp::Div, ss, dof, span)
+        let zero = self.literal_id(0.0, span);
+        let dof = self.bin(BinaryOp::Maximum, dof, zero, span)?;
+        let q = self.bin(BinaryOp::Div, ss, dof, span)?;
+        let shape = self.ty(q).shape.clone();
+        let scale = match keepdim || axes.is_empty() {
+            true => scale,
+            false => {
+                let ty = TensorType::row_major(shape.clone(), DType::F32);
+                self.push_id(Op::View(shape), vec![scale], ty, span)
+            }
+        };
+        Some((scale, q))
     }
 
     /// `x - x.mean(axes, keepdim=True)`.
@@ -240,14 +296,16 @@ impl Checker {
     /// every entry `-inf` is NaN, as in PyTorch.
     pub(crate) fn log_softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the input of `log_softmax`")?;
-        let axes = [self.axis(args[1], self.ty(x).rank(), false)?];
+        let (x, axis, scalar) = self.along_axis(x, args[1], span)?;
+        let axes = [axis];
         let max = self.reduce_id(ReduceOp::Max, x, &axes, true, span);
         let shifted = self.bin(BinaryOp::Sub, x, max, span)?;
         let exp = self.unary_id(UnaryOp::Exp, shifted, span);
         let sum = self.reduce_id(ReduceOp::Sum, exp, &axes, true, span);
         let log = self.unary_id(UnaryOp::Log, sum, span);
         let y = self.bin(BinaryOp::Sub, shifted, log, span)?;
-        Some(Value::Tensor(self.relaid(layout::fresh_row_major, y, span)))
+        let y = self.relaid(layout::fresh_row_major, y, span);
+        Some(self.unrow(y, scalar, span))
     }
 
     /// The trailing axes `normalized_shape` names: E0201 unless they equal `x`'s.
@@ -419,6 +477,12 @@ impl Checker {
     /// `clamp(x, min=None, max=None) = minimum(maximum(x, min), max)`: NaN stays NaN.
     pub(crate) fn clamp(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let mut x = self.tensor_arg(args[0], "the input of `clamp`")?;
+        if given(args, 1).is_none() && given(args, 2).is_none() {
+            let d = Diagnostic::error(Code::E0206, span, "`clamp` with neither `min` nor `max`")
+                .with_hint("give `min`, `max` or both, as PyTorch requires one");
+            self.report(d);
+            return None;
+        }
         for (i, op) in [(1, BinaryOp::Maximum), (2, BinaryOp::Minimum)] {
             if let Some(e) = given(args, i) {
                 let bound = self.tensor_arg(e, "a bound of `clamp`")?;
@@ -492,9 +556,13 @@ impl Checker {
         Some(self.fill(sizes, 0.0, span))
     }
 
-    /// `full(size, fill_value)`: `size` one list or tuple.
+    /// `full(size, fill_value)`: `size` one list or tuple; `True` or `False` fills a
+    /// boolean tensor.
     pub(crate) fn full(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let sizes = self.sizes(&args[..1])?;
+        if let ExprKind::Bool(b) = args[1].kind {
+            return Some(self.bool_literal(b, sizes, span));
+        }
         let value = self.float_param(args[1], "the fill value of `full`")?;
         Some(self.fill(sizes, value, span))
     }

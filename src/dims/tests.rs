@@ -297,3 +297,23 @@ fn fractions_and_sums_of_constants_simplify_and_declared_dims_stay() {
         Poly::int(1)
     );
 }
+
+#[test]
+fn a_quotient_by_a_sum_is_not_an_integer_without_a_fact() {
+    let mut t = DimTable::new();
+    let n = Poly::sym(t.declare("N", DimKind::Free { value: None }));
+    let h = Poly::sym(t.declare("H", DimKind::Free { value: None }));
+    let c = Poly::sym(t.declare("C", DimKind::Const(3)));
+    let h1 = h.add(&Poly::int(1));
+    assert_eq!(t.div(&h, &h1), Err(DivError::NotExact), "H / (H + 1)");
+    assert_eq!(t.div(&n.mul(&h), &h1), Err(DivError::NotExact), "N * H / (H + 1)");
+    assert_eq!(t.div(&c, &c.add(&Poly::int(1))), Err(DivError::NotExact), "3 / 4");
+    assert!(t.div(&h1.mul(&n), &h1).is_ok(), "a multiple of the sum");
+    t.assume_divides(n.clone(), h1.clone());
+    let q = t.div(&n, &h1).expect("asserted");
+    assert!(
+        t.div(&q.mul(&Poly::int(2)), &Poly::int(1)).is_ok(),
+        "2 * N / (H + 1) is an integer"
+    );
+    assert_eq!(t.div(&h, &h1), Err(DivError::NotExact), "still not H / (H + 1)");
+}

@@ -45,6 +45,27 @@ impl Program {
         }
     }
 
+    /// What is known of a value's layout, in PyTorch's words: `contiguous`,
+    /// `non-contiguous, strides [..]`, or where the sizes decide it, the general layout
+    /// then what the others are (`contiguous, or any strides at some sizes`).
+    pub fn layout_text(&self, t: &TensorType) -> String {
+        if t.is_contiguous(&self.dims) {
+            return "contiguous".to_string();
+        }
+        let general = match t.is_row_major(&t.strides, &self.dims) {
+            true => "contiguous".to_string(),
+            false => format!("non-contiguous, strides {}", self.shape_text(&t.strides)),
+        };
+        match t.layouts() {
+            None => format!("{general}, or any strides at some sizes"),
+            Some(all) if all.len() > 1 => {
+                let others: Vec<String> = all[1..].iter().map(|s| self.shape_text(s)).collect();
+                format!("{general}, or strides {} at some sizes", others.join(" or "))
+            }
+            Some(_) => general,
+        }
+    }
+
     /// A tensor type: its shape, then its strides where it is not row-major (each list it
     /// may have where sizes give it several), and `bool` for masks.
     pub fn type_text(&self, t: &TensorType) -> String {

@@ -137,10 +137,29 @@ fn runner(prog: &ir::Program, explanations: bool, source_nodes: usize) -> Runner
         .with_node_limit(nodes)
         .with_iter_limit(ITER_LIMIT)
         .with_time_limit(Duration::MAX)
-        .with_scheduler(egg::SimpleScheduler);
+        .with_scheduler(Bounded { matches: nodes });
     match explanations {
         true => runner.with_explanations_enabled(),
         false => runner,
+    }
+}
+
+/// egg's simple scheduler with each rule's matches in one iteration capped at the node
+/// bound. The runner checks its bounds only between rules, and a rule whose matches pair
+/// e-nodes of one class (`slice-slice`) can find quadratically many in one search: capped,
+/// no iteration adds more than a bounded number of nodes, so saturation always ends.
+struct Bounded {
+    matches: usize,
+}
+
+impl egg::RewriteScheduler<Tensor, Ctx> for Bounded {
+    fn search_rewrite<'a>(
+        &mut self,
+        _iteration: usize,
+        egraph: &EG,
+        rewrite: &'a egg::Rewrite<Tensor, Ctx>,
+    ) -> Vec<egg::SearchMatches<'a, Tensor>> {
+        rewrite.search_with_limit(egraph, self.matches)
     }
 }
 

@@ -424,6 +424,19 @@ fn reshape_noop(m: &Match, r: &mut Rhs) -> Option<()> {
 
 fn slice_slice(m: &Match, r: &mut Rhs) -> Option<()> {
     let (s, t, u) = (m.data("?s").dim()?, m.data("?t").dim()?, m.data("?u").dim()?);
+    // Where either slice is the whole axis, `slice-noop` has put it in its input's class,
+    // which already holds the composition. Composing it anyway would never end: a no-op
+    // slice by value only (`x[R - 1 :]` with `R = 1`) is in `x`'s class, so it is its own
+    // inner slice, and each composition adds new bounds (`2 * R - 2`, `3 * R - 3`, ..).
+    let ctx = m.ctx();
+    let size = m.data("?x").shape()?.get(m.data("?a").axis()?)?;
+    let e = m.data("?e").dim()?;
+    let zero = Poly::int(0);
+    let whole_inner = ctx.equal(s, &zero) && ctx.equal(e, size);
+    let whole_outer = ctx.equal(t, &zero) && ctx.equal(u, &e.sub(s));
+    if whole_inner || whole_outer {
+        return None;
+    }
     let x = r.var("?x");
     let a = r.var("?a");
     let (start, end) = (r.dim(s.add(t)), r.dim(s.add(u)));

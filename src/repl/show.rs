@@ -52,6 +52,8 @@ pub(super) fn tensor_line(prog: &Program, t: &TensorType) -> String {
         line.push_str("  scalar");
     } else if t.is_contiguous(&prog.dims) {
         line.push_str("  contiguous");
+    } else if t.varies() {
+        let _ = write!(line, "  {}", prog.layout_text(t));
     } else {
         let _ = write!(line, "  strides {}  non-contiguous", prog.strides_text(t));
     }

@@ -1,0 +1,131 @@
+//! Section 7's calls as PyTorch code makes them, against PyTorch's values: each program runs
+//! on the interpreter and, typed and optimized, on the native backend, and every output
+//! must be PyTorch's (`tests/fixtures/make/make_section7.py`, NaN and infinities included).
+
+use attnc::runtime::files::TensorFile;
+use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::{bind, interpret, RunOptions, Tensor};
+use std::path::PathBuf;
+
+mod common;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/section7")
+        .join(name)
+}
+
+/// Runs `src` (its inputs named `CASE_..`) and compares each output `o` with `CASE_o`.
+fn matches_pytorch(case: &str, src: &str) {
+    let program = common::program(src, &[]);
+    let opts = RunOptions {
+        inputs: Some(fixture("inputs.safetensors")),
+        ..RunOptions::default()
+    };
+    let bound = bind(&program, &opts).unwrap_or_else(|e| panic!("{case}: {e}"));
+    let expected = TensorFile::open(&fixture("expected.safetensors")).unwrap();
+    let want = |name: &str| -> Tensor {
+        let key = format!("{case}_{name}");
+        expected
+            .get(&key)
+            .and_then(|e| e.tensor)
+            .unwrap_or_else(|| panic!("{key} is in the fixture"))
+    };
+    let interpreted = interpret(&program, &bound).unwrap_or_else(|e| panic!("{case}: {e}"));
+    for (name, got) in &interpreted {
+        common::assert_close(&format!("{case}: `{name}`, interpreter"), got, &want(name));
+    }
+    let optimized = attnc::opt::optimize(&program).program;
+    for (stage, prog) in [("typed", &program), ("optimized", &optimized)] {
+        let exe = Executable::compile(prog, &bound.dims).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let got = exe.run(&bound, &pool(1).unwrap()).unwrap();
+        for (name, got) in &got {
+            common::assert_close(&format!("{case}: `{name}`, native {stage}"), got, &want(name));
+        }
+    }
+}
+
+#[test]
+fn var_clamps_its_divisor_at_zero() {
+    matches_pytorch(
+        "var",
+        "dim N, M\ninput var_a: [N, 4]\ninput var_b: [M, 4]\n\
+         output c2 = var_a.var(0, correction=2)\n\
+         output c3 = var_b.var(0, correction=3)\n\
+         output c1 = var_b.var(0, correction=1)\n",
+    );
+}
+
+#[test]
+fn an_empty_list_of_dims_reduces_every_axis() {
+    matches_pytorch(
+        "empty_dims",
+        "dim N\ninput empty_dims_x: [N, 3]\nlet x = empty_dims_x\n\
+         output sum = x.sum(dim=[])\noutput mean = x.mean(dim=[])\n\
+         output amax = x.amax(dim=[])\noutput amin = x.amin(dim=[])\n\
+         output var = x.var(dim=[])\noutput std = x.std(dim=[])\n\
+         output keep = x.sum(dim=[], keepdim=True)\n",
+    );
+}
+
+#[test]
+fn stack_takes_a_list_or_a_tuple() {
+    matches_pytorch(
+        "stack",
+        "dim N\ninput stack_x: [N, 4]\nlet x = stack_x\n\
+         output s0 = stack([x, x * 2], dim=0)\n\
+         output s1 = stack([x, x * 2, -x], dim=1)\n\
+         output s2 = stack((x, x), dim=-1)\n",
+    );
+}
+
+#[test]
+fn the_tuples_of_chunk_and_split_are_indexed() {
+    matches_pytorch(
+        "tuples",
+        "dim N\ninput tuples_x: [N, 4]\nlet x = tuples_x\n\
+         output c0 = x.chunk(2, dim=-1)[0]\n\
+         output s1 = x.split(1, dim=1)[1]\n\
+         output last = x.chunk(2, dim=1)[-1]\n",
+    );
+}
+
+#[test]
+fn true_and_false_are_boolean_values() {
+    matches_pytorch(
+        "booleans",
+        "dim N\ninput booleans_x: [N, 4]\nlet x = booleans_x\n\
+         output full = full([N, 4], True)\n\
+         output where = where(x > 0, True, False)\n\
+         output mixed = where(x > 0, True, 0.5)\n\
+         output and = full([N, 4], False) | (x > 0)\n",
+    );
+}
+
+#[test]
+fn floor_division_and_remainder_of_dims_are_numbers() {
+    matches_pytorch(
+        "dims",
+        "dim N\ndim D = 4\ninput dims_x: [N, D]\n\
+         output half = dims_x / (D // 2)\noutput rem = dims_x * (7 % D)\n",
+    );
+}
+
+#[test]
+fn softmax_of_a_scalar_reads_it_as_a_row_of_one() {
+    matches_pytorch(
+        "scalar_softmax",
+        "dim N\ninput scalar_softmax_x: [N, 4]\n\
+         output p = scalar_softmax_x.sum().softmax(-1)\n\
+         output lp = scalar_softmax_x.sum().log_softmax(0)\n",
+    );
+}
+
+#[test]
+fn std_of_values_near_the_float_limit_does_not_overflow() {
+    matches_pytorch(
+        "large",
+        "dim N\ninput large_x: [N, 2]\n\
+         output std = large_x.std(0)\noutput std_all = large_x[:, : 1].std()\n",
+    );
+}
