@@ -367,7 +367,7 @@ fn run_text(program: &attnc::ir::Program, opts: &RunOptions, args: &RunArgs) -> 
         backend: args.backend,
         threads: native::threads(args.threads),
     };
-    let (texts, outputs) = match embed::run(program, opts, &args.text, &runner) {
+    let embed::Embedded { texts, outputs } = match embed::run(program, opts, &args.text, &runner) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("{e}");

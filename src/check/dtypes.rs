@@ -76,7 +76,7 @@ impl Checker {
     }
 
     /// `x.to(dtype)`: `torch.float32`, `torch.long`, `other.dtype`, ...
-    pub(crate) fn to_dtype(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
+    pub(crate) fn convert_to(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the input of `to`")?;
         let dtype = self.dtype_arg(args[1])?;
         self.cast(x, dtype, span)

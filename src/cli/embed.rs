@@ -35,20 +35,26 @@ pub struct Runner {
     pub threads: usize,
 }
 
-/// The texts of `args`, the program's outputs for all of them (each output's batches
-/// joined along axis 0).
+/// The texts embedded, and the program's outputs for all of them, in order (each output's
+/// batches joined along axis 0).
+pub struct Embedded {
+    pub texts: Vec<String>,
+    pub outputs: Vec<(String, Tensor)>,
+}
+
+/// The program run on the texts of `args`.
 pub fn run(
     program: &Program,
     opts: &RunOptions,
     args: &TextArgs,
     runner: &Runner,
-) -> Result<(Vec<String>, Vec<(String, Tensor)>), RunError> {
+) -> Result<Embedded, RunError> {
     let tokenizer_path = args
         .tokenizer
         .as_deref()
         .ok_or_else(|| RunError::new(None, "no --tokenizer"))?;
-    let tokenizer = TextTokenizer::open(tokenizer_path)?;
     let texts = texts(args)?;
+    let tokenizer = TextTokenizer::open(tokenizer_path)?;
     let hoisted = hoist(program)?;
     let optimized = attnc::opt::optimize(&hoisted.program).program;
     let mut cache = Cache::new(&optimized);
@@ -89,7 +95,7 @@ pub fn run(
         .into_iter()
         .map(|(name, parts)| join(name, parts))
         .collect::<Result<_, _>>()?;
-    Ok((texts, outputs))
+    Ok(Embedded { texts, outputs })
 }
 
 /// The texts to embed: `--text`s, or the lines of `--text-file`.

@@ -153,7 +153,7 @@ pub static OPS: &[OpDef] = &[
     op!("float",       INPUT,                                                   Special, Check(Checker::float_cast)),
     op!("long",        ["int"], INPUT,                                          Special, Check(Checker::long_cast)),
     op!("bool",        INPUT,                                                   Special, Check(Checker::bool_cast)),
-    op!("to",          &[p("input"), p("dtype")],                               Special, Check(Checker::to_dtype)),
+    op!("to",          &[p("input"), p("dtype")],                               Special, Check(Checker::convert_to)),
     op!("type_as",     &[p("input"), p("other")],                               Special, Check(Checker::type_as)),
     op!("normalize",   &[p("input"), opt("p", Default::Float(2.0)), opt("dim", Default::Int(1)), opt("eps", Default::Float(1e-12))],
                                                                                 Reduction, Check(Checker::normalize)),
