@@ -49,16 +49,6 @@ impl Checker {
 
     /// `x.float()`.
     pub(crate) fn float_cast(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        if let ExprKind::Str(_) = args[0].kind {
-            let d = Diagnostic::error(
-                Code::E0208,
-                args[0].span,
-                "`float` converts a tensor, not a string",
-            )
-            .with_hint("write infinity as `inf` or `-inf`, a number as a literal");
-            self.report(d);
-            return None;
-        }
         let x = self.tensor_arg(args[0], "the input of `float`")?;
         self.cast(x, DType::F32, span)
     }

@@ -156,7 +156,10 @@ impl Checker {
             }
             return self.call_fn(&f, func, &args, span);
         }
-        let Some(def) = table::find(&func.name) else {
+        // Python's `float("-inf")` is no conversion of a tensor.
+        let python_float =
+            func.name == "float" && args.first().is_some_and(|a| matches!(a.kind, ExprKind::Str(_)));
+        let Some(def) = table::find(&func.name).filter(|_| !python_float) else {
             self.unknown_op(func);
             return Value::Error;
         };
