@@ -74,6 +74,8 @@ pub struct Param {
 pub struct Input {
     pub name: Ident,
     pub shape: ShapeAnn,
+    /// `int64`, `bool`, ..: the element type written after the shape (float32 without).
+    pub dtype: Option<Ident>,
     pub span: Span,
 }
 
@@ -130,7 +132,20 @@ pub struct Block {
 pub enum Stmt {
     Let(Let),
     Assert(Assert),
+    /// A weight declared where it is used, its key naming loop variables
+    /// (`"encoder.layer.{l}.output.dense.weight"`).
+    Param(Param),
+    /// `x = e`: rebinds a name of an enclosing scope (a loop over layers carries `x`).
+    Assign(Assign),
     Expr(Expr),
+}
+
+/// `x = e`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assign {
+    pub name: Ident,
+    pub value: Expr,
+    pub span: Span,
 }
 
 #[derive(Clone, Debug, PartialEq)]

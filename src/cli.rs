@@ -13,6 +13,7 @@ use std::time::Instant;
 
 #[macro_use]
 mod output;
+mod embed;
 mod native;
 mod plot;
 mod tokenize;
@@ -98,6 +99,8 @@ struct RunArgs {
     file: PathBuf,
     #[command(flatten)]
     tensors: TensorArgs,
+    #[command(flatten)]
+    text: embed::TextArgs,
     /// Write every output, as float32, under its output name
     #[arg(short = 'o', long = "output", value_name = "OUT.safetensors")]
     output: Option<PathBuf>,
@@ -368,6 +371,32 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u
     0
 }
 
+/// `run --tokenizer ..`: the texts' outputs, printed row by row, and written with `-o`.
+fn run_text(program: &attnc::ir::Program, opts: &RunOptions, args: &RunArgs) -> i32 {
+    let runner = embed::Runner {
+        backend: args.backend,
+        threads: native::threads(args.threads),
+    };
+    let embed::Embedded { texts, outputs } = match embed::run(program, opts, &args.text, &runner) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    if let Some(path) = &args.output {
+        if let Err(e) = runtime::save_outputs(path, &outputs) {
+            eprintln!("{e}");
+            return 1;
+        }
+    }
+    out!("{}", embed::text(&texts, &outputs));
+    if let Some(path) = &args.output {
+        outln!("wrote {}", path.display());
+    }
+    0
+}
+
 fn run(args: &RunArgs) -> i32 {
     let (src, checked) = match load(&args.file, &args.dims.dims) {
         Ok(x) => x,
@@ -389,13 +418,16 @@ fn run(args: &RunArgs) -> i32 {
         eprintln!("{e}");
         return 1;
     }
+    if args.text.tokenizer.is_some() {
+        return run_text(program, &opts, args);
+    }
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
         let bound_at = Instant::now();
         let (outputs, compile_ms) = match args.backend {
             Backend::Interp => (runtime::interpret(program, &bound)?, None),
             Backend::Jit => {
-                let (outputs, compile_ms) = native::run(program, &bound, args.threads, opts.budget())?;
+                let (outputs, compile_ms) = native::run(program, bound, args.threads, opts.budget())?;
                 (outputs, Some(compile_ms))
             }
         };

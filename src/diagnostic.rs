@@ -46,6 +46,9 @@ pub enum Code {
     /// Run time: the program's tensors do not fit (a size overflows 64 bits, or the memory
     /// the plan needs exceeds `--max-memory`).
     E0305,
+    /// Run time: a value of an input that does not fit: an id outside its table, an int64
+    /// beyond the integers float32 holds exactly, more tokens than the model has positions.
+    E0306,
 }
 
 impl fmt::Display for Code {

@@ -19,8 +19,49 @@ pub type ValueId = usize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
-    /// The result of a comparison; only `masked_fill` consumes it.
+    /// The result of a comparison, or a `bool` input; arithmetic reads it as 0 and 1.
     Bool,
+    /// PyTorch's `long`: token ids, masks as a tokenizer returns them. Stored as float32 by
+    /// both backends, so exact up to 2^24 in magnitude; inputs beyond that are refused when
+    /// they are read.
+    I64,
+}
+
+impl DType {
+    /// PyTorch's name of the dtype (`torch.int64`'s `int64`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::Bool => "bool",
+            DType::I64 => "int64",
+        }
+    }
+
+    /// The dtype a name written in a program or after `torch.` means (`long`, `int32`
+    /// widened to int64, `float`); `None` for any other name.
+    pub fn from_name(name: &str) -> Option<DType> {
+        Some(match name {
+            "float32" | "float" => DType::F32,
+            "int64" | "long" | "int32" | "int" => DType::I64,
+            "bool" => DType::Bool,
+            _ => return None,
+        })
+    }
+
+    /// PyTorch's result type of arithmetic on two operands of these dtypes (bool, then
+    /// int64, then float32: the higher category wins).
+    pub fn promote(self, other: DType) -> DType {
+        let rank = |d: DType| match d {
+            DType::Bool => 0,
+            DType::I64 => 1,
+            DType::F32 => 2,
+        };
+        if rank(self) >= rank(other) {
+            self
+        } else {
+            other
+        }
+    }
 }
 
 /// Shape, strides (in elements) and dtype of a tensor value, all symbolic.
@@ -184,6 +225,11 @@ pub enum Op {
         start: Poly,
         end: Poly,
     },
+    /// `table[index]` (`embedding(index, table)`): the rows of `table` along axis 0 that
+    /// the int64 tensor `index` names, args `[table, index]`; result
+    /// `index.shape ++ table.shape[1..]`. An index outside `0..table.shape[0]` is a
+    /// run-time error naming the input it came from, the position and the value.
+    Gather,
     /// `x[.., index, ..]`: drops `axis`; arg `[x]`.
     Select {
         axis: usize,
@@ -284,6 +330,7 @@ impl Op {
             Op::Binary(b) => b.name(),
             Op::Compare(c) => c.name(),
             Op::Slice { .. } => "slice",
+            Op::Gather => "gather",
             Op::Select { .. } => "select",
             Op::For { .. } => "for",
             Op::Concat(_) => "concat",
@@ -329,6 +376,8 @@ pub struct ParamDecl {
 pub struct InputDecl {
     pub name: String,
     pub shape: Vec<Poly>,
+    /// The declared element type (`input ids: [B, N] int64`); float32 by default.
+    pub dtype: DType,
     /// Every use reaches a comparison, so the default value is all ones ("keep everything").
     pub mask_only: bool,
     pub span: Span,

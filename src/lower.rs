@@ -395,6 +395,10 @@ impl<'p> Lowerer<'p> {
                 .scored_attention(id, &args, *scale as f32, *fill)
                 .map(Val::Tensor),
             Op::Sdpa { causal, gqa } => self.sdpa(id, &args, *causal, *gqa).map(Val::Tensor),
+            // `runtime::hoist` takes every gather out of a program before it is lowered.
+            Op::Gather => Err(internal(format!(
+                "node {id} is a gather, which runs before the plan"
+            ))),
             Op::Cat(axis) => {
                 let items = args
                     .iter()

@@ -138,6 +138,18 @@ impl Parser<'_> {
             Fn => self.parse_fn().map(Item::Fn),
             Let => self.parse_let().map(Item::Let),
             Output => self.parse_output().map(Item::Output),
+            Ident if self.name_here().name == "def" => {
+                let d = Diagnostic::error(
+                    crate::diagnostic::Code::E0002,
+                    self.span(),
+                    "`def` is Python's: a function of this language is an `fn`",
+                )
+                .with_hint(
+                    "write `fn name(x: [B, N, D]) -> [B, N, D] { .. }`, its last expression its value",
+                );
+                self.error(d);
+                None
+            }
             _ => Some(self.expect_expr())
                 .filter(|e| e.kind != ExprKind::Error)
                 .map(Item::Expr),
@@ -191,14 +203,23 @@ impl Parser<'_> {
         })
     }
 
-    /// input = "input" name ":" shape
+    /// input = "input" name ":" shape [ name ]
     fn parse_input(&mut self) -> Option<ast::Input> {
         let start = self.bump();
         let name = self.expect_name()?;
         self.expect_one(Colon)?;
         let shape = self.expect_shape()?;
-        let span = start.to(shape.span);
-        Some(ast::Input { name, shape, span })
+        let dtype = match self.at(Ident) {
+            true => Some(self.expect_name()?),
+            false => None,
+        };
+        let span = start.to(dtype.as_ref().map_or(shape.span, |d| d.span));
+        Some(ast::Input {
+            name,
+            shape,
+            dtype,
+            span,
+        })
     }
 
     /// fn = "fn" name "(" [ fn_param { "," fn_param } [ "," ] ] ")" [ "->" type ] block
@@ -355,19 +376,33 @@ impl Parser<'_> {
         })
     }
 
-    /// statement = let | assert | expr
+    /// statement = let | assert | param | name "=" expr | expr
     fn parse_statement(&mut self) -> Option<Stmt> {
         match self.peek() {
             Let => self.parse_let().map(Stmt::Let),
             Assert => Some(Stmt::Assert(self.parse_assert())),
-            Dim | Param | Input | Fn | Output => {
+            Param => self.parse_param().map(Stmt::Param),
+            Dim | Input | Fn | Output => {
                 let d = self.expected("statement").with_hint("move it to the top level");
                 self.error(d);
                 None
             }
-            _ => Some(self.expect_expr())
-                .filter(|e| e.kind != ExprKind::Error)
-                .map(Stmt::Expr),
+            _ => {
+                let e = Some(self.expect_expr()).filter(|e| e.kind != ExprKind::Error)?;
+                match (&e.kind, self.at(Equal)) {
+                    (ExprKind::Name(n), true) => {
+                        self.bump();
+                        let name = ast::Ident {
+                            name: n.clone(),
+                            span: e.span,
+                        };
+                        let value = self.expect_expr();
+                        let span = e.span.to(value.span);
+                        Some(Stmt::Assign(ast::Assign { name, value, span }))
+                    }
+                    _ => Some(Stmt::Expr(e)),
+                }
+            }
         }
     }
 

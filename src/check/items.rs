@@ -54,9 +54,17 @@ impl Checker {
             Item::Fn(f) => self.fn_decl(f),
             Item::Let(l) => self.let_stmt(l),
             Item::Output(o) => self.output(o),
-            Item::Expr(e) => {
-                self.expr(e);
-            }
+            Item::Expr(e) => self.expr_stmt(e),
+        }
+    }
+
+    pub(super) fn stmt(&mut self, stmt: &Stmt) {
+        match stmt {
+            Stmt::Let(l) => self.let_stmt(l),
+            Stmt::Assert(a) => self.assert(a),
+            Stmt::Param(p) => self.local_param(p),
+            Stmt::Assign(a) => self.assign(a),
+            Stmt::Expr(e) => self.expr_stmt(e),
         }
     }
 
@@ -211,7 +219,7 @@ impl Checker {
     }
 
     /// The dims of a shape annotation, or `None` after reporting a bad one.
-    fn shape_ann(&mut self, s: &ast::ShapeAnn) -> Option<Vec<Poly>> {
+    pub(super) fn shape_ann(&mut self, s: &ast::ShapeAnn) -> Option<Vec<Poly>> {
         let dims: Vec<Option<Poly>> = s.dims.iter().map(|e| self.dim_expr(e)).collect();
         dims.into_iter().collect()
     }
@@ -242,19 +250,33 @@ impl Checker {
         let value = match self.shape_ann(&i.shape) {
             Some(shape) if ok => {
                 let index = self.prog.inputs.len();
+                let dtype = self.input_dtype(i.dtype.as_ref());
                 let decl = InputDecl {
                     name: i.name.name.clone(),
                     shape: shape.clone(),
+                    dtype,
                     mask_only: false,
                     span: i.span,
                 };
                 self.prog.inputs.push(decl);
-                let ty = TensorType::row_major(shape, DType::F32);
+                let ty = TensorType::row_major(shape, dtype);
                 self.push(Op::Input(index), vec![], ty, i.name.span)
             }
             _ => Value::Error,
         };
         self.bind_top(&i.name, BindingKind::Input, value);
+    }
+
+    /// The dtype an input declares after its shape; E0208 for a name that is none.
+    fn input_dtype(&mut self, name: Option<&Ident>) -> DType {
+        let Some(name) = name else { return DType::F32 };
+        DType::from_name(&name.name).unwrap_or_else(|| {
+            let msg = format!("`{}` is not a dtype", name.name);
+            let d = Diagnostic::error(Code::E0208, name.span, msg)
+                .with_hint("write `float32`, `int64` (`long`; `int32` is read widened) or `bool`");
+            self.report(d);
+            DType::F32
+        })
     }
 
     /// Bind a name in the current scope, and list it for `check` when it is a top-level
@@ -538,15 +560,7 @@ impl Checker {
 
     /// Check the statements of a block and return its value.
     fn block_value(&mut self, block: &ast::Block, what: &str) -> Value {
-        for stmt in &block.stmts {
-            match stmt {
-                Stmt::Let(l) => self.let_stmt(l),
-                Stmt::Assert(a) => self.assert(a),
-                Stmt::Expr(e) => {
-                    self.expr(e);
-                }
-            }
-        }
+        block.stmts.iter().for_each(|stmt| self.stmt(stmt));
         match &block.value {
             Some(v) => self.expr(v),
             None => {

@@ -10,7 +10,10 @@
 mod args;
 mod attention;
 mod dim_expr;
+mod dtypes;
+mod gather;
 mod items;
+mod layers;
 mod movement;
 mod names;
 pub(crate) mod layout;

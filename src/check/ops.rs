@@ -1,6 +1,7 @@
 //! Expressions and the shape rules of every op, with PyTorch's semantics.
 
 use super::dim_expr::size_query;
+use super::dtypes::module_root;
 use super::layout::{self, view_strides, Layout};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
@@ -45,6 +46,16 @@ impl Checker {
                 method,
                 args,
                 kwargs,
+            } if module_root(receiver).is_some_and(|n| self.lookup(n).is_none()) => {
+                // `torch.matmul(a, b)`, `F.softmax(s, dim=-1)`: the op itself.
+                let args: Vec<&Expr> = args.iter().collect();
+                self.call(method, args, kwargs, e.span)
+            }
+            ExprKind::Method {
+                receiver,
+                method,
+                args,
+                kwargs,
             } => {
                 let args: Vec<&Expr> = std::iter::once(&**receiver).chain(args).collect();
                 // Point at `.view(..)`, not at the whole chain before it.
@@ -71,6 +82,9 @@ impl Checker {
                 None => Value::Error,
             },
             ExprKind::Index { base, indices } => self.index(base, indices, e.span),
+            ExprKind::Attribute { receiver, name } if receiver_is_finfo(receiver) => {
+                self.finfo(receiver, name, e.span).unwrap_or(Value::Error)
+            }
             ExprKind::Attribute { name, .. } => {
                 let msg = match name.name.as_str() {
                     "shape" => "`x.shape` is a shape, not a value: index it, `x.shape[-1]`".to_string(),
@@ -171,7 +185,10 @@ impl Checker {
             }
             return self.call_fn(&f, func, &args, span);
         }
-        let Some(def) = table::find(&func.name) else {
+        // Python's `float("-inf")` is no conversion of a tensor.
+        let python_float =
+            func.name == "float" && args.first().is_some_and(|a| matches!(a.kind, ExprKind::Str(_)));
+        let Some(def) = table::find(&func.name).filter(|_| !python_float) else {
             // A method's receiver is its first argument, written before its name.
             let method = args.first().is_some_and(|a| a.span.end <= func.span.start);
             self.unknown_op(func, method);
@@ -368,7 +385,12 @@ impl Checker {
             self.report(d);
             return Value::Error;
         }
-        let dtype = if op.is_logical() { DType::Bool } else { DType::F32 };
+        let keeps_int = matches!(op, UnaryOp::Neg | UnaryOp::Abs) && self.ty(x).dtype == DType::I64;
+        let dtype = match (op.is_logical(), keeps_int) {
+            (true, _) => DType::Bool,
+            (false, true) => DType::I64,
+            (false, false) => DType::F32,
+        };
         let shape = self.ty(x).shape.clone();
         let ty = self.laid_out(layout::elementwise_order, &[x], shape, dtype);
         self.push(Op::Unary(op), vec![x], ty, span)
@@ -386,12 +408,13 @@ impl Checker {
         let (Some(x), Some(y)) = (ta, tb) else {
             return Value::Error;
         };
+        let arithmetic = self.arithmetic_dtype((a, x), (b, y));
         let (op, dtype) = match op {
-            BinOp::Add => (Op::Binary(BinaryOp::Add), DType::F32),
-            BinOp::Sub => (Op::Binary(BinaryOp::Sub), DType::F32),
-            BinOp::Mul => (Op::Binary(BinaryOp::Mul), DType::F32),
+            BinOp::Add => (Op::Binary(BinaryOp::Add), arithmetic),
+            BinOp::Sub => (Op::Binary(BinaryOp::Sub), arithmetic),
+            BinOp::Mul => (Op::Binary(BinaryOp::Mul), arithmetic),
             BinOp::Div => (Op::Binary(BinaryOp::Div), DType::F32),
-            BinOp::Pow => (Op::Binary(BinaryOp::Pow), DType::F32),
+            BinOp::Pow => (Op::Binary(BinaryOp::Pow), arithmetic),
             BinOp::Eq => (Op::Compare(CmpOp::Eq), DType::Bool),
             BinOp::Ne => (Op::Compare(CmpOp::Ne), DType::Bool),
             BinOp::Lt => (Op::Compare(CmpOp::Lt), DType::Bool),
@@ -951,6 +974,11 @@ impl Checker {
         let Some(mut x) = self.expect_tensor(&value, base.span, "an indexed value") else {
             return Value::Error;
         };
+        if let [ix] = indices {
+            if self.is_tensor_index(ix) {
+                return self.tensor_index(x, ix, span);
+            }
+        }
         let rank = self.ty(x).rank();
         let is_axis = |ix: &&Expr| !matches!(ix.kind, ExprKind::NoneLit | ExprKind::Ellipsis);
         let real = indices.iter().filter(is_axis).count();
@@ -1151,6 +1179,12 @@ enum IndexKind {
 
 /// A rank-0 float: what numbers and dims are in value position.
 /// Whether an argument is `None` (absent).
+/// `torch.finfo(..)`, whose fields are numbers.
+fn receiver_is_finfo(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Method { receiver, method, .. }
+        if method.name == "finfo" && matches!(&receiver.kind, ExprKind::Name(n) if n == "torch"))
+}
+
 pub(super) fn is_none(e: &Expr) -> bool {
     matches!(e.kind, ExprKind::NoneLit)
 }

@@ -87,7 +87,14 @@ impl Checker {
         self.push_id(Op::View(shape), vec![y], ty, span)
     }
 
-    fn reduce_axis(&mut self, op: ReduceOp, x: ValueId, axis: usize, keepdim: bool, span: Span) -> ValueId {
+    pub(super) fn reduce_axis(
+        &mut self,
+        op: ReduceOp,
+        x: ValueId,
+        axis: usize,
+        keepdim: bool,
+        span: Span,
+    ) -> ValueId {
         let axes = [axis];
         let t = self.ty(x).clone();
         let shape: Vec<Poly> = (0..t.rank())

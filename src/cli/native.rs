@@ -6,6 +6,7 @@ use attnc::codegen::Jit;
 use attnc::ir::Program;
 use attnc::kernel::Plan;
 use attnc::lower;
+use attnc::runtime::hoist::hoist;
 use attnc::runtime::jit::{pool, Executable, Prepared};
 use attnc::runtime::{self, Bound, RunError, RunOptions, Tensor};
 use std::path::{Path, PathBuf};
@@ -32,7 +33,7 @@ pub struct BenchArgs {
     profile: bool,
 }
 
-fn threads(t: Option<u16>) -> usize {
+pub(super) fn threads(t: Option<u16>) -> usize {
     t.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         usize::from,
@@ -48,12 +49,14 @@ pub fn describe(t: Option<u16>) -> String {
 /// compiling took.
 pub fn run(
     program: &Program,
-    bound: &Bound,
+    mut bound: Bound,
     t: Option<u16>,
     budget: u64,
 ) -> Result<(Vec<(String, Tensor)>, f64), RunError> {
-    let (exe, time) = compile(program, &bound.dims, budget)?;
-    Ok((exe.run(bound, &pool(threads(t))?)?, time.total_ms))
+    let hoisted = hoist(program)?;
+    hoisted.gather_inputs(program, &mut bound)?;
+    let (exe, time) = compile(&hoisted.program, &bound.dims, budget)?;
+    Ok((exe.run(&bound, &pool(threads(t))?)?, time.total_ms))
 }
 
 /// What compiling a program took: in all, and the optimizer's figures (the executable
@@ -143,7 +146,7 @@ pub fn ir(path: &Path, dims: &[DimOverride], stage: Stage, budget: u64) -> i32 {
     let result = runtime::bind_dims(&program).and_then(|dims| {
         let internal = |e: String| RunError::new(None, format!("internal error: {e}"));
         runtime::budget::program(&program, &dims, budget)?;
-        let optimized = attnc::opt::optimize(&program).program;
+        let optimized = attnc::opt::optimize(&hoist(&program)?.program).program;
         let plan = runtime::jit::plan(&optimized, &dims, budget)?;
         let jit = || Jit::new(runtime::jit::sgemm_address()).map_err(internal);
         let functions = match stage {
@@ -347,8 +350,10 @@ fn measure(
     with_profile: bool,
 ) -> Result<Measured, RunError> {
     let budget = opts.max_memory.unwrap_or_else(runtime::budget::physical_memory);
-    let bound = runtime::bind(program, opts)?;
-    let (exe, compile_time) = compile(program, &bound.dims, budget)?;
+    let mut bound = runtime::bind(program, opts)?;
+    let hoisted = hoist(program)?;
+    hoisted.gather_inputs(program, &mut bound)?;
+    let (exe, compile_time) = compile(&hoisted.program, &bound.dims, budget)?;
     let pool = pool(threads)?;
     let start = Instant::now();
     let prepared = exe.prepare(&bound.params, &pool)?;

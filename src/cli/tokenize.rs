@@ -2,7 +2,7 @@
 //! `tokenizer.json`, optionally through the GGUF's chat template.
 
 use attnc::runtime::gguf::GgufFile;
-use attnc::runtime::tokenize::{ChatTemplate, TextTokenizer};
+use attnc::runtime::tokenize::{ChatTemplate, PromptTokenizer};
 use attnc::runtime::weights::is_gguf;
 use attnc::runtime::RunError;
 use clap::ArgGroup;
@@ -58,14 +58,14 @@ pub fn command(args: &TokenizeArgs) -> i32 {
 
 /// The tokenizer the flags name: `--tokenizer` when given, else the GGUF's; the chat
 /// template always comes from the GGUF.
-fn tokenizer(args: &TokenizeArgs) -> Result<TextTokenizer, RunError> {
+fn tokenizer(args: &TokenizeArgs) -> Result<PromptTokenizer, RunError> {
     let gguf = args.weights.as_deref().map(open_gguf).transpose()?;
     match (&args.tokenizer, &gguf) {
         (Some(json), _) => {
             let chat = gguf.as_ref().and_then(ChatTemplate::from_gguf);
-            Ok(TextTokenizer::from_json(json)?.with_chat_template(chat))
+            Ok(PromptTokenizer::from_json(json)?.with_chat_template(chat))
         }
-        (None, Some(file)) => TextTokenizer::from_gguf(file),
+        (None, Some(file)) => PromptTokenizer::from_gguf(file),
         (None, None) => unreachable!("clap requires `--weights` or `--tokenizer`"),
     }
 }

@@ -73,8 +73,9 @@ impl Program {
         if !t.is_contiguous(&self.dims) {
             let _ = write!(s, " strides {}", self.strides_text(t));
         }
-        if t.dtype == DType::Bool {
-            s.push_str(" bool");
+        if t.dtype != DType::F32 {
+            s.push(' ');
+            s.push_str(t.dtype.name());
         }
         s
     }
@@ -200,6 +201,7 @@ impl Program {
                 "slice",
                 vec![axis.to_string(), format!("{}..{}", d(start), d(end))],
             ),
+            Op::Gather => ("gather", vec![]),
             Op::Select { axis, index } => ("select", vec![axis.to_string(), d(index)]),
             Op::For { .. } => ("for", vec![]),
             Op::Concat(a) => ("concat", vec![a.to_string()]),

@@ -90,7 +90,7 @@ impl Lowerer<'_> {
                         .mask_fill(Some(masking), &scores)?
                         .map(|(view, mp)| mp.kernel(view.operand()));
                 }
-                DType::F32 => {
+                DType::F32 | DType::I64 => {
                     let added = self.view(mid)?.expand(&scores).ok_or_else(bad)?;
                     score = Some(ScoreMod {
                         inputs: vec![added.operand()],

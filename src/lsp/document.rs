@@ -402,7 +402,8 @@ impl Defs<'_> {
                     self.pattern(&l.pattern, b.span, l.span.end);
                 }
                 Stmt::Expr(e) => self.expr(e),
-                Stmt::Assert(_) => {}
+                Stmt::Assign(a) => self.expr(&a.value),
+                Stmt::Assert(_) | Stmt::Param(_) => {}
             }
         }
         if let Some(v) = &b.value {

@@ -98,6 +98,8 @@ impl Into<'_> {
                 Tensor::Input([i, s])
             }
             Op::Literal(x) => Tensor::Literal(self.float(*x)),
+            // The native backend gathers before the optimizer (`runtime::hoist`).
+            Op::Gather => return Err("a gather has no e-graph form".into()),
             Op::DimValue(p) => Tensor::DimValue(self.dim(p)),
             Op::Linear => Tensor::Linear([a[0], a[1], opt(self, 2)]),
             Op::MatMul => Tensor::MatMul([a[0], a[1]]),

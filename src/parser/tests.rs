@@ -218,6 +218,8 @@ fn show_stmt(stmt: &Stmt) -> String {
     match stmt {
         Stmt::Let(l) => format!("(let {})", show(&l.value)),
         Stmt::Assert(a) => format!("(assert {})", show(&a.cond)),
+        Stmt::Param(p) => format!("(param {} {:?})", p.name.name, p.key.as_ref().map(|k| &k.value)),
+        Stmt::Assign(a) => format!("(= {} {})", a.name.name, show(&a.value)),
         Stmt::Expr(e) => show(e),
     }
 }
@@ -582,4 +584,36 @@ fn parse_at_an_odd_offset_parses_nothing() {
     assert!(parse_at("let x = 1", 99).0.items.is_empty());
     assert!(parse_at("é", 1).0.items.is_empty());
     assert_eq!(parse_at("x", 0), parse("x"));
+}
+
+#[test]
+fn a_loop_of_statements_declares_weights_and_assigns() {
+    let src = "for l in 0..L {\n    param W: [D, D] = \"layer.{l}.w\"\n    x = x @ W\n}";
+    let body = variant!(variant!(item(src, 0), Item::Expr).kind, ExprKind::For { body, .. } => body);
+    assert!(body.value.is_none());
+    let stmts: Vec<String> = body.stmts.iter().map(show_stmt).collect();
+    assert_eq!(stmts, ["(param W Some(\"layer.{l}.w\"))", "(= x (@ x W))"]);
+}
+
+#[test]
+fn an_input_declares_its_dtype_after_its_shape() {
+    let input = variant!(item("input ids: [B, N] int64", 0), Item::Input);
+    assert_eq!(input.dtype.unwrap().name, "int64");
+    assert_eq!(variant!(item("input x: [B, N]", 0), Item::Input).dtype, None);
+}
+
+#[test]
+fn def_is_an_error_with_a_hint_towards_fn() {
+    let (_, diagnostics) = parse("def f(x):\n    return x\n");
+    assert_eq!(diagnostics[0].code, crate::diagnostic::Code::E0002);
+    assert!(
+        diagnostics[0].message.contains("`def` is Python's"),
+        "{:?}",
+        diagnostics[0]
+    );
+    assert!(
+        diagnostics[0].hints[0].starts_with("write `fn"),
+        "{:?}",
+        diagnostics[0]
+    );
 }

@@ -57,8 +57,9 @@ pub(super) fn tensor_line(prog: &Program, t: &TensorType) -> String {
     } else {
         let _ = write!(line, "  strides {}  non-contiguous", prog.strides_text(t));
     }
-    if t.dtype == DType::Bool {
-        line.push_str("  bool");
+    if t.dtype != DType::F32 {
+        line.push_str("  ");
+        line.push_str(t.dtype.name());
     }
     if let Some(sizes) = render::sizes(prog, &t.shape).filter(|s| !s.is_empty()) {
         let _ = write!(line, "  = {sizes:?}");

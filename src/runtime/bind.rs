@@ -13,13 +13,28 @@ use super::weights::{Param, WeightFile};
 use super::{Bound, RunError, RunOptions};
 use crate::diagnostic::Code;
 use crate::dims::{DimKind, DimTable, Poly, Sym};
-use crate::ir::{InputDecl, Op, Program, Type};
+use crate::ir::{DType, InputDecl, Op, Program, Type};
+use safetensors::Dtype;
 
 pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
-    let weights = opts.weights.as_deref().map(WeightFile::open).transpose()?;
     let input_file = opts.inputs.as_deref().map(TensorFile::open).transpose()?;
+    bind_from(program, opts, input_file.as_ref(), None)
+}
+
+/// As [`bind`], with the inputs from `input_file` (in place of `opts.inputs`), and the
+/// params given when they were read before (a second batch of the same program).
+pub fn bind_from(
+    program: &Program,
+    opts: &RunOptions,
+    input_file: Option<&TensorFile>,
+    params: Option<Vec<Tensor>>,
+) -> Result<Bound, RunError> {
+    let weights = match params {
+        Some(_) => None,
+        None => opts.weights.as_deref().map(WeightFile::open).transpose()?,
+    };
     let mut dims = Dims::new(program);
-    let read = match &input_file {
+    let read = match input_file {
         Some(file) => Some(dims.bind_inputs(file)?),
         None => None,
     };
@@ -39,9 +54,10 @@ pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
         }
     };
     let shapes = dims.shapes(program.params.iter().map(|d| (&d.name, &d.shape)))?;
-    let params = match &weights {
-        Some(file) => read_params(program, file, &shapes)?,
-        None => defaults::params(program, &shapes, opts.seed),
+    let params = match (params, &weights) {
+        (Some(params), _) => params,
+        (None, Some(file)) => read_params(program, file, &shapes)?,
+        (None, None) => defaults::params(program, &shapes, opts.seed),
     };
     Ok(Bound {
         params,
@@ -296,7 +312,48 @@ fn read_input(file: &TensorFile, decl: &InputDecl, dims: &DimTable) -> Result<Te
         );
         return Err(RunError::new(Some(Code::E0301), message));
     }
+    if decl.dtype == DType::I64 {
+        exact_integers(decl, entry.dtype, &t, &path.to_string())?;
+    }
     Ok(t)
+}
+
+/// The integers float32 holds exactly, which an int64 input is limited to (both backends
+/// store it as float32): magnitudes below 2^24.
+const EXACT_INTEGERS: f32 = 16_777_216.0;
+
+/// E0301 unless an int64 input's file holds integers; E0306 for one beyond float32's
+/// exact integers.
+fn exact_integers(decl: &InputDecl, dtype: Dtype, t: &Tensor, path: &str) -> Result<(), RunError> {
+    let integral = matches!(
+        dtype,
+        Dtype::I64
+            | Dtype::I32
+            | Dtype::I16
+            | Dtype::I8
+            | Dtype::U8
+            | Dtype::U16
+            | Dtype::U32
+            | Dtype::U64
+            | Dtype::BOOL
+    );
+    if !integral {
+        let message = format!(
+            "input `{}` in `{path}` has dtype {dtype:?}, but is declared int64",
+            decl.name
+        );
+        return Err(RunError::new(Some(Code::E0301), message).with_hint("store it as I64 or I32"));
+    }
+    match t.data.iter().position(|v| v.abs() >= EXACT_INTEGERS) {
+        None => Ok(()),
+        Some(k) => {
+            let message = format!(
+                "input `{}` holds {} at element {k}, beyond the integers attnc computes exactly (below 2^24 in magnitude)",
+                decl.name, t.data[k]
+            );
+            Err(RunError::new(Some(Code::E0306), message))
+        }
+    }
 }
 
 /// Every param from `file` under its key: E0302 when missing, E0303 when its dtype is not

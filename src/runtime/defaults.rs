@@ -6,7 +6,7 @@
 //! stream, derived from the seed and its name, so adding a param changes no other tensor.
 
 use super::tensor::{numel, Tensor};
-use crate::ir::{Op, Program, ValueId};
+use crate::ir::{DType, Op, Program, ValueId};
 
 /// SplitMix64 (Steele, Lea and Flood, 2014): one 64-bit state, a Weyl step and a mixer;
 /// tiny, fast and statistically good enough for test data.
@@ -67,7 +67,8 @@ pub fn params(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor
 }
 
 /// Every input of `program`, of the given shapes: standard normal, or all ones for an
-/// input used only as a mask (keep every position).
+/// input used only as a mask (keep every position) and for an int64 input (a mask that
+/// keeps every position, ids that name row 1 of any table with two rows).
 pub fn inputs(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor> {
     program
         .inputs
@@ -75,7 +76,7 @@ pub fn inputs(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor
         .zip(shapes)
         .map(|(decl, shape)| {
             let mut rng = Rng::stream(seed, "input", &decl.name);
-            match decl.mask_only {
+            match decl.mask_only || decl.dtype == DType::I64 {
                 true => fill(shape, || 1.0),
                 false => fill(shape, || rng.normal() as f32),
             }

@@ -32,6 +32,11 @@ impl TensorFile {
     /// the tensors it declares.
     pub fn open(path: &Path) -> Result<TensorFile, RunError> {
         let bytes = std::fs::read(path).map_err(|e| file_error("read", path, &e.to_string()))?;
+        TensorFile::from_bytes(path, bytes)
+    }
+
+    /// A file's `bytes`, made in memory or read elsewhere; `path` names it in messages.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<TensorFile, RunError> {
         let (header_len, metadata) = SafeTensors::read_metadata(&bytes)
             .map_err(|e| file_error("read", path, &format!("not a well-formed safetensors file ({e})")))?;
         Ok(TensorFile {

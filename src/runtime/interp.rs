@@ -5,6 +5,7 @@
 //! checker bug surfaces as an internal error at the node where it happens, not as a wrong
 //! number far away.
 
+use super::gather;
 use super::ops;
 use super::tensor::{numel, Strided, Tensor};
 use super::{Bound, RunError};
@@ -57,6 +58,7 @@ impl<'p> Interp<'p> {
                 body,
                 result,
             } => Value::Seq(self.run_loop(*var, (start, end), body, *result)?),
+            Op::Gather => Value::Tensor(self.gather(id)?),
             _ => {
                 let expected = self.shape(id)?;
                 let value = self
@@ -103,7 +105,29 @@ impl<'p> Interp<'p> {
         Ok(items)
     }
 
-    /// The value of every op but `For`; `None` when the operands do not fit.
+    /// `table[ids]`: one row of `table` per id, each checked to be in range.
+    fn gather(&self, id: ValueId) -> Result<Strided, RunError> {
+        let node = self.program.node(id);
+        let (table, ids) = (self.tensor(node.args[0])?, self.tensor(node.args[1])?);
+        let rows = *table
+            .shape
+            .first()
+            .ok_or_else(|| internal(id, "its table is a scalar"))?;
+        let mut data = Vec::new();
+        for (k, value) in ids.to_vec().into_iter().enumerate() {
+            let Some(row) = gather::row(value, rows) else {
+                return Err(gather::out_of_range(self.program, id, k, &ids.shape, value, rows));
+            };
+            let picked = table
+                .select(0, row)
+                .ok_or_else(|| internal(id, "a row out of its table"))?;
+            data.extend(picked.to_vec());
+        }
+        let shape = [ids.shape.as_slice(), &table.shape[1..]].concat();
+        Ok(Tensor::new(shape, data).into())
+    }
+
+    /// The value of every op but `For` and `Gather`; `None` when the operands do not fit.
     fn eval_op(&self, node: &Node, expected: &[usize]) -> Option<Strided> {
         let arg = |i: usize| {
             self.value(*node.args.get(i)?).and_then(|v| match v {
@@ -170,7 +194,7 @@ impl<'p> Interp<'p> {
             }
             Op::Concat(axis) => ops::concat(items()?, *axis),
             Op::Stack(axis) => ops::stack(items()?, *axis),
-            Op::For { .. } => None,
+            Op::For { .. } | Op::Gather => None,
             Op::Gemm {
                 trans_a,
                 trans_b,

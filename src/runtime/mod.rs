@@ -23,7 +23,9 @@ mod bind;
 pub mod budget;
 pub mod defaults;
 pub mod files;
+pub mod gather;
 pub mod gguf;
+pub mod hoist;
 mod interp;
 pub mod jit;
 mod native;
@@ -113,6 +115,17 @@ pub struct Bound {
 /// Reads or draws the params and inputs of `program` and binds its free dims.
 pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
     bind::bind(program, opts)
+}
+
+/// As [`bind`], with the inputs from `inputs` (a file made in memory: tokenized text),
+/// and `params` read by an earlier bind of the same program when given.
+pub fn bind_from(
+    program: &Program,
+    opts: &RunOptions,
+    inputs: &files::TensorFile,
+    params: Option<Vec<Tensor>>,
+) -> Result<Bound, RunError> {
+    bind::bind_from(program, opts, Some(inputs), params)
 }
 
 /// The value of every dim from declarations and `--dim` alone (no files read): what

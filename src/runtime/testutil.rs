@@ -98,6 +98,7 @@ impl Builder {
         self.program.inputs.push(InputDecl {
             name: name.into(),
             shape: shape.clone(),
+            dtype: DType::F32,
             mask_only,
             span: Span::default(),
         });

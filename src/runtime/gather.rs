@@ -1,0 +1,58 @@
+//! What both backends share about gathers (`embedding(ids, weight)`, `weight[ids]`): the
+//! check that an id names a row, and the error that names where a bad id came from. Each
+//! backend gathers with its own code.
+
+use super::RunError;
+use crate::diagnostic::Code;
+use crate::ir::{Op, Program, ValueId};
+
+/// The row `value` names in a table of `rows` rows: an integer in `0..rows`.
+pub fn row(value: f32, rows: usize) -> Option<usize> {
+    (value >= 0.0 && value.fract() == 0.0 && (value as usize) < rows).then_some(value as usize)
+}
+
+/// E0306 for the id `value` at `position` (an index into the ids' shape `shape`) of the
+/// gather node `gather`, whose table has `rows` rows.
+pub fn out_of_range(
+    program: &Program,
+    gather: ValueId,
+    flat: usize,
+    shape: &[usize],
+    value: f32,
+    rows: usize,
+) -> RunError {
+    let node = program.node(gather);
+    let ids = source(program, node.args[1]);
+    let table = source(program, node.args[0]);
+    let position = unflatten(flat, shape);
+    RunError::new(
+        Some(Code::E0306),
+        format!("{ids} holds {value} at {position:?}, outside the {rows} rows of {table}"),
+    )
+    .with_hint(format!("give ids from 0 to {}", rows.saturating_sub(1)))
+}
+
+/// `input `input_ids``, `weight `embeddings.word_embeddings.weight``, or `a computed
+/// value`: what a gather's operand was made from, following conversions and views.
+fn source(program: &Program, mut id: ValueId) -> String {
+    loop {
+        let node = program.node(id);
+        match &node.op {
+            Op::Input(i) => return format!("input `{}`", program.inputs[*i].name),
+            Op::Param(i) => return format!("weight `{}`", program.params[*i].key),
+            _ => match node.args.first() {
+                Some(&a) if node.args.len() <= 2 => id = a,
+                _ => return "a computed tensor".to_string(),
+            },
+        }
+    }
+}
+
+fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for (i, &n) in shape.iter().enumerate().rev() {
+        index[i] = flat % n.max(1);
+        flat /= n.max(1);
+    }
+    index
+}
