@@ -6,7 +6,7 @@
 //! read (E0302, E0303) or drawn.
 
 use super::defaults;
-use super::files::{is_float, TensorFile};
+use super::files::{is_float, Store, TensorFile};
 use super::ops::holds;
 use super::tensor::Tensor;
 use super::{Bound, RunError, RunOptions};
@@ -28,7 +28,7 @@ pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
     let inputs = match read {
         Some(tensors) => {
             for (decl, t) in program.inputs.iter().zip(&tensors) {
-                dims.check_input(decl, t)?;
+                dims.check_input(decl, &t.shape)?;
             }
             tensors
         }
@@ -47,6 +47,56 @@ pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
         inputs,
         dims: dims.all_values(),
     })
+}
+
+/// The value of every dim for inputs of `shapes` (one per input, in declaration order)
+/// held in memory: the checks of [`bind`] in its order, E0301, E0304, E0209 and E0305
+/// within `budget` bytes, with nothing read or drawn.
+pub fn bind_shapes(
+    program: &Program,
+    shapes: &[&[usize]],
+    budget: u64,
+) -> Result<Vec<Option<i64>>, RunError> {
+    let mut dims = Dims::new(program);
+    for (decl, &shape) in program.inputs.iter().zip(shapes) {
+        if shape.len() != decl.shape.len() {
+            let message = format!(
+                "input `{}` has shape {shape:?}, but is declared {} (rank {})",
+                decl.name,
+                show(&program.dims, &decl.shape),
+                decl.shape.len()
+            );
+            return Err(RunError::new(Some(Code::E0301), message));
+        }
+        dims.bind_axes(decl, shape)?;
+    }
+    dims.require_needed()?;
+    dims.check_asserts()?;
+    super::budget::program(program, &dims.all_values(), budget)?;
+    for (decl, shape) in program.inputs.iter().zip(shapes) {
+        dims.check_input(decl, shape)?;
+    }
+    Ok(dims.all_values())
+}
+
+/// The shapes of the params from the declarations and `--dim` alone: E0304 when one needs
+/// a free dim, whose value only an input's shape could give.
+pub fn param_shapes(program: &Program) -> Result<Vec<Vec<usize>>, RunError> {
+    let dims = Dims::new(program);
+    let unbound = program
+        .params
+        .iter()
+        .flat_map(|d| &d.shape)
+        .flat_map(Poly::syms)
+        .find(|&s| matches!(program.dims.info(s).kind, DimKind::Free { .. }) && dims.values[s].is_none());
+    if let Some(s) = unbound {
+        let name = dims.name(s);
+        let message = format!("free dim `{name}` has no value, and a param's shape needs it");
+        return Err(RunError::new(Some(Code::E0304), message).with_hint(format!(
+            "give it a value before the weights are read (`--dim {name}=..`)"
+        )));
+    }
+    dims.shapes(program.params.iter().map(|d| (&d.name, &d.shape)))
 }
 
 /// The value of every dim from the declarations and `--dim` alone, reading no file: E0304
@@ -105,14 +155,20 @@ impl<'p> Dims<'p> {
         let mut tensors = Vec::new();
         for decl in &self.program.inputs {
             let t = read_input(file, decl, &self.program.dims)?;
-            for (axis, (poly, &size)) in decl.shape.iter().zip(&t.shape).enumerate() {
-                if let Some(s) = self.free_sym(poly) {
-                    self.bind_free(s, size as i64, &decl.name, axis)?;
-                }
-            }
+            self.bind_axes(decl, &t.shape)?;
             tensors.push(t);
         }
         Ok(tensors)
+    }
+
+    /// Binds each free dim that is a whole axis of the input `decl`, of `shape`.
+    fn bind_axes(&mut self, decl: &InputDecl, shape: &[usize]) -> Result<(), RunError> {
+        for (axis, (poly, &size)) in decl.shape.iter().zip(shape).enumerate() {
+            if let Some(s) = self.free_sym(poly) {
+                self.bind_free(s, size as i64, &decl.name, axis)?;
+            }
+        }
+        Ok(())
     }
 
     /// The free dim `p` is, if it is exactly one.
@@ -199,8 +255,8 @@ impl<'p> Dims<'p> {
     }
 
     /// E0301 when an axis of the input differs from its declared size.
-    fn check_input(&self, decl: &InputDecl, t: &Tensor) -> Result<(), RunError> {
-        for (axis, (poly, &size)) in decl.shape.iter().zip(&t.shape).enumerate() {
+    fn check_input(&self, decl: &InputDecl, shape: &[usize]) -> Result<(), RunError> {
+        for (axis, (poly, &size)) in decl.shape.iter().zip(shape).enumerate() {
             let declared = self.eval(poly);
             if declared == Some(size as i64) {
                 continue;
@@ -298,20 +354,24 @@ fn read_input(file: &TensorFile, decl: &InputDecl, dims: &DimTable) -> Result<Te
 }
 
 /// Every param from `file` under its key: E0302 when missing, E0303 when its dtype is not
-/// a float or its shape differs from the declaration's.
-fn read_params(program: &Program, file: &TensorFile, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, RunError> {
-    let path = file.path().display();
+/// a float or its shape differs from the declaration's (`shapes`, one per param).
+pub fn read_params(
+    program: &Program,
+    file: &dyn Store,
+    shapes: &[Vec<usize>],
+) -> Result<Vec<Tensor>, RunError> {
+    let path = file.describe();
     let mut tensors = Vec::new();
     for (decl, shape) in program.params.iter().zip(shapes) {
         let what = format!("weight `{}` of param `{}`", decl.key, decl.name);
         let entry = file
-            .get(&decl.key)
+            .entry(&decl.key)
             .ok_or_else(|| missing(file, &what, &decl.key))?;
         let t = match entry.tensor {
             Some(t) if is_float(entry.dtype) => t,
             _ => {
                 let dtype = entry.dtype;
-                let message = format!("{what} in `{path}` has dtype {dtype:?}, which a param cannot have");
+                let message = format!("{what} in {path} has dtype {dtype:?}, which a param cannot have");
                 return Err(
                     RunError::new(Some(Code::E0303), message).with_hint("store it as F32, F16, BF16 or F64")
                 );
@@ -321,7 +381,7 @@ fn read_params(program: &Program, file: &TensorFile, shapes: &[Vec<usize>]) -> R
             let declared = show(&program.dims, &decl.shape);
             let found = &t.shape;
             let message =
-                format!("{what} has shape {found:?} in `{path}`, but is declared {declared} = {shape:?}");
+                format!("{what} has shape {found:?} in {path}, but is declared {declared} = {shape:?}");
             return Err(RunError::new(Some(Code::E0303), message));
         }
         tensors.push(t);
@@ -330,8 +390,8 @@ fn read_params(program: &Program, file: &TensorFile, shapes: &[Vec<usize>]) -> R
 }
 
 /// E0302 for `what` (stored under `key`) missing from `file`, with the nearest keys.
-fn missing(file: &TensorFile, what: &str, key: &str) -> RunError {
-    let message = format!("{what} is missing from `{}`", file.path().display());
+fn missing(file: &dyn Store, what: &str, key: &str) -> RunError {
+    let message = format!("{what} is missing from {}", file.describe());
     let error = RunError::new(Some(Code::E0302), message);
     let near: Vec<String> = file
         .closest_keys(key, 3)
@@ -339,7 +399,7 @@ fn missing(file: &TensorFile, what: &str, key: &str) -> RunError {
         .map(|k| format!("`{k}`"))
         .collect();
     match near.as_slice() {
-        [] => error.with_hint("add it to the file: the file holds no tensors"),
+        [] => error.with_hint(format!("add it: {} holds no tensors", file.describe())),
         _ => error.with_hint(format!("did you mean {}?", near.join(", "))),
     }
 }

@@ -61,14 +61,67 @@ impl TensorFile {
             tensor,
         })
     }
+}
 
-    /// The `n` keys of the file nearest to `key` by edit distance, nearest first (ties in
-    /// alphabetical order), for "did you mean" hints.
-    pub fn closest_keys(&self, key: &str, n: usize) -> Vec<String> {
-        let mut keys = self.metadata.offset_keys();
+/// Where named tensors are read from: a safetensors file, or tensors already in memory
+/// ([`Tensors`], what the Python module passes). Binding reads both the same way, so a
+/// missing or misshapen weight is the same error whichever holds it.
+pub trait Store {
+    /// How messages name the store: a file's path in backquotes, or a phrase.
+    fn describe(&self) -> String;
+
+    /// The tensor stored under `key`, if there is one.
+    fn entry(&self, key: &str) -> Option<Entry>;
+
+    /// Every key, in any order.
+    fn keys(&self) -> Vec<String>;
+
+    /// The `n` keys nearest to `key` by edit distance, nearest first (ties in alphabetical
+    /// order), for "did you mean" hints.
+    fn closest_keys(&self, key: &str, n: usize) -> Vec<String> {
+        let mut keys = self.keys();
         keys.sort();
         let near = crate::suggest::nearest(key, keys.iter().map(String::as_str), n);
         near.into_iter().map(str::to_string).collect()
+    }
+}
+
+impl Store for TensorFile {
+    fn describe(&self) -> String {
+        format!("`{}`", self.path.display())
+    }
+
+    fn entry(&self, key: &str) -> Option<Entry> {
+        self.get(key)
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.metadata.offset_keys()
+    }
+}
+
+/// Named tensors held in memory, each with the dtype it had before it became float32.
+pub struct Tensors {
+    /// How messages name them (`the weights given`).
+    pub name: String,
+    pub entries: Vec<(String, Dtype, Tensor)>,
+}
+
+impl Store for Tensors {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    fn entry(&self, key: &str) -> Option<Entry> {
+        let (_, dtype, t) = self.entries.iter().find(|(k, _, _)| k == key)?;
+        Some(Entry {
+            dtype: *dtype,
+            tensor: Some(t.clone()),
+        })
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.entries.iter().map(|(k, _, _)| k.clone()).collect()
     }
 }
 
