@@ -31,20 +31,16 @@ struct Source {
 /// `path_or_source`: a `pathlib.Path`, or a `str` naming an existing `.attn` file, is read;
 /// any other `str` is the program's text.
 fn source(arg: &Bound<'_, PyAny>) -> PyResult<Source> {
-    let path: Option<PathBuf> = if arg.is_instance_of::<pyo3::types::PyString>() {
-        let text: String = arg.extract()?;
-        let looks_like_path = !text.contains('\n') && text.trim_end().ends_with(".attn");
-        if !looks_like_path {
+    let path = match arg.extract::<String>() {
+        Ok(text) if text.contains('\n') || !text.trim_end().ends_with(".attn") => {
             return Ok(Source {
                 name: "<source>".to_string(),
                 text,
             });
         }
-        Some(PathBuf::from(text.trim_end()))
-    } else {
-        Some(arg.extract::<PathBuf>()?)
+        Ok(text) => PathBuf::from(text.trim_end()),
+        Err(_) => arg.extract::<PathBuf>()?,
     };
-    let path = path.unwrap_or_default();
     let text = std::fs::read(&path)
         .map_err(|e| e.to_string())
         .and_then(|bytes| String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string()))

@@ -75,6 +75,9 @@ pub struct PlanInfo {
 
 /// An executable with its prologue run on the function's weights.
 struct Ready {
+    /// The input shapes it was compiled for: they determine every dim (free dims are bound
+    /// from them, and checked against them), so a call with these shapes needs no binding.
+    shapes: Vec<Vec<usize>>,
     exe: Executable,
     prepared: Prepared,
     info: PlanInfo,
@@ -88,7 +91,8 @@ pub struct Function {
     budget: u64,
     pool: rayon::ThreadPool,
     /// By the values of every dim (as in [`Bound::dims`]), oldest first; the lock is held
-    /// while a new shape compiles, so that it compiles once.
+    /// while a new shape compiles, so that it compiles once. Shapes and dims determine each
+    /// other, so neither repeats.
     plans: Mutex<Vec<(Dims, Arc<Ready>)>>,
 }
 
@@ -159,12 +163,14 @@ impl Function {
                 return Err(RunError::new(None, message));
             }
         }
-        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape).collect();
-        let dims = bind::bind_shapes(&self.program, &shapes, self.budget)?;
         match self.options.backend {
-            Backend::Interp => self.interpret(inputs, dims),
+            Backend::Interp => {
+                let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape).collect();
+                let dims = bind::bind_shapes(&self.program, &shapes, self.budget)?;
+                self.interpret(inputs, dims)
+            }
             Backend::Jit => {
-                let ready = self.ready(&dims)?;
+                let ready = self.ready(inputs)?;
                 let data: Vec<&[f32]> = inputs.iter().map(|i| i.data).collect();
                 let mut outputs = Vec::new();
                 ready.exe.run_borrowed(
@@ -192,12 +198,19 @@ impl Function {
         super::interpret(&self.program, &bound)
     }
 
-    /// The executable for `dims`, compiled and prepared on first use.
-    fn ready(&self, dims: &[Option<i64>]) -> Result<Arc<Ready>, RunError> {
+    /// The executable for the shapes of `inputs`: found by the shapes alone when they were
+    /// seen before (binding evaluates the program's shapes, which would cost a small
+    /// program's call several times its kernels), else bound, compiled and prepared.
+    fn ready(&self, inputs: &[Input]) -> Result<Arc<Ready>, RunError> {
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, ready)) = plans.iter().find(|(key, _)| key == dims) {
+        let seen = plans.iter().find(|(_, ready)| {
+            ready.shapes.len() == inputs.len() && ready.shapes.iter().zip(inputs).all(|(s, i)| s == i.shape)
+        });
+        if let Some((_, ready)) = seen {
             return Ok(ready.clone());
         }
+        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape).collect();
+        let dims = &bind::bind_shapes(&self.program, &shapes, self.budget)?;
         let start = Instant::now();
         let optimized = crate::opt::optimize(&self.program);
         let exe = Executable::compile_within(&optimized.program, dims, self.budget)?;
@@ -208,7 +221,13 @@ impl Function {
             compile_ms: start.elapsed().as_secs_f64() * 1e3,
             kernels: plan.prologue.len() + plan.kernels.len(),
         };
-        let ready = Arc::new(Ready { exe, prepared, info });
+        let shapes = shapes.iter().map(|s| s.to_vec()).collect();
+        let ready = Arc::new(Ready {
+            shapes,
+            exe,
+            prepared,
+            info,
+        });
         plans.push((dims.to_vec(), ready.clone()));
         Ok(ready)
     }
