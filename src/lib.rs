@@ -28,3 +28,5 @@ pub mod suggest;
 pub mod driver;
 pub mod render;
 pub mod repl;
+#[cfg(feature = "python")]
+mod python;

@@ -252,6 +252,13 @@ pub fn save(maps: &Maps, name: &str, opts: &PlotOptions, path: &Path) -> Result<
     std::fs::write(path, bytes).map_err(|e| fail(e.to_string()))
 }
 
+/// The PNG of `maps`, as [`save`] writes it to a `.png` file.
+pub fn png(maps: &Maps, name: &str, opts: &PlotOptions) -> Result<Vec<u8>, RunError> {
+    let layout = Layout::new(maps, opts);
+    png_bytes(maps, name, opts, &layout)
+        .map_err(|why| RunError::new(None, format!("cannot draw `{name}`: {why}")))
+}
+
 fn png_bytes(maps: &Maps, name: &str, opts: &PlotOptions, layout: &Layout) -> Result<Vec<u8>, String> {
     let (w, h) = layout.size;
     let mut rgb = vec![0u8; w as usize * h as usize * 3];

@@ -172,7 +172,8 @@ pub fn pad(text: &str, width: usize) -> String {
     s
 }
 
-fn kind_name(k: BindingKind) -> &'static str {
+/// The word `attnc check` prints for a binding's kind.
+pub fn kind_name(k: BindingKind) -> &'static str {
     match k {
         BindingKind::Param => "param",
         BindingKind::Input => "input",

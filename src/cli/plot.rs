@@ -1,7 +1,7 @@
 //! `attnc plot` and `attnc run --plot`: heatmaps of an output.
 
 use attnc::plot::{self, PlotOptions};
-use attnc::runtime::files::TensorFile;
+use attnc::runtime::files::{Store, TensorFile};
 use attnc::runtime::{RunError, Tensor};
 use std::ops::Range;
 use std::path::{Path, PathBuf};

@@ -6,10 +6,11 @@
 //! read (E0302, E0303) or drawn.
 
 use super::defaults;
-use super::files::TensorFile;
+use super::files::Param;
+use super::files::{Store, TensorFile};
 use super::ops::holds;
 use super::tensor::Tensor;
-use super::weights::{Param, WeightFile};
+use super::weights::WeightFile;
 use super::{Bound, RunError, RunOptions};
 use crate::diagnostic::Code;
 use crate::dims::{DimKind, DimTable, Poly, Sym};
@@ -44,7 +45,7 @@ pub fn bind_from(
     let inputs = match read {
         Some(tensors) => {
             for (decl, t) in program.inputs.iter().zip(&tensors) {
-                dims.check_input(decl, t)?;
+                dims.check_input(decl, &t.shape)?;
             }
             tensors
         }
@@ -64,6 +65,56 @@ pub fn bind_from(
         inputs,
         dims: dims.all_values(),
     })
+}
+
+/// The value of every dim for inputs of `shapes` (one per input, in declaration order)
+/// held in memory: the checks of [`bind`] in its order, E0301, E0304, E0209 and E0305
+/// within `budget` bytes, with nothing read or drawn.
+pub fn bind_shapes(
+    program: &Program,
+    shapes: &[&[usize]],
+    budget: u64,
+) -> Result<Vec<Option<i64>>, RunError> {
+    let mut dims = Dims::new(program);
+    for (decl, &shape) in program.inputs.iter().zip(shapes) {
+        if shape.len() != decl.shape.len() {
+            let message = format!(
+                "input `{}` has shape {shape:?}, but is declared {} (rank {})",
+                decl.name,
+                show(&program.dims, &decl.shape),
+                decl.shape.len()
+            );
+            return Err(RunError::new(Some(Code::E0301), message));
+        }
+        dims.bind_axes(decl, shape)?;
+    }
+    dims.require_needed()?;
+    dims.check_asserts()?;
+    super::budget::program(program, &dims.all_values(), budget)?;
+    for (decl, shape) in program.inputs.iter().zip(shapes) {
+        dims.check_input(decl, shape)?;
+    }
+    Ok(dims.all_values())
+}
+
+/// The shapes of the params from the declarations and `--dim` alone: E0304 when one needs
+/// a free dim, whose value only an input's shape could give.
+pub fn param_shapes(program: &Program) -> Result<Vec<Vec<usize>>, RunError> {
+    let dims = Dims::new(program);
+    let unbound = program
+        .params
+        .iter()
+        .flat_map(|d| &d.shape)
+        .flat_map(Poly::syms)
+        .find(|&s| matches!(program.dims.info(s).kind, DimKind::Free { .. }) && dims.values[s].is_none());
+    if let Some(s) = unbound {
+        let name = dims.name(s);
+        let message = format!("free dim `{name}` has no value, and a param's shape needs it");
+        return Err(RunError::new(Some(Code::E0304), message).with_hint(format!(
+            "give it a value before the weights are read (`--dim {name}=..`)"
+        )));
+    }
+    dims.shapes(program.params.iter().map(|d| (&d.name, &d.shape)))
 }
 
 /// The value of every dim from the declarations and `--dim` alone, reading no file: E0304
@@ -122,14 +173,20 @@ impl<'p> Dims<'p> {
         let mut tensors = Vec::new();
         for decl in &self.program.inputs {
             let t = read_input(file, decl, &self.program.dims)?;
-            for (axis, (poly, &size)) in decl.shape.iter().zip(&t.shape).enumerate() {
-                if let Some(s) = self.free_sym(poly) {
-                    self.bind_free(s, size as i64, &decl.name, axis)?;
-                }
-            }
+            self.bind_axes(decl, &t.shape)?;
             tensors.push(t);
         }
         Ok(tensors)
+    }
+
+    /// Binds each free dim that is a whole axis of the input `decl`, of `shape`.
+    fn bind_axes(&mut self, decl: &InputDecl, shape: &[usize]) -> Result<(), RunError> {
+        for (axis, (poly, &size)) in decl.shape.iter().zip(shape).enumerate() {
+            if let Some(s) = self.free_sym(poly) {
+                self.bind_free(s, size as i64, &decl.name, axis)?;
+            }
+        }
+        Ok(())
     }
 
     /// The free dim `p` is, if it is exactly one.
@@ -216,8 +273,8 @@ impl<'p> Dims<'p> {
     }
 
     /// E0301 when an axis of the input differs from its declared size.
-    fn check_input(&self, decl: &InputDecl, t: &Tensor) -> Result<(), RunError> {
-        for (axis, (poly, &size)) in decl.shape.iter().zip(&t.shape).enumerate() {
+    fn check_input(&self, decl: &InputDecl, shape: &[usize]) -> Result<(), RunError> {
+        for (axis, (poly, &size)) in decl.shape.iter().zip(shape).enumerate() {
             let declared = self.eval(poly);
             if declared == Some(size as i64) {
                 continue;
@@ -291,10 +348,9 @@ impl<'p> Dims<'p> {
 /// read or its rank differs from the declaration's.
 fn read_input(file: &TensorFile, decl: &InputDecl, dims: &DimTable) -> Result<Tensor, RunError> {
     let path = file.path().display();
-    let entry = file.get(&decl.name).ok_or_else(|| {
-        let message = format!("input `{}` is missing from `{path}`", decl.name);
-        missing(&message, &file.closest_keys(&decl.name, 3))
-    })?;
+    let entry = file
+        .get(&decl.name)
+        .ok_or_else(|| missing(file, &format!("input `{}`", decl.name), &decl.name))?;
     let Some(t) = entry.tensor else {
         let message = format!(
             "input `{}` in `{path}` has dtype {:?}, which attnc cannot read",
@@ -357,20 +413,22 @@ fn exact_integers(decl: &InputDecl, dtype: Dtype, t: &Tensor, path: &str) -> Res
 }
 
 /// Every param from `file` under its key: E0302 when missing, E0303 when its dtype is not
-/// one a param can have or its shape differs from the declaration's.
-fn read_params(program: &Program, file: &WeightFile, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, RunError> {
-    let path = file.path().display();
+/// one a param can have or its shape differs from the declaration's (`shapes`, one per
+/// param).
+pub fn read_params(
+    program: &Program,
+    file: &dyn Store,
+    shapes: &[Vec<usize>],
+) -> Result<Vec<Tensor>, RunError> {
+    let path = file.describe();
     let mut tensors = Vec::new();
     for (decl, shape) in program.params.iter().zip(shapes) {
         let what = format!("weight `{}` of param `{}`", decl.key, decl.name);
         let t = match file.param(&decl.key)? {
             Param::Tensor(t) => t,
-            Param::Missing => {
-                let near = file.closest_keys(&decl.key, 3);
-                return Err(missing(&format!("{what} is missing from `{path}`"), &near));
-            }
+            Param::Missing => return Err(missing(file, &what, &decl.key)),
             Param::Unreadable { dtype, hint } => {
-                let message = format!("{what} in `{path}` has dtype {dtype}, which a param cannot have");
+                let message = format!("{what} in {path} has dtype {dtype}, which a param cannot have");
                 return Err(RunError::new(Some(Code::E0303), message).with_hint(hint));
             }
         };
@@ -378,7 +436,7 @@ fn read_params(program: &Program, file: &WeightFile, shapes: &[Vec<usize>]) -> R
             let declared = show(&program.dims, &decl.shape);
             let found = &t.shape;
             let message =
-                format!("{what} has shape {found:?} in `{path}`, but is declared {declared} = {shape:?}");
+                format!("{what} has shape {found:?} in {path}, but is declared {declared} = {shape:?}");
             return Err(RunError::new(Some(Code::E0303), message));
         }
         tensors.push(t);
@@ -386,12 +444,17 @@ fn read_params(program: &Program, file: &WeightFile, shapes: &[Vec<usize>]) -> R
     Ok(tensors)
 }
 
-/// E0302 with `message`, hinting at the nearest keys of the file.
-fn missing(message: &str, near: &[String]) -> RunError {
+/// E0302 for `what` (stored under `key`) missing from `file`, with the nearest keys.
+fn missing(file: &dyn Store, what: &str, key: &str) -> RunError {
+    let message = format!("{what} is missing from {}", file.describe());
     let error = RunError::new(Some(Code::E0302), message);
-    let near: Vec<String> = near.iter().map(|k| format!("`{k}`")).collect();
+    let near: Vec<String> = file
+        .closest_keys(key, 3)
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect();
     match near.as_slice() {
-        [] => error.with_hint("add it to the file: the file holds no tensors"),
+        [] => error.with_hint(format!("add it: {} holds no tensors", file.describe())),
         _ => error.with_hint(format!("did you mean {}?", near.join(", "))),
     }
 }

@@ -66,14 +66,95 @@ impl TensorFile {
             tensor,
         })
     }
+}
 
-    /// The `n` keys of the file nearest to `key` by edit distance, nearest first (ties in
-    /// alphabetical order), for "did you mean" hints.
-    pub fn closest_keys(&self, key: &str, n: usize) -> Vec<String> {
-        let mut keys = self.metadata.offset_keys();
+/// Where named tensors are read from: a weights file (safetensors or GGUF, see
+/// [`super::weights::WeightFile`]), or tensors already in memory ([`Tensors`], what the
+/// Python module passes). Binding reads them all the same way, so a missing or misshapen
+/// weight is the same error whichever holds it.
+pub trait Store {
+    /// How messages name the store: a file's path in backquotes, or a phrase.
+    fn describe(&self) -> String;
+
+    /// The tensor stored under `key` as float32, or why there is none; an error only where
+    /// the store cannot be read.
+    fn param(&self, key: &str) -> Result<Param, RunError>;
+
+    /// Every key, in any order.
+    fn keys(&self) -> Vec<String>;
+
+    /// The `n` keys nearest to `key` by edit distance, nearest first (ties in alphabetical
+    /// order), for "did you mean" hints.
+    fn closest_keys(&self, key: &str, n: usize) -> Vec<String> {
+        let mut keys = self.keys();
         keys.sort();
         let near = crate::suggest::nearest(key, keys.iter().map(String::as_str), n);
         near.into_iter().map(str::to_string).collect()
+    }
+}
+
+/// A param as its store holds it.
+pub enum Param {
+    Missing,
+    Tensor(Tensor),
+    /// Stored in a type no param can have: the type's name and a hint that starts with a verb.
+    Unreadable {
+        dtype: String,
+        hint: String,
+    },
+}
+
+impl Param {
+    /// A safetensors-typed tensor as a param: a float (read as float32) or unreadable.
+    fn typed(dtype: Dtype, tensor: Option<Tensor>) -> Param {
+        match tensor {
+            Some(t) if is_float(dtype) => Param::Tensor(t),
+            _ => Param::Unreadable {
+                dtype: format!("{dtype:?}"),
+                hint: "store it as F32, F16, BF16 or F64".into(),
+            },
+        }
+    }
+}
+
+impl Store for TensorFile {
+    fn describe(&self) -> String {
+        format!("`{}`", self.path.display())
+    }
+
+    fn param(&self, key: &str) -> Result<Param, RunError> {
+        Ok(match self.get(key) {
+            None => Param::Missing,
+            Some(entry) => Param::typed(entry.dtype, entry.tensor),
+        })
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.metadata.offset_keys()
+    }
+}
+
+/// Named tensors held in memory, each with the dtype it had before it became float32.
+pub struct Tensors {
+    /// How messages name them (`the weights given`).
+    pub name: String,
+    pub entries: Vec<(String, Dtype, Tensor)>,
+}
+
+impl Store for Tensors {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    fn param(&self, key: &str) -> Result<Param, RunError> {
+        Ok(match self.entries.iter().find(|(k, _, _)| k == key) {
+            None => Param::Missing,
+            Some((_, dtype, t)) => Param::typed(*dtype, Some(t.clone())),
+        })
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.entries.iter().map(|(k, _, _)| k.clone()).collect()
     }
 }
 

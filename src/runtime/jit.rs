@@ -154,6 +154,23 @@ impl Executable {
         outputs: &mut Vec<(String, Tensor)>,
         times: Option<&mut [f64]>,
     ) -> Result<(), RunError> {
+        let inputs: Vec<&[f32]> = bound.inputs.iter().map(|t| t.data.as_slice()).collect();
+        self.run_borrowed(&bound.params, &inputs, prepared, pool, outputs, times)
+    }
+
+    /// As [`Executable::run_prepared`], on inputs borrowed from their owner (row-major, in
+    /// declaration order) rather than copied into tensors: what a caller holding its
+    /// inputs in memory, such as the Python module, runs. A buffer whose length differs
+    /// from the plan's is an error, before any kernel runs.
+    pub fn run_borrowed(
+        &self,
+        params: &[Tensor],
+        inputs: &[&[f32]],
+        prepared: &Prepared,
+        pool: &rayon::ThreadPool,
+        outputs: &mut Vec<(String, Tensor)>,
+        times: Option<&mut [f64]>,
+    ) -> Result<(), RunError> {
         let fits = outputs.len() == self.plan.outputs.len()
             && outputs
                 .iter()
@@ -171,7 +188,7 @@ impl Executable {
                 .collect();
         }
         let derived = Derived::Read(&prepared.derived);
-        self.execute(false, &bound.params, &bound.inputs, derived, pool, outputs, times)
+        self.execute(false, params, inputs, derived, pool, outputs, times)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -179,7 +196,7 @@ impl Executable {
         &self,
         prologue: bool,
         params: &[Tensor],
-        inputs: &[Tensor],
+        inputs: &[&[f32]],
         derived: Derived,
         pool: &rayon::ThreadPool,
         outputs: &mut [(String, Tensor)],
@@ -200,7 +217,7 @@ impl Executable {
         }
         let mem = Memory {
             params: params.iter().map(|t| t.data.as_slice()).collect(),
-            inputs: inputs.iter().map(|t| t.data.as_slice()).collect(),
+            inputs: inputs.to_vec(),
             derived,
             arena: native::huge_pages(arena.as_mut_slice()),
             outputs: outputs.iter_mut().map(|(_, t)| t.data.as_mut_slice()).collect(),
@@ -214,6 +231,16 @@ impl Executable {
         native::execute(&self.plan, prologue, code, mem, pool, times).map_err(internal)
     }
 }
+
+// SAFETY: the executable's raw parts are the code pointers of `compiled`, which point into
+// finalized machine code that nothing writes after `Jit::compile` returned, and the JIT
+// module owning that code, which only `Drop` touches (through `&mut self`, so never while
+// another thread holds a reference). Everything a run mutates, the arena and the scratch,
+// is behind a `Mutex`. So the executable may move to another thread and be run from
+// several at once, as the Python module's compiled functions are.
+unsafe impl Send for Executable {}
+// SAFETY: as for `Send` above: a shared executable is read only, but for its mutexes.
+unsafe impl Sync for Executable {}
 
 impl Drop for Executable {
     fn drop(&mut self) {

@@ -23,6 +23,7 @@ mod bind;
 pub mod budget;
 pub mod defaults;
 pub mod files;
+pub mod function;
 pub mod gather;
 pub mod gguf;
 pub mod hoist;
@@ -113,6 +114,8 @@ pub struct Bound {
 }
 
 /// Reads or draws the params and inputs of `program` and binds its free dims.
+///
+/// To bind tensors held in memory instead, many times over, see [`function::Function`].
 pub fn bind(program: &Program, opts: &RunOptions) -> Result<Bound, RunError> {
     bind::bind(program, opts)
 }

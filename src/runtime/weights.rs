@@ -1,9 +1,8 @@
 //! A weights file of either format `--weights` takes: safetensors, or GGUF (told apart by
 //! GGUF's magic bytes, not by the file's extension).
 
-use super::files::{is_float, TensorFile};
+use super::files::{Param, Store, TensorFile};
 use super::gguf::{types, GgufFile, ReadError};
-use super::tensor::Tensor;
 use super::RunError;
 use std::io::Read;
 use std::path::Path;
@@ -12,17 +11,6 @@ use std::path::Path;
 pub enum WeightFile {
     Safetensors(TensorFile),
     Gguf(GgufFile),
-}
-
-/// A param as its weights file holds it.
-pub enum Param {
-    Missing,
-    Tensor(Tensor),
-    /// Stored in a type no param can have: the type's name and a hint that starts with a verb.
-    Unreadable {
-        dtype: String,
-        hint: String,
-    },
 }
 
 impl WeightFile {
@@ -41,20 +29,16 @@ impl WeightFile {
             WeightFile::Gguf(f) => f.path(),
         }
     }
+}
 
-    /// The tensor stored under `key` as float32.
-    pub fn param(&self, key: &str) -> Result<Param, RunError> {
+impl Store for WeightFile {
+    fn describe(&self) -> String {
+        format!("`{}`", self.path().display())
+    }
+
+    fn param(&self, key: &str) -> Result<Param, RunError> {
         match self {
-            WeightFile::Safetensors(file) => Ok(match file.get(key) {
-                None => Param::Missing,
-                Some(entry) => match entry.tensor {
-                    Some(t) if is_float(entry.dtype) => Param::Tensor(t),
-                    _ => Param::Unreadable {
-                        dtype: format!("{:?}", entry.dtype),
-                        hint: "store it as F32, F16, BF16 or F64".into(),
-                    },
-                },
-            }),
+            WeightFile::Safetensors(file) => file.param(key),
             WeightFile::Gguf(file) => match file.tensor(key) {
                 None => Ok(Param::Missing),
                 Some(Ok(t)) => Ok(Param::Tensor(t)),
@@ -67,16 +51,10 @@ impl WeightFile {
         }
     }
 
-    /// The `n` tensor names nearest to `key`, nearest first, for "did you mean" hints.
-    pub fn closest_keys(&self, key: &str, n: usize) -> Vec<String> {
+    fn keys(&self) -> Vec<String> {
         match self {
-            WeightFile::Safetensors(f) => f.closest_keys(key, n),
-            WeightFile::Gguf(f) => {
-                let mut names: Vec<&str> = f.tensor_names().collect();
-                names.sort_unstable();
-                let near = crate::suggest::nearest(key, names, n);
-                near.into_iter().map(str::to_string).collect()
-            }
+            WeightFile::Safetensors(f) => f.keys(),
+            WeightFile::Gguf(f) => f.tensor_names().map(str::to_string).collect(),
         }
     }
 }

@@ -1,0 +1,135 @@
+//! Python values to the runtime's tensors: every dtype rule of the module is here, so that
+//! a new dtype of the runtime is one change.
+//!
+//! An input that is a C-contiguous float32 NumPy array is borrowed as it is. Anything else
+//! with a `__dlpack__` (PyTorch, JAX) is first viewed as a NumPy array through
+//! `numpy.from_dlpack`, which shares its memory, so a contiguous float32 tensor is not
+//! copied either. Other strides, and booleans, integers and other floats, are copied to
+//! contiguous float32, as the command line reads them from a file; any other dtype is a
+//! `TypeError`.
+
+use crate::runtime::files::Tensors;
+use crate::runtime::Tensor;
+use numpy::{dtype, PyArrayDescr, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use safetensors::Dtype;
+
+/// An input held for a call: a float32, C-contiguous array, borrowed for as long as the
+/// call runs (the caller's own array, or the copy a conversion made).
+pub struct Held<'py> {
+    array: PyReadonlyArrayDyn<'py, f32>,
+}
+
+impl Held<'_> {
+    pub fn shape(&self) -> Vec<usize> {
+        self.array.shape().to_vec()
+    }
+
+    /// The elements in row-major order, in place.
+    pub fn slice(&self) -> PyResult<&[f32]> {
+        self.array
+            .as_slice()
+            .map_err(|e| PyTypeError::new_err(format!("internal error: {e}")))
+    }
+}
+
+/// `obj` as a float32 C-contiguous array: borrowed when it already is one, else converted.
+pub fn input<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
+    if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
+        if a.is_c_contiguous() {
+            return borrow(a);
+        }
+    }
+    let array = ndarray_of(py, obj)?;
+    let descr = array.dtype();
+    if store_dtype(py, &descr).is_none() {
+        return Err(unreadable(&descr));
+    }
+    let converted = to_f32(py, &array)?;
+    borrow(converted.cast::<PyArrayDyn<f32>>()?)
+}
+
+fn borrow<'py>(a: &Bound<'py, PyArrayDyn<f32>>) -> PyResult<Held<'py>> {
+    let array = a
+        .try_readonly()
+        .map_err(|e| PyTypeError::new_err(format!("cannot read the array: {e}")))?;
+    Ok(Held { array })
+}
+
+/// `obj` itself when it is a NumPy array, else its `__dlpack__` view.
+fn ndarray_of<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyUntypedArray>> {
+    if let Ok(a) = obj.cast::<PyUntypedArray>() {
+        return Ok(a.clone());
+    }
+    if !obj.hasattr("__dlpack__")? {
+        let type_name = obj.get_type().name()?;
+        return Err(PyTypeError::new_err(format!(
+            "expected a NumPy array or an object with `__dlpack__`, found `{type_name}`"
+        )));
+    }
+    let numpy = py.import("numpy")?;
+    let array = numpy
+        .call_method1("from_dlpack", (obj,))
+        .map_err(|e| PyTypeError::new_err(format!("cannot read the tensor through `__dlpack__`: {e}")))?;
+    Ok(array.cast_into::<PyUntypedArray>()?)
+}
+
+/// A C-contiguous float32 copy.
+fn to_f32<'py>(py: Python<'py>, array: &Bound<'py, PyUntypedArray>) -> PyResult<Bound<'py, PyAny>> {
+    let numpy = py.import("numpy")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", numpy.getattr("float32")?)?;
+    numpy.call_method("ascontiguousarray", (array,), Some(&kwargs))
+}
+
+/// The safetensors dtype of a NumPy dtype attnc reads (what a weight's messages name).
+fn store_dtype(py: Python<'_>, descr: &Bound<'_, PyArrayDescr>) -> Option<Dtype> {
+    let candidates = [
+        (dtype::<f32>(py), Dtype::F32),
+        (dtype::<f64>(py), Dtype::F64),
+        (dtype::<bool>(py), Dtype::BOOL),
+        (dtype::<i8>(py), Dtype::I8),
+        (dtype::<i16>(py), Dtype::I16),
+        (dtype::<i32>(py), Dtype::I32),
+        (dtype::<i64>(py), Dtype::I64),
+        (dtype::<u8>(py), Dtype::U8),
+        (dtype::<u16>(py), Dtype::U16),
+        (dtype::<u32>(py), Dtype::U32),
+        (dtype::<u64>(py), Dtype::U64),
+    ];
+    if let Some((_, d)) = candidates.iter().find(|(c, _)| descr.is_equiv_to(c)) {
+        return Some(*d);
+    }
+    // NumPy's float16 has no Rust element type here: its kind and size say it.
+    (descr.kind() == b'f' && descr.itemsize() == 2).then_some(Dtype::F16)
+}
+
+fn unreadable(descr: &Bound<'_, PyArrayDescr>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "attnc cannot read dtype {descr}: it reads floats, integers and booleans, as float32"
+    ))
+}
+
+/// A dict of arrays (a PyTorch `state_dict` as it is) as the weights' store. Each keeps
+/// the dtype it had, so that an integer weight is the command line's E0303.
+pub fn weights(py: Python<'_>, dict: &Bound<'_, PyDict>) -> PyResult<Tensors> {
+    let mut entries = Vec::new();
+    for (key, value) in dict.iter() {
+        let key: String = key.extract().map_err(|_| {
+            PyTypeError::new_err("the weights dict's keys must be strings, as in a state_dict")
+        })?;
+        let array = ndarray_of(py, &value)
+            .map_err(|e| PyTypeError::new_err(format!("weight `{key}`: {}", e.value(py))))?;
+        let descr = array.dtype();
+        let dtype = store_dtype(py, &descr).ok_or_else(|| unreadable(&descr))?;
+        let held = borrow(to_f32(py, &array)?.cast::<PyArrayDyn<f32>>()?)?;
+        entries.push((key, dtype, Tensor::new(held.shape(), held.slice()?.to_vec())));
+    }
+    Ok(Tensors {
+        name: "the weights given".to_string(),
+        entries,
+    })
+}

@@ -1,0 +1,249 @@
+//! A program compiled once and called many times on tensors held in memory: the entry
+//! point of a caller that keeps what it compiled, such as the Python module.
+//!
+//! A [`Function`] reads (or draws) its weights once, when it is made; each call binds the
+//! free dims from its inputs' shapes, compiles the program for those sizes on first use
+//! and keeps the executable, with its prologue already run on the weights. Inputs are
+//! borrowed, never copied; outputs are fresh tensors the caller owns. A function is
+//! `Send` and `Sync`: calls from several threads at once are safe, and a shape is compiled
+//! once however many threads ask for it.
+
+use super::files::Store;
+use super::jit::{pool, Executable, Prepared};
+use super::{bind, budget, defaults, Bound, RunError, Tensor};
+use crate::ir::Program;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Where a function's weights come from.
+pub enum Weights {
+    /// Drawn as `nn.Linear` initializes them, from this seed (no `--weights`).
+    Drawn { seed: u64 },
+    /// A safetensors or GGUF file (told apart by GGUF's magic bytes).
+    File(PathBuf),
+    /// Named tensors in memory, or any other [`Store`].
+    Store(Box<dyn Store + Send>),
+}
+
+/// Which backend runs a function's calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Native code, compiled for each set of sizes.
+    Jit,
+    /// The reference interpreter (inputs are copied into its tensors).
+    Interp,
+}
+
+/// How a function runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub backend: Backend,
+    /// Worker threads of the native backend (default: one per core).
+    pub threads: Option<usize>,
+    /// The memory budget in bytes (default: the machine's physical memory).
+    pub max_memory: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            backend: Backend::Jit,
+            threads: None,
+            max_memory: None,
+        }
+    }
+}
+
+/// One input of a call: a row-major buffer and its shape, borrowed from the caller.
+#[derive(Clone, Copy, Debug)]
+pub struct Input<'a> {
+    pub shape: &'a [usize],
+    pub data: &'a [f32],
+}
+
+/// What was compiled for one set of sizes, for a caller to show (`f.plans` in Python).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanInfo {
+    /// Every named dim's value, in declaration order.
+    pub sizes: Vec<(String, i64)>,
+    /// Milliseconds spent optimizing, lowering, compiling and running the prologue.
+    pub compile_ms: f64,
+    /// The plan's kernels, prologue included.
+    pub kernels: usize,
+}
+
+/// An executable with its prologue run on the function's weights.
+struct Ready {
+    /// The input shapes it was compiled for: they determine every dim (free dims are bound
+    /// from them, and checked against them), so a call with these shapes needs no binding.
+    shapes: Vec<Vec<usize>>,
+    exe: Executable,
+    prepared: Prepared,
+    info: PlanInfo,
+}
+
+/// A checked program with its weights, compiled per set of sizes on first use.
+pub struct Function {
+    program: Program,
+    params: Vec<Tensor>,
+    options: Options,
+    budget: u64,
+    pool: rayon::ThreadPool,
+    /// By the values of every dim (as in [`Bound::dims`]), oldest first; the lock is held
+    /// while a new shape compiles, so that it compiles once. Shapes and dims determine each
+    /// other, so neither repeats.
+    plans: Mutex<Vec<(Dims, Arc<Ready>)>>,
+}
+
+/// The values of every dim, as in [`Bound::dims`].
+type Dims = Vec<Option<i64>>;
+
+impl Function {
+    /// Reads or draws the weights of `program` (which must have no errors): E0302, E0303
+    /// and E0304 here, as `attnc run` reports them, rather than at the first call.
+    pub fn new(program: Program, weights: Weights, options: Options) -> Result<Function, RunError> {
+        let shapes = bind::param_shapes(&program)?;
+        let params = match weights {
+            Weights::Drawn { seed } => defaults::params(&program, &shapes, seed),
+            Weights::File(path) => {
+                let file = super::weights::WeightFile::open(&path)?;
+                bind::read_params(&program, &file, &shapes)?
+            }
+            Weights::Store(store) => bind::read_params(&program, store.as_ref(), &shapes)?,
+        };
+        let threads = options
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        Ok(Function {
+            budget: options.max_memory.unwrap_or_else(budget::physical_memory),
+            pool: pool(threads)?,
+            program,
+            params,
+            options,
+            plans: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Each param's weight under its key, as read: enough, with the source and the dims,
+    /// to make the function again elsewhere (the Python module's pickling).
+    pub fn weights(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.program
+            .params
+            .iter()
+            .map(|d| d.key.as_str())
+            .zip(&self.params)
+    }
+
+    /// Runs the function on `inputs`, one per declared input in order: E0301, E0304, E0209
+    /// and E0305 as `attnc run` reports them. One contiguous tensor per output, in
+    /// declaration order.
+    pub fn call(&self, inputs: &[Input]) -> Result<Vec<(String, Tensor)>, RunError> {
+        if inputs.len() != self.program.inputs.len() {
+            let message = format!(
+                "the program takes {} inputs, {} were given",
+                self.program.inputs.len(),
+                inputs.len()
+            );
+            return Err(RunError::new(None, message));
+        }
+        for (decl, input) in self.program.inputs.iter().zip(inputs) {
+            let numel = input.shape.iter().try_fold(1usize, |n, &s| n.checked_mul(s));
+            if numel != Some(input.data.len()) {
+                let message = format!(
+                    "input `{}` has shape {:?} but {} elements",
+                    decl.name,
+                    input.shape,
+                    input.data.len()
+                );
+                return Err(RunError::new(None, message));
+            }
+        }
+        match self.options.backend {
+            Backend::Interp => {
+                let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape).collect();
+                let dims = bind::bind_shapes(&self.program, &shapes, self.budget)?;
+                self.interpret(inputs, dims)
+            }
+            Backend::Jit => {
+                let ready = self.ready(inputs)?;
+                let data: Vec<&[f32]> = inputs.iter().map(|i| i.data).collect();
+                let mut outputs = Vec::new();
+                ready.exe.run_borrowed(
+                    &self.params,
+                    &data,
+                    &ready.prepared,
+                    &self.pool,
+                    &mut outputs,
+                    None,
+                )?;
+                Ok(outputs)
+            }
+        }
+    }
+
+    fn interpret(&self, inputs: &[Input], dims: Vec<Option<i64>>) -> Result<Vec<(String, Tensor)>, RunError> {
+        let bound = Bound {
+            params: self.params.clone(),
+            inputs: inputs
+                .iter()
+                .map(|i| Tensor::new(i.shape.to_vec(), i.data.to_vec()))
+                .collect(),
+            dims,
+        };
+        super::interpret(&self.program, &bound)
+    }
+
+    /// The executable for the shapes of `inputs`: found by the shapes alone when they were
+    /// seen before (binding evaluates the program's shapes, which would cost a small
+    /// program's call several times its kernels), else bound, compiled and prepared.
+    fn ready(&self, inputs: &[Input]) -> Result<Arc<Ready>, RunError> {
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = plans.iter().find(|(_, ready)| {
+            ready.shapes.len() == inputs.len() && ready.shapes.iter().zip(inputs).all(|(s, i)| s == i.shape)
+        });
+        if let Some((_, ready)) = seen {
+            return Ok(ready.clone());
+        }
+        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape).collect();
+        let dims = &bind::bind_shapes(&self.program, &shapes, self.budget)?;
+        let start = Instant::now();
+        let optimized = crate::opt::optimize(&self.program);
+        let exe = Executable::compile_within(&optimized.program, dims, self.budget)?;
+        let prepared = exe.prepare(&self.params, &self.pool)?;
+        let plan = exe.plan();
+        let info = PlanInfo {
+            sizes: self.named_sizes(dims),
+            compile_ms: start.elapsed().as_secs_f64() * 1e3,
+            kernels: plan.prologue.len() + plan.kernels.len(),
+        };
+        let shapes = shapes.iter().map(|s| s.to_vec()).collect();
+        let ready = Arc::new(Ready {
+            shapes,
+            exe,
+            prepared,
+            info,
+        });
+        plans.push((dims.to_vec(), ready.clone()));
+        Ok(ready)
+    }
+
+    /// The named dims' values (loop variables have none).
+    fn named_sizes(&self, dims: &[Option<i64>]) -> Vec<(String, i64)> {
+        self.program
+            .dims
+            .iter()
+            .filter_map(|(s, info)| Some((info.name.clone(), dims.get(s).copied().flatten()?)))
+            .collect()
+    }
+
+    /// What has been compiled, oldest first.
+    pub fn plans(&self) -> Vec<PlanInfo> {
+        let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        plans.iter().map(|(_, ready)| ready.info.clone()).collect()
+    }
+}
