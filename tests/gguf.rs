@@ -443,7 +443,7 @@ fn smollm2() -> Option<PathBuf> {
 }
 
 #[test]
-fn smollm2s_tokenizer_matches_transformers_on_20_prompts() {
+fn smollm2s_tokenizer_and_tensors_match_transformers() {
     let Some(path) = smollm2() else {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -467,6 +467,44 @@ fn smollm2s_tokenizer_matches_transformers_on_20_prompts() {
         n
     });
     assert_eq!(counts, [210, 1, 61]);
-    let embed = file.tensor("token_embd.weight").unwrap().unwrap();
-    assert_eq!(embed.shape, [49152, 576]);
+    every_tensor_matches_its_summary(&file);
+}
+
+/// Each tensor of SmolLM2's GGUF against `smollm2_tensors.json`, the `gguf` package's
+/// dequantization unpermuted by `transformers`: the shape, 8 values across the tensor (and
+/// across Q's and K's heads) exactly, and
+/// the float64 sum and sum of squares up to the order of summation.
+fn every_tensor_matches_its_summary(file: &GgufFile) {
+    let text = std::fs::read_to_string(fixture("smollm2_tensors.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let summaries = json.as_array().unwrap();
+    assert_eq!(summaries.len(), file.tensor_infos().count());
+    for s in summaries {
+        let name = s["name"].as_str().unwrap();
+        let t = file.tensor(name).unwrap().unwrap();
+        let shape: Vec<usize> = s["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(t.shape, shape, "{name}");
+        // serde_json parses decimals to the nearest f64 or one ulp off: f32 is exact again.
+        let sampled: Vec<f32> = (0..8).map(|i| t.data[i * t.data.len() / 8]).collect();
+        let want: Vec<f32> = s["sampled"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(sampled, want, "{name}");
+        let wide = t.data.iter().map(|&x| f64::from(x));
+        let (sum, sum_sq, abs) = wide.fold((0.0, 0.0, 0.0), |(s, q, a), x| (s + x, q + x * x, a + x.abs()));
+        let close = |got: f64, want: f64, scale: f64| (got - want).abs() <= 1e-9 * scale;
+        assert!(close(sum, s["sum"].as_f64().unwrap(), abs), "{name}: sum {sum}");
+        assert!(
+            close(sum_sq, s["sum_sq"].as_f64().unwrap(), sum_sq),
+            "{name}: sum of squares {sum_sq}"
+        );
+    }
 }

@@ -186,8 +186,9 @@ fn place(
     file_len: usize,
 ) -> Result<Vec<Placed>, String> {
     let mut placed = Vec::new();
+    let mut names = std::collections::HashSet::new();
     for info in infos {
-        if placed.iter().any(|p: &Placed| p.info.name == info.name) {
+        if !names.insert(info.name.clone()) {
             return Err(format!("tensor `{}` is declared twice", info.name));
         }
         let len = byte_len(&info)?;

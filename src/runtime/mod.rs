@@ -1,4 +1,5 @@
-//! The runtime: from a checked [`Program`] and optional safetensors files to output tensors.
+//! The runtime: from a checked [`Program`] and optional weights (safetensors or GGUF) and
+//! inputs (safetensors) to output tensors.
 //!
 //! [`bind`] reads the weights and inputs (or draws [`defaults`]), binds every free dim from
 //! the inputs' shapes and reports the run-time errors E0209 and E0301–E0305; [`interpret`]

@@ -251,16 +251,16 @@ fn gguf_tokenizer(file: &GgufFile) -> Result<Tokenizer, RunError> {
             .map(|(token, _)| token.as_str())
             .collect()
     };
-    let in_alphabet = |t: &&str| t.chars().all(|c| spelling.contains(&c));
+    let spelled = |t: &&str| t.chars().all(in_alphabet);
     let control: Vec<AddedToken> = typed(CONTROL)
         .into_iter()
-        .filter(in_alphabet)
+        .filter(spelled)
         .map(|t| AddedToken::from(t, true).normalized(false))
         .collect();
     tokenizer.add_special_tokens(&control);
     let user: Vec<AddedToken> = typed(USER_DEFINED)
         .into_iter()
-        .filter(in_alphabet)
+        .filter(spelled)
         .map(|t| AddedToken::from(t, false).normalized(false))
         .collect();
     tokenizer.add_tokens(&user);
@@ -290,10 +290,18 @@ fn integer(v: &Value) -> Option<i64> {
     }
 }
 
-/// GPT-2's byte alphabet: byte `b` is spelled by the char at index `b` (printable bytes by
-/// themselves, the others by chars from U+0100 on, in order).
+/// The bytes GPT-2's alphabet spells by themselves; the 68 others get U+0100 on, in order.
+fn printable(b: u8) -> bool {
+    matches!(b, b'!'..=b'~' | 0xa1..=0xac | 0xae..=0xff)
+}
+
+/// Whether `c` is a char of GPT-2's byte alphabet.
+fn in_alphabet(c: char) -> bool {
+    u8::try_from(c).map_or((0x100..0x144).contains(&u32::from(c)), printable)
+}
+
+/// GPT-2's byte alphabet: byte `b` is spelled by the char at index `b`.
 fn byte_alphabet() -> Vec<char> {
-    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xa1..=0xac | 0xae..=0xff);
     let mut next = 256;
     (0..=255u8)
         .map(|b| {
@@ -310,7 +318,7 @@ fn byte_alphabet() -> Vec<char> {
 /// `token` as the byte-level vocabulary spells it: itself when every char is in the
 /// alphabet, else each of its UTF-8 bytes spelled.
 fn respell(token: &str, spelling: &[char]) -> String {
-    if token.chars().all(|c| spelling.contains(&c)) {
+    if token.chars().all(in_alphabet) {
         token.to_string()
     } else {
         token.bytes().map(|b| spelling[usize::from(b)]).collect()
@@ -329,6 +337,9 @@ mod tests {
             ('A', 'Ġ', 'Ċ')
         );
         assert_eq!((a[0], a[0xad]), ('\u{100}', 'Ń'));
+        let alphabet: std::collections::HashSet<char> = a.iter().copied().collect();
+        let mut chars = (0..0x200).filter_map(char::from_u32);
+        assert!(chars.all(|c| in_alphabet(c) == alphabet.contains(&c)));
         assert_eq!(respell("héllo", &a), "héllo");
         assert_eq!(respell("a b", &a), "aĠb");
     }
