@@ -2,7 +2,7 @@
 //! binding table of `attnc check`. Only the CLI and the REPL call this module.
 
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::ir::{BindingKind, Program};
+use crate::ir::{BindingKind, DType, Program};
 use crate::source::{line_col, Span};
 use codespan_reporting::diagnostic as cs;
 use codespan_reporting::files::{Files, SimpleFile, SimpleFiles};
@@ -144,7 +144,10 @@ pub fn bindings_text(prog: &Program) -> String {
             [
                 kind_name(b.kind).to_string(),
                 b.name.clone(),
-                prog.shape_text(&t.shape),
+                match t.dtype {
+                    DType::F32 => prog.shape_text(&t.shape),
+                    other => format!("{} {}", prog.shape_text(&t.shape), other.name()),
+                },
                 layout,
                 sizes,
             ]
