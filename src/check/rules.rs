@@ -269,11 +269,16 @@ impl Checker {
             None => f64::from(u8::from(unbiased)),
         };
         let dev = self.deviation(x, &axes, span)?;
+        // Row-major, as PyTorch's own kernel keeps nothing of the input's layout: where
+        // the deviations may have several layouts (a slice whose size may be 0 or 1), the
+        // steps below need not be proved for each of them (and each pair).
+        let dev = self.relaid(layout::fresh_row_major, dev, span);
         let abs = self.unary_id(UnaryOp::Abs, dev, span);
         let largest = self.reduce_id(ReduceOp::Max, abs, &axes, true, span);
         let tiny = self.literal_id(f64::from(f32::MIN_POSITIVE), span);
         let scale = self.bin(BinaryOp::Maximum, largest, tiny, span)?;
         let scaled = self.bin(BinaryOp::Div, dev, scale, span)?;
+        let scaled = self.relaid(layout::fresh_row_major, scaled, span);
         let sq = self.bin(BinaryOp::Mul, scaled, scaled, span)?;
         let ss = self.reduce_id(ReduceOp::Sum, sq, &axes, keepdim, span);
         let n = self.count_id(x, &axes, span);
