@@ -9,12 +9,15 @@ processes disturbed (as peers.py does), measures the FMA peak in the same run
 median from a peers JSON (blocks_peers.py --out) with the ratio peer / attnc, and the
 share of the FMA peak each reaches.
 
-    python3 ../shared/bench/blocks_peers.py --out /tmp/blocks_peers.json   # the peers
-    python3 benches/blocks.py --attnc target/release/attnc --peers /tmp/blocks_peers.json
+    python3 blocks_peers.py --out blocks_peers.json   # the peers
+    python3 benches/blocks.py --attnc target/release/attnc --peers blocks_peers.json
+
+attnc's own results go to `--out`, by default `attnc_blocks.json` in a fresh temporary
+directory (its path is printed); without `--peers` the peers' cells are empty.
 
 A case is a program and its dims; the dims are the peers' (blocks_peers.py's CASES).
 """
-import argparse, json, os, re, subprocess, sys
+import argparse, json, os, re, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers import least_disturbed, timed  # noqa: E402
@@ -52,8 +55,8 @@ def fma_peak(threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnc", default="target/release/attnc")
-    ap.add_argument("--peers", default="/tmp/blocks_peers.json")
-    ap.add_argument("--out", default="/tmp/attnc_blocks.json")
+    ap.add_argument("--peers", help="the peers' JSON (blocks_peers.py --out)")
+    ap.add_argument("--out", help="where attnc's JSON goes [default: a fresh temporary directory]")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--retries", type=int, default=3)
@@ -69,10 +72,12 @@ def main():
         print(json.dumps(best), flush=True)
         rows.append(best)
     peak = None if args.no_peak else fma_peak(args.threads)
-    with open(args.out, "w") as f:
+    out = args.out or os.path.join(tempfile.mkdtemp(prefix="attnc-blocks-"), "attnc_blocks.json")
+    with open(out, "w") as f:
         json.dump({"threads": args.threads, "fma_peak_gflops": peak, "results": rows}, f, indent=1)
     peers, flops = {}, {}
-    if os.path.exists(args.peers):
+    print(f"wrote {out}", file=sys.stderr)
+    if args.peers and os.path.exists(args.peers):
         with open(args.peers) as f:
             for r in json.load(f)["results"]:
                 if r.get("status") == "ok" and r["threads"] == args.threads:

@@ -6,9 +6,12 @@ on 2 threads, waiting for the machine to be quiet before each shape and re-runni
 that other processes disturbed (as mha_peers.py does), then prints a Markdown table of the
 medians beside a peers JSON file (mha_peers.py --out) and the ratios peer / attnc.
 
-    python3 benches/peers.py --attnc target/release/attnc --peers /tmp/peers.json --out /tmp/attnc.json
+    python3 benches/peers.py --attnc target/release/attnc --peers peers.json --out attnc.json
+
+Without `--out`, attnc's results go to `attnc.json` in a fresh temporary directory (its path
+is printed); without `--peers` the peers' rows are empty.
 """
-import argparse, json, os, resource, subprocess, time
+import argparse, json, os, resource, subprocess, sys, tempfile, time
 
 SHAPES = {"T": (1, 16, 64, 4), "S": (1, 128, 512, 8), "M": (8, 512, 512, 8), "L": (1, 2048, 1024, 16)}
 PEERS = ["torch_eager_seed", "torch_eager_sdpa", "onnxruntime", "jax_jit"]
@@ -74,8 +77,8 @@ def bench(attnc, shape, threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnc", default="target/release/attnc")
-    ap.add_argument("--peers", default="/tmp/peers.json")
-    ap.add_argument("--out", default="/tmp/attnc.json")
+    ap.add_argument("--peers", help="the peers' JSON (mha_peers.py --out)")
+    ap.add_argument("--out", help="where attnc's JSON goes [default: a fresh temporary directory]")
     ap.add_argument("--shapes", default="T,S,M,L")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--retries", type=int, default=3)
@@ -86,10 +89,12 @@ def main():
         best = least_disturbed(lambda: bench(args.attnc, s, args.threads), args.retries, args.wait_quiet)
         print(json.dumps(best), flush=True)
         rows.append(best)
-    with open(args.out, "w") as f:
+    out = args.out or os.path.join(tempfile.mkdtemp(prefix="attnc-peers-"), "attnc.json")
+    with open(out, "w") as f:
         json.dump(rows, f, indent=1)
     peers = {}
-    if os.path.exists(args.peers):
+    print(f"wrote {out}", file=sys.stderr)
+    if args.peers and os.path.exists(args.peers):
         with open(args.peers) as f:
             for r in json.load(f)["results"]:
                 if r.get("status") == "ok" and r["threads"] == args.threads:

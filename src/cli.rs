@@ -418,11 +418,23 @@ fn run(args: &RunArgs) -> i32 {
         eprintln!("{e}");
         return 1;
     }
+    let plot_opts = args.plot_args.options().and_then(|o| {
+        plot::check_targets(program, &[], &args.plot, &o)?;
+        Ok(o)
+    });
+    let plot_opts = match plot_opts {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
     if args.text.tokenizer.is_some() {
         return run_text(program, &opts, args);
     }
     let start = Instant::now();
     let result = runtime::bind(program, &opts).and_then(|bound| {
+        plot::check_targets(program, &bound.dims, &args.plot, &plot_opts)?;
         let bound_at = Instant::now();
         let (outputs, compile_ms) = match args.backend {
             Backend::Interp => (runtime::interpret(program, &bound)?, None),
@@ -458,15 +470,11 @@ fn run(args: &RunArgs) -> i32 {
         outln!("wrote {}", path.display());
     }
     for (name, path) in &args.plot {
-        let Some((_, t)) = outputs.iter().find(|(n, _)| n == name) else {
-            let names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
-            eprintln!(
-                "error: --plot: the program has no output `{name}` (it has `{}`)",
-                names.join("`, `")
-            );
-            return 1;
-        };
-        if let Err(e) = plot::draw(t, name, &args.plot_args, path) {
+        let (_, t) = outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("checked by plot::check_targets");
+        if let Err(e) = plot::draw(t, name, &plot_opts, path) {
             eprintln!("{e}");
             return 1;
         }

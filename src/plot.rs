@@ -2,7 +2,8 @@
 //! `attnc run --plot`).
 //!
 //! One batch element is drawn as a row of heatmaps, one per head, queries down and keys
-//! across, with one colour scale for all of them and a colour bar beside it. The axes are
+//! across (the axes titled so), with one colour scale for all of them and a colour bar
+//! beside it. The axes are
 //! read as PyTorch's attention weights are: the last two are queries and keys, the one before
 //! them heads (from rank 4 on), and everything before that is the batch, flattened.
 //!
@@ -28,6 +29,8 @@ const TEXT: u32 = 12;
 const CHAR_WIDTH: u32 = 8;
 /// Space around and between the maps.
 const GAP: u32 = 16;
+/// Room for an axis title ("query", "key"): a line of text and a gap.
+const AXIS_TITLE: u32 = TEXT + TEXT / 2;
 /// The colour bar's width, and its room for tick labels.
 const BAR: u32 = 16;
 
@@ -80,46 +83,7 @@ impl Maps<'_> {
 
 /// Select the maps `opts` asks for from `t` (named `name` in messages).
 pub fn select<'a>(t: &'a Tensor, name: &str, opts: &PlotOptions) -> Result<Maps<'a>, RunError> {
-    let error = |msg: String| RunError::new(None, msg);
-    let rank = t.shape.len();
-    if rank < 2 {
-        return Err(error(format!(
-            "`{name}` has shape {:?}: a heatmap needs a [.., N, M] tensor",
-            t.shape
-        )));
-    }
-    let (n, m) = (t.shape[rank - 2], t.shape[rank - 1]);
-    let h = if rank >= 4 { t.shape[rank - 3] } else { 1 };
-    let batch = t.data.len() / (n * m * h).max(1);
-    if opts.batch >= batch {
-        return Err(error(format!(
-            "`{name}` has {batch} batch elements (shape {:?}), so `--batch {}` is out of range",
-            t.shape, opts.batch
-        )));
-    }
-    let heads = opts.heads.clone().unwrap_or(0..h);
-    if heads.is_empty() || heads.end > h {
-        return Err(error(format!(
-            "`{name}` has {h} heads (shape {:?}), so `--heads {}..{}` selects none or too many",
-            t.shape, heads.start, heads.end
-        )));
-    }
-    for (labels, len, what) in [(&opts.queries, n, "queries"), (&opts.keys, m, "keys")] {
-        if let Some(l) = labels.as_ref().filter(|l| l.len() != len) {
-            return Err(error(format!(
-                "{} labels for `{name}`'s {len} {what} (shape {:?})",
-                l.len(),
-                t.shape
-            )));
-        }
-    }
-    let cells = heads.len().saturating_mul(n).saturating_mul(m);
-    if cells > MAX_CELLS {
-        return Err(error(format!(
-            "`{name}` of shape {:?} has {cells} cells in the selected heads, more than the {MAX_CELLS} a plot draws: select fewer with `--heads`",
-            t.shape
-        )));
-    }
+    let Selection { heads, h, n, m } = selection(&t.shape, name, opts)?;
     let start = (opts.batch * h + heads.start) * n * m;
     let end = (opts.batch * h + heads.end) * n * m;
     Ok(Maps {
@@ -128,6 +92,78 @@ pub fn select<'a>(t: &'a Tensor, name: &str, opts: &PlotOptions) -> Result<Maps<
         m,
         data: &t.data[start..end],
     })
+}
+
+/// The heads, and the sizes, that `opts` selects of a tensor.
+pub struct Selection {
+    pub heads: Range<usize>,
+    /// How many heads the tensor has, and each map's rows and columns.
+    pub h: usize,
+    pub n: usize,
+    pub m: usize,
+}
+
+/// Check that `opts` selects something of a tensor of `shape` (named `name` in messages):
+/// before a run, from the sizes its dims are bound to, and again on the result.
+pub fn selection(shape: &[usize], name: &str, opts: &PlotOptions) -> Result<Selection, RunError> {
+    let error = |msg: String| RunError::new(None, msg);
+    let rank = shape.len();
+    if rank < 2 {
+        return Err(error(format!(
+            "`{name}` has shape {shape:?}: a heatmap needs a [.., N, M] tensor"
+        )));
+    }
+    let (n, m) = (shape[rank - 2], shape[rank - 1]);
+    let h = if rank >= 4 { shape[rank - 3] } else { 1 };
+    let batch = shape.iter().product::<usize>() / (n * m * h).max(1);
+    if opts.batch >= batch {
+        return Err(error(format!(
+            "`{name}` has {batch} batch elements (shape {shape:?}), so `--batch {}` is out of range",
+            opts.batch
+        )));
+    }
+    let heads = opts.heads.clone().unwrap_or(0..h);
+    if heads.is_empty() || heads.end > h {
+        return Err(error(format!(
+            "`{name}` has {h} heads (shape {shape:?}), so `--heads {}..{}` selects none or too many",
+            heads.start, heads.end
+        )));
+    }
+    for (labels, len, what) in [(&opts.queries, n, "queries"), (&opts.keys, m, "keys")] {
+        if let Some(l) = labels.as_ref().filter(|l| l.len() != len) {
+            return Err(error(format!(
+                "{} labels for `{name}`'s {len} {what} (shape {shape:?})",
+                l.len()
+            )));
+        }
+    }
+    let cells = heads.len().saturating_mul(n).saturating_mul(m);
+    if cells > MAX_CELLS {
+        return Err(error(format!(
+            "`{name}` of shape {shape:?} has {cells} cells in the selected heads, more than the {MAX_CELLS} a plot draws: select fewer with `--heads`"
+        )));
+    }
+    Ok(Selection { heads, h, n, m })
+}
+
+/// The image formats a plot is written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Png,
+    Svg,
+}
+
+/// The format of a plot file, by its extension.
+pub fn format(path: &Path) -> Result<Format, String> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("png") => Ok(Format::Png),
+        Some("svg") => Ok(Format::Svg),
+        _ => Err(format!("`{}`: a plot is a .png or an .svg file", path.display())),
+    }
 }
 
 /// Where everything goes, in pixels: computed before drawing so that a test can find a
@@ -139,7 +175,8 @@ pub struct Layout {
     pub cell: u32,
     /// How many maps a row of panels holds.
     pub columns: u32,
-    /// Room for the query labels left of a map, and for the title and key labels above it.
+    /// Room for the query axis's title and labels left of a map, and for the map's title,
+    /// the key axis's title and labels above it.
     pub label_width: u32,
     pub header: u32,
     /// One map's width and height.
@@ -164,8 +201,8 @@ impl Layout {
         };
         let cell = (320 / maps.n.max(maps.m).max(1) as u32).clamp(2, 32);
         let map = (cell * maps.m as u32, cell * maps.n as u32);
-        let label_width = longest(&opts.queries, maps.n);
-        let header = TEXT + TEXT / 2 + longest(key_labels(opts), maps.m);
+        let label_width = AXIS_TITLE + longest(&opts.queries, maps.n);
+        let header = TEXT + AXIS_TITLE + longest(key_labels(opts), maps.m);
         let count = maps.heads.len() as u32;
         let columns = count.min(COLUMNS as u32);
         let rows = count.div_ceil(columns);
@@ -234,20 +271,15 @@ pub fn colour(v: f32, (lo, hi): (f32, f32)) -> RGBColor {
 pub fn save(maps: &Maps, name: &str, opts: &PlotOptions, path: &Path) -> Result<(), RunError> {
     let layout = Layout::new(maps, opts);
     let fail = |why: String| RunError::new(None, format!("cannot write `{}`: {why}", path.display()));
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    let bytes = match ext.as_deref() {
-        Some("png") => png_bytes(maps, name, opts, &layout).map_err(fail)?,
-        Some("svg") => {
+    let bytes = match format(path).map_err(|e| RunError::new(None, e))? {
+        Format::Png => png_bytes(maps, name, opts, &layout).map_err(fail)?,
+        Format::Svg => {
             let mut svg = String::new();
             let area = SVGBackend::with_string(&mut svg, layout.size).into_drawing_area();
             draw(&area, maps, name, opts, &layout).map_err(fail)?;
             drop(area);
             svg.into_bytes()
         }
-        _ => return Err(fail("a plot is a .png or an .svg file".to_string())),
     };
     std::fs::write(path, bytes).map_err(|e| fail(e.to_string()))
 }
@@ -310,6 +342,7 @@ fn draw<DB: DrawingBackend>(
         let title_at = (x0, y0 - layout.header as i32);
         area.draw_text(&title, &text(Pos::new(HPos::Left, VPos::Top)), title_at)
             .map_err(e)?;
+        axis_titles(area, layout, (x0, y0)).map_err(e)?;
         for row in 0..maps.n {
             for col in 0..maps.m {
                 let (x, y) = (x0 + col as i32 * c, y0 + row as i32 * c);
@@ -321,6 +354,26 @@ fn draw<DB: DrawingBackend>(
         ticks(area, maps, opts, layout, (x0, y0)).map_err(e)?;
     }
     colour_bar(area, range, layout).map_err(e)
+}
+
+/// "key" centred above a map's key labels, "query" along the left of its query labels.
+fn axis_titles<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    layout: &Layout,
+    (x0, y0): (i32, i32),
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let font = (FONT, TEXT as f64).into_font().color(&BLACK);
+    let (w, h) = (layout.map.0 as i32, layout.map.1 as i32);
+    let key_at = (
+        x0 + w / 2,
+        y0 - layout.header as i32 + TEXT as i32 + TEXT as i32 / 4,
+    );
+    area.draw_text("key", &font.pos(Pos::new(HPos::Center, VPos::Top)), key_at)?;
+    let query = font
+        .transform(FontTransform::Rotate270)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    let query_at = (x0 - layout.label_width as i32, y0 + h / 2);
+    area.draw_text("query", &query, query_at)
 }
 
 /// Tick labels: the tokens, or every few indices, left of the rows and above the columns.
@@ -354,6 +407,18 @@ fn ticks<DB: DrawingBackend>(
     Ok(())
 }
 
+/// A colour-bar label, its sign written as matplotlib writes tick labels: U+2212 MINUS
+/// SIGN, as wide as a digit. A hyphen is narrow, and the bitmap backend draws each glyph at
+/// the left of its cell (plotters' `ab_glyph` text drops side bearings), so `-0.242` showed
+/// as `- 0.242`.
+fn bar_label(v: f64) -> String {
+    let text = format!("{v:.3}");
+    match text.strip_prefix('-') {
+        Some(digits) => format!("\u{2212}{digits}"),
+        None => text,
+    }
+}
+
 /// The colour scale as a vertical bar, the largest value on top, with its ends and middle
 /// labelled.
 fn colour_bar<DB: DrawingBackend>(
@@ -383,7 +448,7 @@ fn colour_bar<DB: DrawingBackend>(
         (middle, top + h / 2),
         (f64::from(lo), top + h - 1),
     ] {
-        area.draw_text(&format!("{v:.3}"), &style, (at, y))?;
+        area.draw_text(&bar_label(v), &style, (at, y))?;
     }
     if let Some((x, y)) = layout.nan {
         let (x, y) = (x as i32, y as i32);

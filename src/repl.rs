@@ -13,9 +13,10 @@
 //! functions) persists from entry to entry; an expression, alone or after `:type`, `:ir` or
 //! `:opt`, is checked in a scratch copy of it, so looking leaves nothing behind.
 
-use crate::ast::{Item, Pattern};
+use crate::ast::{Expr, ExprKind, Item, Pattern};
 use crate::check::{self, Checker, DimOverride, Value};
 use crate::diagnostic::Diagnostic;
+use crate::dims::Poly;
 use crate::ir::{Op, OutputDecl, Program, ValueId};
 use crate::lexer::{self, Token};
 use crate::parser;
@@ -243,11 +244,9 @@ impl Session {
         for item in &ast.items {
             let lines = match item {
                 Item::Expr(e) => {
-                    let mut scratch = self.checker.clone();
-                    let value = scratch.check_expr(e);
-                    let diags = scratch.take_diagnostics();
-                    reply.err += &self.render(&diags);
-                    value_lines(scratch.program(), &value)
+                    let (lines, err) = self.expr_lines(e);
+                    reply.err += &err;
+                    lines
                 }
                 _ => {
                     let one = std::slice::from_ref(item);
@@ -264,6 +263,30 @@ impl Session {
             }
         }
         reply
+    }
+
+    /// What an expression entry prints, and its diagnostics: its value's lines, or what
+    /// PyTorch would answer: `x.shape` as `torch.Size([B, N, D])  = torch.Size([2, 7, 512])`
+    /// and a dim (`x.shape[2]`, `x.size(2)`, `N`) as `N = 7`.
+    fn expr_lines(&self, e: &Expr) -> (Vec<String>, String) {
+        let mut scratch = self.checker.clone();
+        let query = shape_query(e);
+        let value = scratch.check_expr(query.unwrap_or(e));
+        let mut err = self.render(&scratch.take_diagnostics());
+        let prog = scratch.program();
+        let lines = match (query, &value) {
+            (_, Value::Error) => Vec::new(),
+            (Some(_), Value::Tensor(id)) => vec![size_line(prog, &prog.tensor_type(*id).shape)],
+            (Some(_), _) => {
+                err += "error: only a tensor has a `.shape`\n";
+                Vec::new()
+            }
+            (None, _) => match dim_of(prog, &value) {
+                Some(p) => vec![dim_line(prog, p)],
+                None => value_lines(prog, &value),
+            },
+        };
+        (lines, err)
     }
 
     /// `:type`, `:ir` and `:opt` of the expression at `start` in the session's text.
@@ -308,7 +331,12 @@ impl Session {
             .collect();
         keep_needed(&mut prog);
         match command {
-            Command::Opt => Reply::out(crate::opt::optimize(&prog).program.to_text()),
+            Command::Opt => {
+                // The optimizer keeps every param and input; show only those used.
+                let mut optimized = crate::opt::optimize(&prog).program;
+                keep_needed(&mut optimized);
+                Reply::out(optimized.to_text())
+            }
             _ => Reply::out(prog.to_text()),
         }
     }
@@ -444,6 +472,56 @@ fn open_brackets(text: &str) -> Vec<Token> {
         }
     }
     open
+}
+
+/// The tensor whose shape `e` asks for: `x` of `x.shape` or `x.size()`.
+fn shape_query(e: &Expr) -> Option<&Expr> {
+    match &e.kind {
+        ExprKind::Attribute { receiver, name } if name.name == "shape" => Some(receiver),
+        ExprKind::Method {
+            receiver,
+            method,
+            args,
+            kwargs,
+        } if method.name == "size" && args.is_empty() && kwargs.is_empty() => Some(receiver),
+        _ => None,
+    }
+}
+
+/// The dim a value is, when it is one (`x.shape[2]`, `x.size(2)`, `N`).
+fn dim_of<'p>(prog: &'p Program, value: &Value) -> Option<&'p Poly> {
+    match value {
+        Value::Tensor(id) => match &prog.node(*id).op {
+            Op::DimValue(p) => Some(p),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `N = 7`, or `N  (no value yet: --dim N=.. or an input gives one)`.
+fn dim_line(prog: &Program, p: &Poly) -> String {
+    let name = prog.dims.display(p);
+    match prog.dims.value(p) {
+        Some(v) => format!("{name} = {v}"),
+        None => format!("{name}  (no value yet: an input or `--dim` gives one at run time)"),
+    }
+}
+
+/// `torch.Size([B, N, D])`, and `  = torch.Size([2, 7, 512])` when some dims have values
+/// (those without stay symbolic).
+fn size_line(prog: &Program, shape: &[Poly]) -> String {
+    let symbolic: Vec<String> = shape.iter().map(|d| prog.dims.display(d)).collect();
+    let sizes: Vec<String> = shape
+        .iter()
+        .zip(&symbolic)
+        .map(|(d, name)| prog.dims.value(d).map_or_else(|| name.clone(), |v| v.to_string()))
+        .collect();
+    let mut line = format!("torch.Size([{}])", symbolic.join(", "));
+    if sizes != symbolic {
+        let _ = write!(line, "  = torch.Size([{}])", sizes.join(", "));
+    }
+    line
 }
 
 /// The tensors that become the outputs of `:ir`/`:opt`: a tensor, or each of a tuple's.

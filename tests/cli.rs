@@ -413,6 +413,27 @@ fn an_input_that_disagrees_with_a_constant_dim_hints_the_dim_that_fits() {
 }
 
 #[test]
+fn a_weight_that_disagrees_with_a_constant_dim_hints_the_dim_that_fits() {
+    // Without inputs the sizes come from the declarations (D = 512); the weights are D = 16.
+    let weights = "tests/fixtures/weights_pad_b2_n7_d16_h4.safetensors";
+    let args = [
+        "run",
+        "examples/mha.attn",
+        "--weights",
+        weights,
+        "--dim",
+        "B=2",
+        "--dim",
+        "N=7",
+    ];
+    let o = attnc(&[&args[..], &["--dim", "M=7", "--dim", "H=4"]].concat());
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("error[E0303]: weight `linears.0.weight`"), "{err}");
+    assert!(err.contains("hint: pass `--dim D=16`"), "{err}");
+}
+
+#[test]
 fn bench_reads_weights_and_inputs_like_run() {
     let dims = ["--dim", "D=16", "--dim", "H=4", "--format", "json", "--seed", "3"];
     let o = attnc(&[&["bench", "examples/mha.attn"][..], &FIXTURE, &dims].concat());

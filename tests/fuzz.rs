@@ -1,5 +1,8 @@
 //! Thousands of randomly mutated example programs: the checker never panics, `attnc check
 //! --format json` always exits 0 or 1 with one valid JSON object.
+//!
+//! The optimizer's fuzz test, the slow one, runs a short budget in CI;
+//! `ATTNC_FUZZ_CASES=N` runs N mutations of each example (150 is the long run).
 
 use attnc::driver::check_source;
 use attnc::render;
@@ -141,8 +144,18 @@ fn the_binary_answers_mutated_programs_with_json_and_exit_0_or_1() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// How many mutations of each example the optimizer's test runs: `ATTNC_FUZZ_CASES`, or
+/// `short`.
+fn cases(short: u32) -> u32 {
+    std::env::var("ATTNC_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(short)
+}
+
 /// Mutated programs that check cleanly optimize without a panic, to programs that compute
-/// the same outputs (the reference interpreter on both, at small sizes).
+/// the same outputs (the reference interpreter on both, at small sizes). Each case runs
+/// the optimizer's saturation, so CI runs a short budget (see the module's doc).
 #[test]
 fn mutated_programs_optimize_to_equal_programs() {
     use attnc::check::DimOverride;
@@ -150,7 +163,7 @@ fn mutated_programs_optimize_to_equal_programs() {
     let mut rng = Rng(0x5EED);
     let mut optimized = 0;
     for (i, src) in examples().iter().enumerate() {
-        for case in 0..150 {
+        for case in 0..cases(24) {
             let m = mutate(src, &mut rng);
             let Ok(plain) = check_source(&m, &[]) else {
                 continue;

@@ -249,3 +249,59 @@ fn nan_cells_are_grey_and_infinities_clamp_to_the_scale() {
     plot::save(&maps, "attn", &opts, &png).unwrap();
     std::fs::remove_file(&png).unwrap();
 }
+
+/// `run --plot` and its flags are checked before anything is compiled or run: nothing is
+/// printed to stdout (no output's checksum), and the error names the file or the output.
+#[test]
+fn plot_options_are_checked_before_the_run() {
+    let run = |extra: &[&str]| attnc(&[&["run", "examples/mha.attn"][..], &FIXTURE, extra].concat());
+    let jpg = run(&["--plot", "attn=a.jpg"]);
+    assert_eq!(jpg.status.code(), Some(2), "a usage error");
+    assert!(
+        stderr(&jpg).contains("`a.jpg`: a plot is a .png or an .svg file"),
+        "{}",
+        stderr(&jpg)
+    );
+    let empty = run(&["--plot", "attn=a.png", "--heads", "3..3"]);
+    assert_eq!(empty.status.code(), Some(2));
+    assert!(stderr(&empty).contains("selects no head"), "{}", stderr(&empty));
+    let path = temp("too_many_heads.png");
+    let heads = run(&["--plot", &format!("attn={}", path.display()), "--heads", "2..9"]);
+    assert_eq!(heads.status.code(), Some(1));
+    assert!(
+        stderr(&heads).contains("`attn` has 4 heads"),
+        "{}",
+        stderr(&heads)
+    );
+    assert!(
+        heads.stdout.is_empty(),
+        "ran anyway: {}",
+        String::from_utf8_lossy(&heads.stdout)
+    );
+    assert!(!path.exists());
+    let nope = run(&["--plot", "nope=x.png"]);
+    assert_eq!(nope.status.code(), Some(1));
+    assert!(
+        stderr(&nope).contains("no output `nope` (it has `out`, `attn`)"),
+        "{}",
+        stderr(&nope)
+    );
+    assert!(nope.stdout.is_empty());
+}
+
+/// The axes are titled as PyTorch's attention weights are read, and a negative colour-bar
+/// label has a minus sign as wide as a digit (U+2212, as matplotlib writes it), where a
+/// hyphen stood apart from the digits in a PNG.
+#[test]
+fn axes_are_titled_and_negative_labels_keep_their_minus() {
+    let t = Tensor::new(vec![1, 2, 3], vec![-0.5, 0.25, 1.0, 0.0, 0.5, -0.25]);
+    let opts = PlotOptions::default();
+    let maps = plot::select(&t, "s", &opts).unwrap();
+    let path = temp("titles.svg");
+    plot::save(&maps, "s", &opts, &path).unwrap();
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(svg.contains("\nquery\n") && svg.contains("\nkey\n"), "{svg}");
+    assert!(svg.contains("\n\u{2212}0.500\n"), "{svg}");
+    assert!(!svg.contains("-0.500"), "{svg}");
+}

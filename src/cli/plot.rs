@@ -1,5 +1,6 @@
 //! `attnc plot` and `attnc run --plot`: heatmaps of an output.
 
+use attnc::ir::Program;
 use attnc::plot::{self, PlotOptions};
 use attnc::runtime::files::{Store, TensorFile};
 use attnc::runtime::{RunError, Tensor};
@@ -14,7 +15,7 @@ pub struct PlotCommand {
     #[arg(long = "tensor", value_name = "NAME")]
     name: String,
     /// The image to write: PNG or SVG, by its extension
-    #[arg(short = 'o', long = "output", value_name = "OUT.png|OUT.svg")]
+    #[arg(short = 'o', long = "output", value_name = "OUT.png|OUT.svg", value_parser = parse_image)]
     output: PathBuf,
     #[command(flatten)]
     plot: PlotArgs,
@@ -40,14 +41,28 @@ fn parse_heads(s: &str) -> Result<Range<usize>, String> {
             .parse::<usize>()
             .map_err(|_| format!("expected `a..b` or `a` with whole numbers, found `{s}`"))
     };
-    match s.split_once("..") {
-        Some((a, b)) => Ok(number(a)?..number(b)?),
-        None => number(s).map(|a| a..a + 1),
+    let heads = match s.split_once("..") {
+        Some((a, b)) => number(a)?..number(b)?,
+        None => number(s).map(|a| a..a + 1)?,
+    };
+    match heads.is_empty() {
+        true => Err(format!(
+            "`{s}` selects no head: the end is excluded, so it must be past the start"
+        )),
+        false => Ok(heads),
     }
 }
 
+/// A plot's file name: one ending in `.png` or `.svg`.
+fn parse_image(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    plot::format(&path)?;
+    Ok(path)
+}
+
 impl PlotArgs {
-    fn options(&self) -> Result<PlotOptions, RunError> {
+    /// The options, with the label files read.
+    pub fn options(&self) -> Result<PlotOptions, RunError> {
         let read = |path: &PathBuf| {
             std::fs::read_to_string(path)
                 .map(|text| text.lines().map(str::to_string).collect::<Vec<_>>())
@@ -65,10 +80,44 @@ impl PlotArgs {
 }
 
 /// Draw `t`, named `name`, into `path`.
-pub fn draw(t: &Tensor, name: &str, args: &PlotArgs, path: &Path) -> Result<(), RunError> {
-    let opts = args.options()?;
-    let maps = plot::select(t, name, &opts)?;
-    plot::save(&maps, name, &opts, path)
+pub fn draw(t: &Tensor, name: &str, opts: &PlotOptions, path: &Path) -> Result<(), RunError> {
+    let maps = plot::select(t, name, opts)?;
+    plot::save(&maps, name, opts, path)
+}
+
+/// Check `run --plot` before anything is compiled or run: each target names an output of
+/// `program`, and the flags select something of it at the sizes `dims` binds (an output
+/// whose sizes are not all bound yet is checked once it is computed). Called before the
+/// files are read, with no dims (the constant ones are known), and again after.
+pub fn check_targets(
+    program: &Program,
+    dims: &[Option<i64>],
+    targets: &[(String, PathBuf)],
+    opts: &PlotOptions,
+) -> Result<(), RunError> {
+    for (name, _) in targets {
+        let Some(output) = program.outputs.iter().find(|o| o.name == *name) else {
+            let names: Vec<&str> = program.outputs.iter().map(|o| o.name.as_str()).collect();
+            let msg = format!(
+                "--plot: the program has no output `{name}` (it has `{}`)",
+                names.join("`, `")
+            );
+            return Err(RunError::new(None, msg));
+        };
+        let sizes: Option<Vec<usize>> = program
+            .tensor_type(output.value)
+            .shape
+            .iter()
+            .map(|p| {
+                let v = program.dims.eval(p, &|s| dims.get(s).copied().flatten())?;
+                usize::try_from(v).ok()
+            })
+            .collect();
+        if let Some(shape) = sizes {
+            plot::selection(&shape, name, opts)?;
+        }
+    }
+    Ok(())
 }
 
 /// `attnc plot`.
@@ -87,7 +136,7 @@ pub fn command(cmd: &PlotCommand) -> i32 {
             let msg = format!("`{}` in `{}` is not a float tensor", cmd.name, cmd.file.display());
             RunError::new(None, msg)
         })?;
-        draw(&t, &cmd.name, &cmd.plot, &cmd.output)
+        draw(&t, &cmd.name, &cmd.plot.options()?, &cmd.output)
     });
     match result {
         Ok(()) => {
@@ -105,7 +154,7 @@ pub fn command(cmd: &PlotCommand) -> i32 {
 pub fn parse_target(s: &str) -> Result<(String, PathBuf), String> {
     match s.split_once('=') {
         Some((name, file)) if !name.is_empty() && !file.is_empty() => {
-            Ok((name.to_string(), PathBuf::from(file)))
+            Ok((name.to_string(), parse_image(file)?))
         }
         _ => Err(format!("expected OUTPUT=FILE.png, found `{s}`")),
     }

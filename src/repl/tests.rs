@@ -272,3 +272,39 @@ fn a_statement_keyword_closes_the_brackets_left_open_above_it() {
         "a slice is no command"
     );
 }
+
+#[test]
+fn shape_and_size_answer_as_pytorch_does() {
+    let entries = ["dim B, N", "dim D = 512", "input x: [B, N, D]"];
+    let mut s = Session::new(&[crate::check::DimOverride {
+        name: "N".to_string(),
+        value: 7,
+    }]);
+    for e in entries {
+        s.entry(e);
+    }
+    let r = s.entry("x.shape");
+    assert_eq!(r.err, "");
+    assert_eq!(r.out, "torch.Size([B, N, D])  = torch.Size([B, 7, 512])\n");
+    assert_eq!(s.entry("x.size()").out, r.out);
+    assert_eq!(s.entry("x.shape[1]").out, "N = 7\n");
+    assert_eq!(s.entry("x.size(2)").out, "D = 512\n");
+    assert_eq!(s.entry("x.size(-1)").out, "D = 512\n");
+    assert!(s.entry("x.shape[0]").out.starts_with("B  (no value yet"));
+    // A shape of a value no longer than the dims it has: none with a value.
+    assert_eq!(
+        s.entry("x.view(B, N * D).shape").out,
+        "torch.Size([B, N * D])  = torch.Size([B, 3584])\n"
+    );
+    let r = s.entry("(x, x).shape");
+    assert!(r.err.contains("only a tensor has a `.shape`"), "{r:?}");
+}
+
+#[test]
+fn opt_shows_only_the_params_and_inputs_the_expression_uses() {
+    let r = after_header(&["param W: [D, D]", "input y: [B, N, D]", ":opt x * 2.0"]);
+    assert_eq!(r.err, "");
+    assert!(r.out.contains("= input(x)"), "{}", r.out);
+    assert!(!r.out.contains("param("), "an unused param:\n{}", r.out);
+    assert!(!r.out.contains("input(y)"), "an unused input:\n{}", r.out);
+}

@@ -198,15 +198,6 @@ impl<'p> Dims<'p> {
         (free && *p == Poly::sym(s)).then_some(s)
     }
 
-    /// The constant dim `p` is, if it is exactly one: `--dim` can give it another value.
-    fn const_sym(&self, p: &Poly) -> Option<Sym> {
-        let &[s] = p.syms().as_slice() else {
-            return None;
-        };
-        let constant = matches!(self.program.dims.info(s).kind, DimKind::Const(_));
-        (constant && *p == Poly::sym(s)).then_some(s)
-    }
-
     fn bind_free(&mut self, s: Sym, size: i64, input: &str, axis: usize) -> Result<(), RunError> {
         if size == 0 {
             let message = format!(
@@ -286,7 +277,7 @@ impl<'p> Dims<'p> {
             };
             let message = format!("input `{}` has size {size} on axis {axis}, but {says}", decl.name);
             let error = RunError::new(Some(Code::E0301), message);
-            return Err(match self.const_sym(poly) {
+            return Err(match const_sym(&self.program.dims, poly) {
                 Some(s) => error.with_hint(format!(
                     "pass `--dim {}={size}` to run the program at the input's size",
                     self.name(s)
@@ -437,11 +428,41 @@ pub fn read_params(
             let found = &t.shape;
             let message =
                 format!("{what} has shape {found:?} in {path}, but is declared {declared} = {shape:?}");
-            return Err(RunError::new(Some(Code::E0303), message));
+            let error = RunError::new(Some(Code::E0303), message);
+            return Err(match dim_hint(&program.dims, &decl.shape, found) {
+                Some(hint) => error.with_hint(hint),
+                None => error,
+            });
         }
         tensors.push(t);
     }
     Ok(tensors)
+}
+
+/// The constant dim `p` is, if it is one (`D`, not `D / H` or a free dim).
+fn const_sym(dims: &DimTable, p: &Poly) -> Option<Sym> {
+    let &[s] = p.syms().as_slice() else {
+        return None;
+    };
+    let constant = matches!(dims.info(s).kind, DimKind::Const(_));
+    (constant && *p == Poly::sym(s)).then_some(s)
+}
+
+/// For a weight stored at other sizes than `declared`: the `--dim` that runs the program at
+/// the weight's size, when the first axis that differs is a constant dim.
+fn dim_hint(dims: &DimTable, declared: &[Poly], found: &[usize]) -> Option<String> {
+    if declared.len() != found.len() {
+        return None;
+    }
+    let (poly, size) = declared
+        .iter()
+        .zip(found)
+        .find(|(p, &size)| dims.value(p) != Some(size as i64))?;
+    let s = const_sym(dims, poly)?;
+    Some(format!(
+        "pass `--dim {}={size}` to run the program at the weight's size",
+        dims.info(s).name
+    ))
 }
 
 /// E0302 for `what` (stored under `key`) missing from `file`, with the nearest keys.
