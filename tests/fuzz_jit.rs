@@ -452,7 +452,7 @@ const OPS: &[(&str, OpGen)] = &[
         // `//` and `%` of dims are numbers; `D + 1` and `N - 1` are sizes.
         let a = g.any()?;
         let e = match g.rng.below(2) {
-            0 => format!("{} / ((2 * D) // 2 + N % 2)", a.name),
+            0 => format!("{} / ((2 * D) // 2) + N % 2", a.name),
             _ => format!("{} * (N - 1) + (D + 1)", a.name),
         };
         Some((e, a.shape, a.contiguous))
