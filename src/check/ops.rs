@@ -189,9 +189,7 @@ impl Checker {
         let python_float =
             func.name == "float" && args.first().is_some_and(|a| matches!(a.kind, ExprKind::Str(_)));
         let Some(def) = table::find(&func.name).filter(|_| !python_float) else {
-            // A method's receiver is its first argument, written before its name.
-            let method = args.first().is_some_and(|a| a.span.end <= func.span.start);
-            self.unknown_op(func, method);
+            self.unknown_op(func);
             return Value::Error;
         };
         let Some(bound) = self.bind_args(def, &args, kwargs, span) else {
@@ -202,8 +200,8 @@ impl Checker {
     }
 
     /// E0101 for a call of no function or op, with the PyTorch habit it probably is
-    /// (`float("-inf")` and `x.float()` are two).
-    fn unknown_op(&mut self, func: &Ident, method: bool) {
+    /// (`float("-inf")` is one).
+    fn unknown_op(&mut self, func: &Ident) {
         let mut d = Diagnostic::error(
             Code::E0101,
             func.span,
@@ -212,7 +210,6 @@ impl Checker {
         let hint = match func.name.as_str() {
             "max" => Some("`max` is not an op (PyTorch's returns indices too): use `amax(x, dim)` to reduce, `maximum(a, b)` elementwise".to_string()),
             "min" => Some("`min` is not an op (PyTorch's returns indices too): use `amin(x, dim)` to reduce, `minimum(a, b)` elementwise".to_string()),
-            "float" if method => Some("leave out `.float()`: values are float32 here, and a comparison goes to `masked_fill` as it is".to_string()),
             "float" => Some("write infinity as `inf` or `-inf`, a number as a literal".to_string()),
             _ => self.closest_callable(&func.name).map(|close| format!("did you mean `{close}`?")),
         };
