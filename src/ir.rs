@@ -431,6 +431,10 @@ pub struct Program {
     pub outputs: Vec<OutputDecl>,
     pub bindings: Vec<Binding>,
     pub asserts: Vec<DimAssert>,
+    /// Where `body` holds each iteration of an unrolled loop over layers (positions in
+    /// `body`, in order, disjoint), so that the optimizer can work on one layer at a time
+    /// and on identical layers once (`opt::layers`).
+    pub layers: Vec<std::ops::Range<usize>>,
 }
 
 impl Program {

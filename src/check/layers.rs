@@ -61,11 +61,21 @@ impl Checker {
             self.error(Code::E0208, end.span, msg);
             return;
         }
+        let first = self.blocks[0].len();
+        let mut layers = Vec::new();
         for index in s..e {
+            let start = self.blocks[0].len();
             self.scopes.push(HashMap::new());
             self.bind(&var.name, Entry::Dim(Poly::int(index)));
             body.stmts.iter().for_each(|stmt| self.stmt(stmt));
             self.scopes.pop();
+            layers.push(start..self.blocks[0].len());
+        }
+        // Only a loop at top level is cut into layers, and only the outermost: its
+        // iterations replace any an inner loop recorded.
+        if self.blocks.len() == 1 {
+            self.prog.layers.retain(|r| r.start < first);
+            self.prog.layers.extend(layers);
         }
     }
 

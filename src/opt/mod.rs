@@ -20,6 +20,7 @@ mod convert;
 mod cost;
 mod explain;
 mod lang;
+mod layers;
 mod layout;
 mod rules;
 
@@ -67,6 +68,9 @@ pub struct Stats {
     pub time: Duration,
     /// Where `time` went.
     pub phases: Phases,
+    /// For a model optimized a layer at a time: its pieces, and how many were distinct
+    /// (optimized; the figures above are theirs, the costs those of every piece).
+    pub pieces: Option<(usize, usize)>,
 }
 
 /// The optimizer's time by phase, for `--stats` and `attnc bench --profile`.
@@ -80,6 +84,18 @@ pub struct Phases {
     pub extract: Duration,
     /// The extracted term back to a program.
     pub convert: Duration,
+}
+
+impl std::ops::Add for Phases {
+    type Output = Phases;
+    fn add(self, o: Phases) -> Phases {
+        Phases {
+            build: self.build + o.build,
+            saturate: self.saturate + o.saturate,
+            extract: self.extract + o.extract,
+            convert: self.convert + o.convert,
+        }
+    }
 }
 
 impl fmt::Display for Phases {
@@ -98,6 +114,9 @@ impl fmt::Display for Phases {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((all, distinct)) = self.pieces {
+            writeln!(f, "pieces: {all}, {distinct} distinct (a layer at a time)")?;
+        }
         writeln!(f, "stop reason: {}", self.stop_reason)?;
         writeln!(f, "iterations: {}", self.iterations)?;
         writeln!(f, "e-graph: {} nodes, {} classes", self.nodes, self.classes)?;
@@ -233,10 +252,25 @@ fn guarded(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
 /// Optimizes `prog`. It never fails: where something goes wrong (a rule bug shows as a
 /// merge of different shapes), the source program is returned and the stats say why.
 ///
+/// A model whose layers the checker unrolled is optimized a layer at a time, each distinct
+/// layer once (see [`layers`]); any other program as one term.
+pub fn optimize(prog: &ir::Program) -> Optimized {
+    let start = Instant::now();
+    match layers::optimize(prog, optimize_whole) {
+        Some(mut optimized) => {
+            optimized.stats.time = start.elapsed();
+            optimized
+        }
+        None => optimize_whole(prog),
+    }
+}
+
+/// Optimizes `prog` as one term.
+///
 /// Extraction and conversion recurse along the program's chains of values, so the work
 /// runs on a thread whose stack grows with the program (a 3,000-statement chain needs more
 /// than a test thread's 2 MiB).
-pub fn optimize(prog: &ir::Program) -> Optimized {
+fn optimize_whole(prog: &ir::Program) -> Optimized {
     let stack = STACK_BASE.saturating_add(STACK_PER_NODE.saturating_mul(prog.nodes.len()));
     std::thread::scope(|scope| {
         let worker = std::thread::Builder::new()

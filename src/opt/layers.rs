@@ -1,0 +1,429 @@
+//! Whole models, a layer at a time.
+//!
+//! The checker unrolls a loop over layers, so a model of 30 layers is 30 copies of one
+//! block. Equality saturation and, above all, extraction cost more than linearly in the
+//! size of the term, so the whole model as one term compiles in seconds where one layer
+//! takes milliseconds. Here the program is cut where the checker recorded each layer
+//! ([`Program::layers`]): the statements before the first layer, each layer, and those
+//! after the last are each optimized as a program of their own, whose inputs are the
+//! values it reads from the pieces before it and whose outputs are the values the pieces
+//! after it read. Pieces that are the same program up to which weights they name (every
+//! layer of a model, once their weights are numbered in order of use) are optimized once,
+//! and the result is used for each.
+//!
+//! What is lost is only rewriting across a cut, and a cut falls where one layer hands its
+//! hidden state to the next: a row-major tensor that every kernel plan materializes anyway.
+//! Where a piece's boundary would not be row-major, the whole program is optimized as one.
+
+use super::{Optimized, Stats};
+use crate::ir::{DType, InputDecl, Node, Op, OutputDecl, ParamDecl, Program, TensorType, Type, ValueId};
+use crate::source::Span;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+
+/// `prog` optimized piece by piece with `whole` (which optimizes one program), or `None`
+/// when it has fewer than two layers or a cut it cannot make.
+pub fn optimize(prog: &Program, whole: impl Fn(&Program) -> Optimized) -> Option<Optimized> {
+    if prog.layers.len() < 2 {
+        return None;
+    }
+    let pieces = cut(prog)?;
+    let mut distinct: Vec<(&Program, Optimized)> = Vec::new();
+    let mut chosen = Vec::with_capacity(pieces.len());
+    for piece in &pieces {
+        let found = distinct.iter().position(|(p, _)| **p == piece.program);
+        let index = found.unwrap_or_else(|| {
+            distinct.push((&piece.program, whole(&piece.program)));
+            distinct.len() - 1
+        });
+        chosen.push(index);
+    }
+    let program = splice(prog, &pieces, |k| &distinct[chosen[k]].1.program)?;
+    let stats = combine(&distinct, &chosen);
+    Some(Optimized { program, stats })
+}
+
+/// One piece: a program of its own, and how its params, inputs and outputs correspond to
+/// the whole program's.
+struct Piece {
+    program: Program,
+    /// The whole program's param for each of the piece's.
+    params: Vec<usize>,
+    /// The whole program's value that feeds each of the piece's inputs.
+    reads: Vec<ValueId>,
+    /// The whole program's value each of the piece's outputs is.
+    writes: Vec<ValueId>,
+    /// The piece's value for each whole-program value it holds.
+    map: HashMap<ValueId, ValueId>,
+}
+
+/// The pieces of `prog`, in order: before the first layer, each layer, after the last.
+fn cut(prog: &Program) -> Option<Vec<Piece>> {
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    let mut at = 0;
+    for layer in &prog.layers {
+        if layer.start < at || layer.end > prog.body.len() {
+            return None;
+        }
+        ranges.push(at..layer.start);
+        ranges.push(layer.clone());
+        at = layer.end;
+    }
+    ranges.push(at..prog.body.len());
+    ranges.retain(|r| !r.is_empty());
+    let runtime = runtime_values(prog);
+    let mut pieces: Vec<Piece> = Vec::with_capacity(ranges.len());
+    let mut owner: HashMap<ValueId, usize> = HashMap::new();
+    for (k, range) in ranges.iter().enumerate() {
+        let body = &prog.body[range.clone()];
+        pieces.push(Extract::new(prog, &runtime).run(body)?);
+        owner.extend(defined(prog, body).into_iter().map(|id| (id, k)));
+    }
+    // What a later piece reads, and what the program outputs, is an output of the piece
+    // that computes it, in the order of the whole program's values.
+    let mut writes: Vec<Vec<ValueId>> = vec![Vec::new(); pieces.len()];
+    let read = pieces.iter().flat_map(|p| p.reads.iter().copied());
+    for id in read.chain(prog.outputs.iter().map(|o| o.value)) {
+        if let Some(&k) = owner.get(&id) {
+            writes[k].push(id);
+        }
+    }
+    for (piece, mut w) in pieces.iter_mut().zip(writes) {
+        w.sort_unstable();
+        w.dedup();
+        for (n, id) in w.iter().enumerate() {
+            piece.program.outputs.push(OutputDecl {
+                name: format!("o{n}"),
+                value: *piece.map.get(id)?,
+                span: Span::default(),
+            });
+        }
+        piece.writes = w;
+    }
+    Some(pieces)
+}
+
+/// The values a list of body nodes defines, with those of their loops' bodies.
+fn defined(prog: &Program, body: &[ValueId]) -> Vec<ValueId> {
+    let mut out = Vec::new();
+    for &id in body {
+        if let Op::For { body, .. } = &prog.node(id).op {
+            out.extend(defined(prog, body));
+        }
+        out.push(id);
+    }
+    out
+}
+
+/// Whether each value depends on an input: what a piece must read from the pieces before
+/// it rather than compute again (anything else is weights, literals and dims, which it
+/// copies).
+fn runtime_values(prog: &Program) -> Vec<bool> {
+    fn go(prog: &Program, id: ValueId, memo: &mut Vec<Option<bool>>) -> bool {
+        if let Some(r) = memo[id] {
+            return r;
+        }
+        let node = prog.node(id);
+        let own = matches!(node.op, Op::Input(_) | Op::Gather);
+        let inner = match &node.op {
+            Op::For { body, result, .. } => body.iter().chain([result]).any(|&b| go(prog, b, memo)),
+            _ => false,
+        };
+        let r = own || inner || node.args.iter().any(|&a| go(prog, a, memo));
+        memo[id] = Some(r);
+        r
+    }
+    let mut memo = vec![None; prog.nodes.len()];
+    (0..prog.nodes.len()).map(|id| go(prog, id, &mut memo)).collect()
+}
+
+/// Builds one piece from a run of body nodes.
+struct Extract<'a> {
+    prog: &'a Program,
+    runtime: &'a [bool],
+    out: Program,
+    params: Vec<usize>,
+    reads: Vec<ValueId>,
+    map: HashMap<ValueId, ValueId>,
+    /// The whole program's values the run defines.
+    inside: HashSet<ValueId>,
+    /// Values the piece takes from outside the run (its inputs, and the weights, literals
+    /// and dims it copies), to be listed at top level before the node that needs them.
+    pending: Vec<ValueId>,
+}
+
+impl<'a> Extract<'a> {
+    fn new(prog: &'a Program, runtime: &'a [bool]) -> Self {
+        let out = Program {
+            dims: prog.dims.clone(),
+            asserts: prog.asserts.clone(),
+            ..Program::default()
+        };
+        Extract {
+            prog,
+            runtime,
+            out,
+            params: Vec::new(),
+            reads: Vec::new(),
+            map: HashMap::new(),
+            inside: HashSet::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    fn run(mut self, body: &[ValueId]) -> Option<Piece> {
+        self.inside = defined(self.prog, body).into_iter().collect();
+        self.out.body = self.block(body, true)?;
+        Some(Piece {
+            program: self.out,
+            params: self.params,
+            reads: self.reads,
+            writes: Vec::new(),
+            map: self.map,
+        })
+    }
+
+    /// Copies a list of body nodes (a loop's body before the loop), returning the
+    /// piece's list; at top level, with what each node takes from outside before it.
+    fn block(&mut self, body: &[ValueId], top: bool) -> Option<Vec<ValueId>> {
+        let mut list = Vec::with_capacity(body.len());
+        for &id in body {
+            let v = self.copy(id)?;
+            if top {
+                list.append(&mut self.pending);
+            }
+            list.push(v);
+        }
+        Some(list)
+    }
+
+    /// The piece's value for the operand `id`: one the run defined, or one from outside.
+    fn operand(&mut self, id: ValueId) -> Option<ValueId> {
+        if let Some(&v) = self.map.get(&id) {
+            return Some(v);
+        }
+        if self.inside.contains(&id) {
+            return None; // used before it is defined: not a program the checker makes
+        }
+        let v = match self.runtime[id] {
+            true => self.input(id)?,
+            false => self.copy(id)?,
+        };
+        self.pending.push(v);
+        Some(v)
+    }
+
+    /// A new input of the piece, fed by the whole program's `id`: a row-major tensor, or
+    /// no cut (the optimizer gives inputs no other layout).
+    fn input(&mut self, id: ValueId) -> Option<ValueId> {
+        let Type::Tensor(t) = &self.prog.node(id).ty else {
+            return None;
+        };
+        if *t != TensorType::row_major(t.shape.clone(), t.dtype) {
+            return None;
+        }
+        self.out.inputs.push(InputDecl {
+            name: format!("i{}", self.reads.len()),
+            shape: t.shape.clone(),
+            dtype: t.dtype,
+            mask_only: false,
+            span: Span::default(),
+        });
+        self.reads.push(id);
+        let op = Op::Input(self.out.inputs.len() - 1);
+        Some(self.push(id, op, Vec::new(), Type::Tensor(t.clone())))
+    }
+
+    /// Copies node `id`: one of the run's, or a weight, literal or dim it needs.
+    fn copy(&mut self, id: ValueId) -> Option<ValueId> {
+        if let Some(&v) = self.map.get(&id) {
+            return Some(v);
+        }
+        let node = self.prog.node(id);
+        let op = match &node.op {
+            Op::Param(i) => {
+                self.out.params.push(ParamDecl {
+                    name: format!("p{}", self.params.len()),
+                    key: String::new(),
+                    shape: self.prog.params[*i].shape.clone(),
+                    span: Span::default(),
+                });
+                self.params.push(*i);
+                Op::Param(self.out.params.len() - 1)
+            }
+            Op::Input(_) => return self.input(id),
+            Op::For {
+                var,
+                start,
+                end,
+                body,
+                result,
+            } => {
+                let inner = self.block(body, false)?;
+                Op::For {
+                    var: *var,
+                    start: start.clone(),
+                    end: end.clone(),
+                    body: inner,
+                    result: self.operand(*result)?,
+                }
+            }
+            op => op.clone(),
+        };
+        let args = node
+            .args
+            .iter()
+            .map(|&a| self.operand(a))
+            .collect::<Option<Vec<_>>>()?;
+        Some(self.push(id, op, args, node.ty.clone()))
+    }
+
+    /// Appends a node standing for the whole program's `id`.
+    fn push(&mut self, id: ValueId, op: Op, args: Vec<ValueId>, ty: Type) -> ValueId {
+        self.out.nodes.push(Node {
+            op,
+            args,
+            ty,
+            span: Span::default(),
+        });
+        let v = self.out.nodes.len() - 1;
+        self.map.insert(id, v);
+        v
+    }
+}
+
+/// The whole program again, each piece replaced by its optimized program; `None` where a
+/// piece's output lost the layout the pieces after it were optimized for.
+fn splice<'p>(prog: &Program, pieces: &[Piece], optimized: impl Fn(usize) -> &'p Program) -> Option<Program> {
+    let mut out = Program {
+        dims: prog.dims.clone(),
+        params: prog.params.clone(),
+        inputs: prog.inputs.clone(),
+        asserts: prog.asserts.clone(),
+        ..Program::default()
+    };
+    // Params, then inputs, first: the node numbering every optimized program has.
+    for (i, p) in prog.params.iter().enumerate() {
+        let ty = TensorType::row_major(p.shape.clone(), DType::F32);
+        graft_leaf(&mut out, Op::Param(i), ty);
+    }
+    for (i, p) in prog.inputs.iter().enumerate() {
+        let ty = TensorType::row_major(p.shape.clone(), DType::F32);
+        graft_leaf(&mut out, Op::Input(i), ty);
+    }
+    let mut values: HashMap<ValueId, ValueId> = HashMap::new();
+    for (k, piece) in pieces.iter().enumerate() {
+        let o = optimized(k);
+        let mut local: Vec<Option<ValueId>> = vec![None; o.nodes.len()];
+        for (n, node) in o.nodes.iter().enumerate() {
+            local[n] = match node.op {
+                Op::Param(i) => Some(*piece.params.get(i)?),
+                Op::Input(i) => {
+                    let read = *piece.reads.get(i)?;
+                    match prog.node(read).op {
+                        Op::Input(j) => Some(prog.params.len() + j),
+                        _ => Some(*values.get(&read)?),
+                    }
+                }
+                _ => None,
+            };
+        }
+        let body = graft(&mut out, o, &o.body, &mut local)?;
+        out.body.extend(body);
+        for (decl, &whole) in o.outputs.iter().zip(&piece.writes) {
+            let (before, after) = (prog.tensor_type(whole), o.tensor_type(decl.value));
+            if before.shape != after.shape || before.strides != after.strides {
+                return None;
+            }
+            values.insert(whole, local[decl.value]?);
+        }
+    }
+    for o in &prog.outputs {
+        let value = *values.get(&o.value)?;
+        out.outputs.push(OutputDecl { value, ..o.clone() });
+    }
+    Some(out)
+}
+
+fn graft_leaf(out: &mut Program, op: Op, ty: TensorType) {
+    out.nodes.push(Node {
+        op,
+        args: Vec::new(),
+        ty: Type::Tensor(ty),
+        span: Span::default(),
+    });
+    out.body.push(out.nodes.len() - 1);
+}
+
+/// Copies the nodes of `body` (of the optimized piece `o`) into `out`, returning `out`'s
+/// list; `local` maps `o`'s values to `out`'s, its params and inputs already mapped.
+fn graft(out: &mut Program, o: &Program, body: &[ValueId], local: &mut [Option<ValueId>]) -> Option<Vec<ValueId>> {
+    let mut list = Vec::with_capacity(body.len());
+    for &id in body {
+        if local[id].is_some() {
+            continue;
+        }
+        let node = o.node(id);
+        let op = match &node.op {
+            Op::For {
+                var,
+                start,
+                end,
+                body,
+                result,
+            } => {
+                let inner = graft(out, o, body, local)?;
+                Op::For {
+                    var: *var,
+                    start: start.clone(),
+                    end: end.clone(),
+                    body: inner,
+                    result: local[*result]?,
+                }
+            }
+            op => op.clone(),
+        };
+        let args = node.args.iter().map(|&a| local[a]).collect::<Option<Vec<_>>>()?;
+        out.nodes.push(Node { op, args, ..node.clone() });
+        let v = out.nodes.len() - 1;
+        local[id] = Some(v);
+        list.push(v);
+    }
+    Some(list)
+}
+
+/// The pieces' figures as one program's: each distinct piece's work once, the cost of
+/// every piece the program runs.
+fn combine(distinct: &[(&Program, Optimized)], chosen: &[usize]) -> Stats {
+    let mut stats = Stats {
+        pieces: Some((chosen.len(), distinct.len())),
+        ..Stats::default()
+    };
+    let mut rules: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reasons: Vec<&str> = Vec::new();
+    for (k, (_, o)) in distinct.iter().enumerate() {
+        let s = &o.stats;
+        for (name, n) in &s.rules {
+            *rules.entry(name.clone()).or_default() += n;
+        }
+        if !reasons.contains(&s.stop_reason.as_str()) {
+            reasons.push(&s.stop_reason);
+        }
+        stats.iterations = stats.iterations.max(s.iterations);
+        stats.nodes += s.nodes;
+        stats.classes += s.classes;
+        stats.refused += s.refused;
+        stats.phases = stats.phases + s.phases;
+        if let (None, Some(why)) = (&stats.fallback, &s.fallback) {
+            let first = chosen.iter().position(|&c| c == k).unwrap_or(k);
+            stats.fallback = Some(format!("piece {first}: {why}"));
+        }
+    }
+    for &k in chosen {
+        stats.before = stats.before + distinct[k].1.stats.before;
+        stats.after = stats.after + distinct[k].1.stats.after;
+    }
+    stats.rules = rules.into_iter().collect();
+    stats.stop_reason = reasons.join(", ");
+    stats
+}
