@@ -28,12 +28,15 @@ pub fn optimize(prog: &Program, whole: impl Fn(&Program) -> Optimized) -> Option
         return None;
     }
     let pieces = cut(prog)?;
-    let mut distinct: Vec<(&Program, Optimized)> = Vec::new();
+    // Pieces are compared by their whole `Debug` text rather than `==`, under which a NaN
+    // literal (`gelu`'s guard) would differ from itself.
+    let mut distinct: Vec<(String, Optimized)> = Vec::new();
     let mut chosen = Vec::with_capacity(pieces.len());
     for piece in &pieces {
-        let found = distinct.iter().position(|(p, _)| **p == piece.program);
+        let text = format!("{:?}", piece.program);
+        let found = distinct.iter().position(|(t, _)| *t == text);
         let index = found.unwrap_or_else(|| {
-            distinct.push((&piece.program, whole(&piece.program)));
+            distinct.push((text, whole(&piece.program)));
             distinct.len() - 1
         });
         chosen.push(index);
@@ -72,11 +75,12 @@ fn cut(prog: &Program) -> Option<Vec<Piece>> {
     ranges.push(at..prog.body.len());
     ranges.retain(|r| !r.is_empty());
     let runtime = runtime_values(prog);
+    let live = live_values(prog);
     let mut pieces: Vec<Piece> = Vec::with_capacity(ranges.len());
     let mut owner: HashMap<ValueId, usize> = HashMap::new();
     for (k, range) in ranges.iter().enumerate() {
         let body = &prog.body[range.clone()];
-        pieces.push(Extract::new(prog, &runtime).run(body)?);
+        pieces.push(Extract::new(prog, &runtime, &live).run(body)?);
         owner.extend(defined(prog, body).into_iter().map(|id| (id, k)));
     }
     // What a later piece reads, and what the program outputs, is an output of the piece
@@ -137,10 +141,29 @@ fn runtime_values(prog: &Program) -> Vec<bool> {
     (0..prog.nodes.len()).map(|id| go(prog, id, &mut memo)).collect()
 }
 
+/// Whether each value is needed for an output. A dead node (a layer's index passed as an
+/// argument and never used) would make two layers differ where their programs agree.
+fn live_values(prog: &Program) -> Vec<bool> {
+    let mut live = vec![false; prog.nodes.len()];
+    let mut stack: Vec<ValueId> = prog.outputs.iter().map(|o| o.value).collect();
+    while let Some(id) = stack.pop() {
+        if std::mem::replace(&mut live[id], true) {
+            continue;
+        }
+        let node = prog.node(id);
+        stack.extend(&node.args);
+        if let Op::For { body, result, .. } = &node.op {
+            stack.extend(body.iter().chain([result]));
+        }
+    }
+    live
+}
+
 /// Builds one piece from a run of body nodes.
 struct Extract<'a> {
     prog: &'a Program,
     runtime: &'a [bool],
+    live: &'a [bool],
     out: Program,
     params: Vec<usize>,
     reads: Vec<ValueId>,
@@ -153,7 +176,7 @@ struct Extract<'a> {
 }
 
 impl<'a> Extract<'a> {
-    fn new(prog: &'a Program, runtime: &'a [bool]) -> Self {
+    fn new(prog: &'a Program, runtime: &'a [bool], live: &'a [bool]) -> Self {
         let out = Program {
             dims: prog.dims.clone(),
             asserts: prog.asserts.clone(),
@@ -162,6 +185,7 @@ impl<'a> Extract<'a> {
         Extract {
             prog,
             runtime,
+            live,
             out,
             params: Vec::new(),
             reads: Vec::new(),
@@ -183,11 +207,12 @@ impl<'a> Extract<'a> {
         })
     }
 
-    /// Copies a list of body nodes (a loop's body before the loop), returning the
-    /// piece's list; at top level, with what each node takes from outside before it.
+    /// Copies the live nodes of a list of body nodes (a loop's body before the loop),
+    /// returning the piece's list; at top level, with what each node takes from outside
+    /// before it.
     fn block(&mut self, body: &[ValueId], top: bool) -> Option<Vec<ValueId>> {
         let mut list = Vec::with_capacity(body.len());
-        for &id in body {
+        for &id in body.iter().filter(|&&id| self.live[id]) {
             let v = self.copy(id)?;
             if top {
                 list.append(&mut self.pending);
@@ -357,7 +382,12 @@ fn graft_leaf(out: &mut Program, op: Op, ty: TensorType) {
 
 /// Copies the nodes of `body` (of the optimized piece `o`) into `out`, returning `out`'s
 /// list; `local` maps `o`'s values to `out`'s, its params and inputs already mapped.
-fn graft(out: &mut Program, o: &Program, body: &[ValueId], local: &mut [Option<ValueId>]) -> Option<Vec<ValueId>> {
+fn graft(
+    out: &mut Program,
+    o: &Program,
+    body: &[ValueId],
+    local: &mut [Option<ValueId>],
+) -> Option<Vec<ValueId>> {
     let mut list = Vec::with_capacity(body.len());
     for &id in body {
         if local[id].is_some() {
@@ -384,7 +414,11 @@ fn graft(out: &mut Program, o: &Program, body: &[ValueId], local: &mut [Option<V
             op => op.clone(),
         };
         let args = node.args.iter().map(|&a| local[a]).collect::<Option<Vec<_>>>()?;
-        out.nodes.push(Node { op, args, ..node.clone() });
+        out.nodes.push(Node {
+            op,
+            args,
+            ..node.clone()
+        });
         let v = out.nodes.len() - 1;
         local[id] = Some(v);
         list.push(v);
@@ -394,7 +428,7 @@ fn graft(out: &mut Program, o: &Program, body: &[ValueId], local: &mut [Option<V
 
 /// The pieces' figures as one program's: each distinct piece's work once, the cost of
 /// every piece the program runs.
-fn combine(distinct: &[(&Program, Optimized)], chosen: &[usize]) -> Stats {
+fn combine(distinct: &[(String, Optimized)], chosen: &[usize]) -> Stats {
     let mut stats = Stats {
         pieces: Some((chosen.len(), distinct.len())),
         ..Stats::default()
@@ -406,7 +440,7 @@ fn combine(distinct: &[(&Program, Optimized)], chosen: &[usize]) -> Stats {
         for (name, n) in &s.rules {
             *rules.entry(name.clone()).or_default() += n;
         }
-        if !reasons.contains(&s.stop_reason.as_str()) {
+        if !s.stop_reason.is_empty() && !reasons.contains(&s.stop_reason.as_str()) {
             reasons.push(&s.stop_reason);
         }
         stats.iterations = stats.iterations.max(s.iterations);
@@ -426,4 +460,99 @@ fn combine(distinct: &[(&Program, Optimized)], chosen: &[usize]) -> Stats {
     stats.rules = rules.into_iter().collect();
     stats.stop_reason = reasons.join(", ");
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::{bind, interpret, RunOptions};
+
+    /// Three post-norm encoder layers, each with its own weights, between a prelude and a
+    /// pooling epilogue.
+    const MODEL: &str = r#"
+dim B = 2, N = 5, D = 16, H = 2, F = 32, L = 3
+dim Dh = D / H
+input x: [B, N, D]
+input mask: [B, N]
+
+fn layer(h: [B, N, D], m: [B, 1, 1, N], l) -> [B, N, D] {
+    param wq: [D, D] = "layer.{l}.q.weight"
+    param wk: [D, D] = "layer.{l}.k.weight"
+    param wv: [D, D] = "layer.{l}.v.weight"
+    param w1: [F, D] = "layer.{l}.ffn.1.weight"
+    param w2: [D, F] = "layer.{l}.ffn.2.weight"
+    let q = linear(h, wq).view(B, N, H, Dh).transpose(1, 2)
+    let k = linear(h, wk).view(B, N, H, Dh).transpose(1, 2)
+    let v = linear(h, wv).view(B, N, H, Dh).transpose(1, 2)
+    let p = softmax(q @ k.transpose(-1, -2) / sqrt(Dh) + m, dim=-1)
+    let a = layer_norm((p @ v).transpose(1, 2).contiguous().view(B, N, D) + h, [D])
+    layer_norm(linear(gelu(linear(a, w1)), w2) + a, [D])
+}
+
+let m = (1.0 - mask[:, None, None, :]) * -10000.0
+let hidden = layer_norm(x, [D])
+for l in 0..L {
+    hidden = layer(hidden, m, l)
+}
+output pooled = hidden.sum(1)
+"#;
+
+    fn model() -> crate::ir::Program {
+        let checked = crate::driver::check_source(MODEL, &[]).unwrap();
+        assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+        checked.program
+    }
+
+    #[test]
+    fn the_checker_records_each_layer_of_a_loop_at_top_level() {
+        let prog = model();
+        assert_eq!(prog.layers.len(), 3);
+        let sizes: Vec<usize> = prog.layers.iter().map(|r| r.len()).collect();
+        assert!(sizes.iter().all(|&n| n > 0 && n == sizes[0]), "{sizes:?}");
+        assert!(prog.layers.windows(2).all(|w| w[0].end <= w[1].start));
+    }
+
+    #[test]
+    fn identical_layers_are_optimized_once_into_as_good_a_plan() {
+        let prog = model();
+        let layered = super::super::optimize(&prog);
+        let whole = super::super::optimize_whole(&prog);
+        let (s, w) = (&layered.stats, &whole.stats);
+        assert_eq!(s.pieces, Some((5, 3)), "prelude, three layers, epilogue");
+        assert_eq!(s.fallback, None);
+        assert!(
+            s.after.kernels <= w.after.kernels,
+            "{} > {}",
+            s.after.kernels,
+            w.after.kernels
+        );
+        assert!(
+            s.after.flops <= w.after.flops,
+            "{} > {}",
+            s.after.flops,
+            w.after.flops
+        );
+        assert!(s.after.kernels < s.before.kernels);
+        // Params keep their numbering; the layered program computes what the source does.
+        assert_eq!(layered.program.params, prog.params);
+        let bound = bind(&prog, &RunOptions::default()).unwrap();
+        let want = interpret(&prog, &bound).unwrap();
+        let got = interpret(&layered.program, &bound).unwrap();
+        assert_eq!(got.len(), 1);
+        let (a, b) = (&got[0].1, &want[0].1);
+        assert_eq!(a.shape, b.shape);
+        for (x, y) in a.data.iter().zip(&b.data) {
+            assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{x} against {y}");
+        }
+    }
+
+    #[test]
+    fn a_program_without_layers_is_optimized_as_one_term() {
+        let src = MODEL.replace(
+            "dim B = 2, N = 5, D = 16, H = 2, F = 32, L = 3",
+            "dim B = 2, N = 5, D = 16, H = 2, F = 32, L = 1",
+        );
+        let prog = crate::driver::check_source(&src, &[]).unwrap().program;
+        assert_eq!(prog.layers.len(), 1);
+        assert_eq!(crate::opt::optimize(&prog).stats.pieces, None);
+    }
 }
