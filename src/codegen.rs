@@ -33,6 +33,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, FuncId, Linkage, Module, ModuleReloc};
 use emit::Emit;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -169,19 +170,19 @@ impl Jit {
     }
 
     /// The distinct kernels of `plan`: for each kernel (prologue first), the index of its
-    /// code in the list.
+    /// code in the list. Kernels are compared by their `Debug` text, not `==`: under `==`
+    /// a NaN constant (`gelu`'s guard in a GEMM's epilogue) differs from itself, and every
+    /// layer of a model would get a function of its own.
     fn distinct(plan: &Plan) -> (Vec<KernelOp>, Vec<usize>) {
         let mut keys: Vec<KernelOp> = Vec::new();
+        let mut texts: HashMap<String, usize> = HashMap::new();
         let mut which = Vec::new();
         for k in plan.prologue.iter().chain(&plan.kernels) {
             let key = k.op.code_key();
-            let i = match keys.iter().position(|x| *x == key) {
-                Some(i) => i,
-                None => {
-                    keys.push(key);
-                    keys.len() - 1
-                }
-            };
+            let i = *texts.entry(format!("{key:?}")).or_insert_with(|| {
+                keys.push(key);
+                keys.len() - 1
+            });
             which.push(i);
         }
         (keys, which)

@@ -545,14 +545,31 @@ output pooled = hidden.sum(1)
         }
     }
 
+    fn with_layers(n: usize) -> crate::ir::Program {
+        let src = MODEL.replace("L = 3", &format!("L = {n}"));
+        crate::driver::check_source(&src, &[]).unwrap().program
+    }
+
     #[test]
     fn a_program_without_layers_is_optimized_as_one_term() {
-        let src = MODEL.replace(
-            "dim B = 2, N = 5, D = 16, H = 2, F = 32, L = 3",
-            "dim B = 2, N = 5, D = 16, H = 2, F = 32, L = 1",
-        );
-        let prog = crate::driver::check_source(&src, &[]).unwrap().program;
+        let prog = with_layers(1);
         assert_eq!(prog.layers.len(), 1);
         assert_eq!(crate::opt::optimize(&prog).stats.pieces, None);
+    }
+
+    #[test]
+    fn middle_layers_share_their_compiled_functions() {
+        let functions = |n: usize| {
+            let prog = with_layers(n);
+            let dims = crate::runtime::bind_dims(&prog).unwrap();
+            let optimized = crate::opt::optimize(&prog).program;
+            let exe = crate::runtime::jit::Executable::compile(&optimized, &dims).unwrap();
+            (exe.plan().kernels.len(), exe.functions())
+        };
+        // The first and last layers may differ from the others where the plan fuses
+        // across a cut; every layer between them shares their functions.
+        let (three, six) = (functions(3), functions(6));
+        assert!(six.0 > three.0, "{six:?} against {three:?}");
+        assert_eq!(six.1, three.1, "kernels and functions: {six:?} against {three:?}");
     }
 }
