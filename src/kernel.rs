@@ -50,8 +50,11 @@ pub enum BufferKind {
     Temp { offset: usize, live: (usize, usize) },
     /// A value computed from params alone (a weight in the layout a GEMM prefers, a
     /// concatenation of weights): written by the prologue, once per set of weights, at
-    /// `offset` elements into the prepared memory; read only by the main kernels.
-    Derived { offset: usize },
+    /// `offset` elements into the prepared memory. Live from prologue kernel `live.0` to
+    /// `live.1`: a step the prologue alone reads ends at its last reader, and its memory
+    /// may be another's after that; one the main kernels read ends at `usize::MAX`, and
+    /// only these may the main kernels read.
+    Derived { offset: usize, live: (usize, usize) },
 }
 
 /// A float32 buffer of `len` elements.

@@ -844,7 +844,7 @@ fn touches_outside(plan: &Plan) -> bool {
         });
     let outside_region = plan.buffers.iter().any(|b| match b.kind {
         BufferKind::Temp { offset, .. } => offset as u128 + b.len as u128 > plan.arena_len as u128,
-        BufferKind::Derived { offset } => offset as u128 + b.len as u128 > plan.derived_len as u128,
+        BufferKind::Derived { offset, .. } => offset as u128 + b.len as u128 > plan.derived_len as u128,
         _ => false,
     });
     outside_buffer || outside_region

@@ -18,7 +18,15 @@ pub fn buffers(plan: &Plan, out: &mut String) {
                     live.1
                 )
             }
-            BufferKind::Derived { offset } => format!("derived prepared +{} bytes", offset * 4),
+            BufferKind::Derived { offset, live } if live.1 == usize::MAX => {
+                format!("derived prepared +{} bytes", offset * 4)
+            }
+            BufferKind::Derived { offset, live } => format!(
+                "derived prepared +{} bytes, live p{}..p{} (a step of the prologue)",
+                offset * 4,
+                live.0,
+                live.1
+            ),
         };
         let _ = writeln!(out, "  b{i:<3} {:>10} bytes  {what}", b.len * 4);
     }

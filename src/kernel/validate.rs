@@ -13,7 +13,8 @@
 //!    loads the code generator marks `readonly` and `can_move` really see memory that does
 //!    not change while the kernel runs, whichever task writes first.
 //! 4. **No aliasing.** Params and inputs are never written; derived buffers are written by
-//!    the prologue only and never overlap; temporaries live at the same time never overlap
+//!    the prologue only, the main kernels read only those kept for them, and derived
+//!    buffers live at the same time never overlap; temporaries live at the same time never overlap
 //!    in the arena; each output has one buffer.
 //!
 //! All arithmetic saturates: a reach past `usize::MAX` is out of every buffer, never a
@@ -53,6 +54,13 @@ impl Operand {
     }
 }
 
+/// Where a kernel runs: its place in the prologue or among the main kernels.
+#[derive(Clone, Copy)]
+enum At {
+    Prologue(usize),
+    Main(usize),
+}
+
 fn err(what: String) -> Result<(), PlanError> {
     Err(PlanError(what))
 }
@@ -66,12 +74,12 @@ impl Plan {
             .prologue
             .iter()
             .enumerate()
-            .map(|(i, k)| (format!("p{i}"), None, k));
+            .map(|(i, k)| (format!("p{i}"), At::Prologue(i), k));
         let main = self
             .kernels
             .iter()
             .enumerate()
-            .map(|(i, k)| (format!("k{i}"), Some(i), k));
+            .map(|(i, k)| (format!("k{i}"), At::Main(i), k));
         for (name, index, kernel) in prologue.chain(main) {
             self.kernel(&name, index, &kernel.op)?;
         }
@@ -79,9 +87,8 @@ impl Plan {
         self.regions_disjoint()
     }
 
-    /// Bounds, disjoint writes and no read of a write for one kernel; `index` is its place
-    /// among the main kernels (`None` in the prologue).
-    fn kernel(&self, k: &str, index: Option<usize>, op: &KernelOp) -> Result<(), PlanError> {
+    /// Bounds, disjoint writes and no read of a write for one kernel, at place `index`.
+    fn kernel(&self, k: &str, index: At, op: &KernelOp) -> Result<(), PlanError> {
         let operands = op.operands();
         if operands.iter().filter(|o| o.2).count() != 1 {
             return err(format!("{k} does not write exactly one operand"));
@@ -103,11 +110,11 @@ impl Plan {
             }
             let allowed = match (index, &buf.kind, *written) {
                 (_, BufferKind::Param(_), false) => true,
-                (Some(_), BufferKind::Input(_), false) => true,
-                (Some(i), BufferKind::Temp { live, .. }, _) => live.0 <= i && i <= live.1,
-                (Some(_), BufferKind::Output(_), _) => true,
-                (Some(_), BufferKind::Derived { .. }, false) => true,
-                (None, BufferKind::Derived { .. }, _) => true,
+                (At::Main(_), BufferKind::Input(_), false) => true,
+                (At::Main(i), BufferKind::Temp { live, .. }, _) => live.0 <= i && i <= live.1,
+                (At::Main(_), BufferKind::Output(_), _) => true,
+                (At::Main(_), BufferKind::Derived { live, .. }, false) => live.1 == usize::MAX,
+                (At::Prologue(i), BufferKind::Derived { live, .. }, _) => live.0 <= i && i <= live.1,
                 _ => false,
             };
             if !allowed {
@@ -167,7 +174,7 @@ impl Plan {
         for b in &self.buffers {
             match b.kind {
                 BufferKind::Temp { offset, live } => temps.push((offset, b.len, live)),
-                BufferKind::Derived { offset } => derived.push((offset, b.len)),
+                BufferKind::Derived { offset, live } => derived.push((offset, b.len, live)),
                 _ => {}
             }
         }
@@ -183,13 +190,15 @@ impl Plan {
                 }
             }
         }
-        for (i, &(o1, l1)) in derived.iter().enumerate() {
+        for (i, &(o1, l1, (s1, e1))) in derived.iter().enumerate() {
             if o1.saturating_add(l1) > self.derived_len {
                 return err("a derived buffer ends past the prepared memory".into());
             }
-            for &(o2, l2) in &derived[i + 1..] {
-                if o1 < o2.saturating_add(l2) && o2 < o1.saturating_add(l1) && l1 > 0 && l2 > 0 {
-                    return err("two derived buffers overlap".into());
+            for &(o2, l2, (s2, e2)) in &derived[i + 1..] {
+                let space = o1 < o2.saturating_add(l2) && o2 < o1.saturating_add(l1);
+                let time = s1 <= e2 && s2 <= e1;
+                if space && time && l1 > 0 && l2 > 0 {
+                    return err("two live derived buffers overlap".into());
                 }
             }
         }
@@ -269,13 +278,25 @@ mod tests {
     fn the_prologue_is_held_to_the_same_proof() {
         let mut p = copy_plan();
         p.buffers[0].kind = BufferKind::Param(0);
-        p.buffers[1].kind = BufferKind::Derived { offset: 0 };
+        p.buffers[1].kind = BufferKind::Derived {
+            offset: 0,
+            live: (0, usize::MAX),
+        };
         p.derived_len = 4;
         p.prologue = std::mem::take(&mut p.kernels);
         p.validate().unwrap();
         let mut late = p.clone();
-        late.buffers[1].kind = BufferKind::Derived { offset: 1 };
+        late.buffers[1].kind = BufferKind::Derived {
+            offset: 1,
+            live: (0, usize::MAX),
+        };
         rejected(&late, "a derived buffer ends past the prepared memory");
+        let mut early = p.clone();
+        early.buffers[1].kind = BufferKind::Derived {
+            offset: 0,
+            live: (1, usize::MAX),
+        };
+        rejected(&early, "p0 writes b1");
         let mut out = p.clone();
         out.buffers[1].kind = BufferKind::Output(0);
         rejected(&out, "p0 writes b1");

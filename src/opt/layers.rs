@@ -572,4 +572,34 @@ output pooled = hidden.sum(1)
         assert!(six.0 > three.0, "{six:?} against {three:?}");
         assert_eq!(six.1, three.1, "kernels and functions: {six:?} against {three:?}");
     }
+
+    #[test]
+    fn memory_is_planned_across_layers() {
+        let plan = |n: usize| {
+            let prog = with_layers(n);
+            let dims = crate::runtime::bind_dims(&prog).unwrap();
+            let optimized = crate::opt::optimize(&prog).program;
+            crate::runtime::jit::plan(&optimized, &dims, u64::MAX).unwrap()
+        };
+        let (three, six) = (plan(3), plan(6));
+        // The activations of one layer reuse the memory of the last: more layers, the same
+        // arena.
+        assert_eq!(six.arena_len, three.arena_len);
+        // The prepared memory holds what the kernels read, each layer's once; the steps
+        // towards it (the scaled weight before it is merged) reuse one another's memory.
+        let kept = |p: &crate::kernel::Plan| -> usize {
+            let derived = p.buffers.iter().filter_map(|b| match b.kind {
+                crate::kernel::BufferKind::Derived { live, .. } => Some((b.len, live.1)),
+                _ => None,
+            });
+            derived.filter(|d| d.1 == usize::MAX).map(|d| d.0).sum()
+        };
+        let steps = six.derived_len - kept(&six);
+        assert!(kept(&six) > kept(&three));
+        assert_eq!(
+            steps,
+            three.derived_len - kept(&three),
+            "steps need the memory of one layer's"
+        );
+    }
 }

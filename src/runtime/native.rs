@@ -274,7 +274,7 @@ pub fn execute(
             // pointer stays inside the arena.
             BufferKind::Temp { offset, .. } => Some((unsafe { arena_ptr.add(offset) }, b.len)),
             // SAFETY: `offset + len <= derived_len <= derived.len()` (validated).
-            BufferKind::Derived { offset } => Some((unsafe { derived_ptr.add(offset) }, b.len)),
+            BufferKind::Derived { offset, .. } => Some((unsafe { derived_ptr.add(offset) }, b.len)),
         }
         .ok_or_else(|| format!("no memory for buffer `{}`", b.name))?;
         if len != b.len {
