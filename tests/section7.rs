@@ -129,3 +129,14 @@ fn std_of_values_near_the_float_limit_does_not_overflow() {
          output std = large_x.std(0)\noutput std_all = large_x[:, : 1].std()\n",
     );
 }
+
+#[test]
+fn long_of_floats_truncates_toward_zero() {
+    matches_pytorch(
+        "long",
+        "input long_x: [2, 6]\n\
+         output l = long_x.long()\n\
+         output half = (long_x * 0.5).long()\n\
+         output div = long_x.long() / 2\n",
+    );
+}

@@ -10,7 +10,7 @@ use super::rules::given;
 use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::{Code, Diagnostic};
-use crate::ir::{BinaryOp, CmpOp, DType, Op, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Op, UnaryOp, ValueId};
 use crate::source::Span;
 
 /// The names a model's code puts before an op (`torch.matmul`, `F.softmax`,
@@ -99,9 +99,8 @@ impl Checker {
         None
     }
 
-    /// `x` converted to `dtype`: itself when it has it; `x != 0` to bool; `x * 1` retyped
-    /// between the exact integers and float32. float32 to int64 truncates in PyTorch,
-    /// which neither backend computes yet: E0208.
+    /// `x` converted to `dtype`: itself when it has it; `x != 0` to bool; float32 to int64
+    /// the primitive `long` (toward zero, as PyTorch); `x * 1` retyped otherwise.
     fn cast(&mut self, x: ValueId, dtype: DType, span: Span) -> Option<Value> {
         let from = self.ty(x).dtype;
         if from == dtype {
@@ -112,12 +111,7 @@ impl Checker {
                 let zero = self.literal_id(0.0, span);
                 self.elementwise(Op::Compare(CmpOp::Ne), DType::Bool, x, zero, span)?
             }
-            (DType::F32, DType::I64) => {
-                let d = Diagnostic::error(Code::E0208, span, "float32 to int64 is not supported yet")
-                    .with_hint("declare the input `int64` where its values are integers");
-                self.report(d);
-                return None;
-            }
+            (DType::F32, DType::I64) => self.unary_id(UnaryOp::Long, x, span),
             _ => {
                 let one = self.literal_id(1.0, span);
                 self.elementwise(Op::Binary(BinaryOp::Mul), dtype, x, one, span)?

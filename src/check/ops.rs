@@ -382,7 +382,8 @@ impl Checker {
             self.report(d);
             return Value::Error;
         }
-        let keeps_int = matches!(op, UnaryOp::Neg | UnaryOp::Abs) && self.ty(x).dtype == DType::I64;
+        let keeps_int = (matches!(op, UnaryOp::Neg | UnaryOp::Abs) && self.ty(x).dtype == DType::I64)
+            || op == UnaryOp::Long;
         let dtype = match (op.is_logical(), keeps_int) {
             (true, _) => DType::Bool,
             (false, true) => DType::I64,

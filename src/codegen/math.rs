@@ -7,6 +7,7 @@
 use super::emit::Emit;
 use crate::ir::CmpOp;
 use crate::kernel::{BinaryOp, Expr, UnaryOp};
+use crate::ops::prim::LONG_LIMIT;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::types::{F32X4, I32, I32X4};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
@@ -147,6 +148,16 @@ pub fn unary(e: &mut Emit, op: UnaryOp, x: Value) -> Value {
         UnaryOp::Erf => on_vector(e, x, erf4),
         UnaryOp::Sin => per_lane(e, Call::Sin, &[x]),
         UnaryOp::Cos => per_lane(e, Call::Cos, &[x]),
+        UnaryOp::Long => {
+            let toward_zero = e.b.ins().trunc(x);
+            let zero = e.splat(0.0, w);
+            let unsigned = e.b.ins().fadd(toward_zero, zero);
+            let size = e.b.ins().fabs(x);
+            let limit = e.splat(LONG_LIMIT, w);
+            let fits = e.cmp(FloatCC::LessThan, size, limit);
+            let min = e.splat(-LONG_LIMIT, w);
+            e.pick(fits, unsigned, min)
+        }
     }
 }
 

@@ -60,6 +60,9 @@ macro_rules! primitives {
     };
 }
 
+/// 2^63: the first float32 beyond int64.
+pub const LONG_LIMIT: f32 = 9_223_372_036_854_775_808.0;
+
 primitives! {
     /// Elementwise ops of one float operand.
     pub enum UnaryOp (x) {
@@ -80,6 +83,10 @@ primitives! {
         Cos "cos" => x.cos(),
         /// `~` on a boolean (stored as 0.0/1.0): 1.0 where `x` is 0, else 0.0.
         Not "not" => f32::from(u8::from(x == 0.0)),
+        /// float32 to int64 (`.long()`) as PyTorch converts on the CPU: toward zero, and
+        /// NaN, the infinities and values beyond int64 to its minimum, -2^63. An integer
+        /// has no sign of zero: `-0.5` gives `+0`.
+        Long "long" => if x.abs() < LONG_LIMIT { x.trunc() + 0.0 } else { -LONG_LIMIT },
     }
 }
 

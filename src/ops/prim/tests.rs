@@ -20,6 +20,23 @@ fn check_unary(op: UnaryOp, cases: &[(f32, f32)]) {
 #[test]
 fn unary_edges_match_pytorch() {
     use UnaryOp::*;
+    // torch.tensor([nan, inf, -inf, 1e20, -1e20, 2.7, -2.7, -0.5, 16777217.0, 9.2e18]).long()
+    let min = -9_223_372_036_854_775_808.0;
+    check_unary(
+        Long,
+        &[
+            (NAN, min),
+            (INF, min),
+            (-INF, min),
+            (1e20, min),
+            (-1e20, min),
+            (2.7, 2.0),
+            (-2.7, -2.0),
+            (-0.5, 0.0),
+            (16_777_217.0, 16_777_216.0),
+            (9.2e18, 9.2e18),
+        ],
+    );
     check_unary(Abs, &[(NAN, NAN), (-INF, INF), (-0.0, 0.0), (-104.0, 104.0)]);
     check_unary(
         Sqrt,
