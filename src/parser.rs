@@ -150,9 +150,19 @@ impl Parser<'_> {
                 self.error(d);
                 None
             }
-            _ => Some(self.expect_expr())
-                .filter(|e| e.kind != ExprKind::Error)
-                .map(Item::Expr),
+            _ => {
+                let e = Some(self.expect_expr()).filter(|e| e.kind != ExprKind::Error)?;
+                match &e.kind {
+                    ExprKind::Name(n) if self.at(Comma) => {
+                        let first = ast::Ident {
+                            name: n.clone(),
+                            span: e.span,
+                        };
+                        self.parse_unpacking(first).map(Item::Let)
+                    }
+                    _ => Some(Item::Expr(e)),
+                }
+            }
         }
     }
 
@@ -274,6 +284,26 @@ impl Parser<'_> {
         })
     }
 
+    /// `b, n, d = x.shape` after its first name: Python's unpacking, a `let` of a tuple
+    /// pattern.
+    fn parse_unpacking(&mut self, first: ast::Ident) -> Option<ast::Let> {
+        let start = first.span;
+        let mut names = vec![first];
+        while self.maybe_one(Comma).is_some() {
+            names.push(self.expect_name()?);
+        }
+        let end = names.last().map_or(start, |n| n.span);
+        self.expect_one(Equal)?;
+        let value = self.expect_expr();
+        let span = start.to(value.span);
+        Some(ast::Let {
+            pattern: Pattern::Tuple(names, start.to(end)),
+            ty: None,
+            value,
+            span,
+        })
+    }
+
     /// pattern = name | "(" name { "," name } [ "," ] ")"
     fn expect_pattern(&mut self) -> Option<Pattern> {
         let Some(open) = self.maybe_one(LeftParen) else {
@@ -376,7 +406,8 @@ impl Parser<'_> {
         })
     }
 
-    /// statement = let | assert | param | name "=" expr | expr
+    /// statement = let | assert | param | name "=" expr | name "," name { "," name } "=" expr
+    ///           | expr
     fn parse_statement(&mut self) -> Option<Stmt> {
         match self.peek() {
             Let => self.parse_let().map(Stmt::Let),
@@ -399,6 +430,13 @@ impl Parser<'_> {
                         let value = self.expect_expr();
                         let span = e.span.to(value.span);
                         Some(Stmt::Assign(ast::Assign { name, value, span }))
+                    }
+                    (ExprKind::Name(n), false) if self.at(Comma) => {
+                        let first = ast::Ident {
+                            name: n.clone(),
+                            span: e.span,
+                        };
+                        self.parse_unpacking(first).map(Stmt::Let)
                     }
                     _ => Some(Stmt::Expr(e)),
                 }

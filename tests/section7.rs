@@ -140,3 +140,16 @@ fn long_of_floats_truncates_toward_zero() {
          output div = long_x.long() / 2\n",
     );
 }
+
+#[test]
+fn a_shape_unpacks_into_dims() {
+    matches_pytorch(
+        "unpack",
+        "dim B, N, D\ninput unpack_x: [B, N, D]\n\
+         b, n, d = unpack_x.shape\n\
+         h, w = unpack_x[0].size()\n\
+         output v = unpack_x.view(b * n, d)\n\
+         output s = unpack_x.sum(-1) / d\n\
+         output t = unpack_x.view(b, h * w)\n",
+    );
+}

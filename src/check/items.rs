@@ -326,6 +326,11 @@ impl Checker {
     }
 
     fn let_stmt(&mut self, l: &ast::Let) {
+        if let (ast::Pattern::Tuple(names, span), None) = (&l.pattern, &l.ty) {
+            if let Some(x) = whole_shape(&l.value) {
+                return self.unpack_shape(names, *span, x);
+            }
+        }
         if let (ast::Pattern::Name(n), None) = (&l.pattern, &l.ty) {
             if self.is_dim_only(&l.value) {
                 let entry = match self.dim_expr(&l.value) {
@@ -364,6 +369,38 @@ impl Checker {
                     self.bind_top(n, BindingKind::Let, v);
                 }
             }
+        }
+    }
+
+    /// `b, n, d = x.shape` (or `x.size()`): each name the dim of its axis, as PyTorch's
+    /// `torch.Size` unpacks; E0208 when the counts differ, with Python's message.
+    fn unpack_shape(&mut self, names: &[ast::Ident], span: Span, x: &Expr) {
+        let shape = self
+            .tensor_arg(x, "the owner of `.shape`")
+            .map(|t| self.ty(t).shape.clone());
+        let dims = match shape {
+            Some(shape) if shape.len() == names.len() => shape.into_iter().map(Some).collect(),
+            Some(shape) => {
+                let (n, m) = (names.len(), shape.len());
+                let what = if n < m { "too many" } else { "not enough" };
+                let msg = format!("{what} values to unpack (expected {n}, got {m})");
+                let d = Diagnostic::error(Code::E0208, span, msg)
+                    .with_hint(format!("name one dim for each of the {m} axes"));
+                self.report(d);
+                vec![None; n]
+            }
+            None => vec![None; names.len()],
+        };
+        for (n, p) in names.iter().zip(dims) {
+            let entry = match p {
+                Some(p) => {
+                    self.note_dim(n.span, &p);
+                    self.list_dim_let(n, &p, x.span);
+                    Entry::Dim(p)
+                }
+                None => Entry::Value(Value::Error),
+            };
+            self.bind(&n.name, entry);
         }
     }
 
@@ -722,4 +759,18 @@ fn cmp_op(op: BinOp) -> Option<CmpOp> {
         BinOp::Ge => CmpOp::Ge,
         _ => return None,
     })
+}
+
+/// The tensor whose whole shape `e` is: `x.shape` or `x.size()`.
+fn whole_shape(e: &Expr) -> Option<&Expr> {
+    match &e.kind {
+        ExprKind::Attribute { receiver, name } if name.name == "shape" => Some(receiver),
+        ExprKind::Method {
+            receiver,
+            method,
+            args,
+            kwargs,
+        } if method.name == "size" && args.is_empty() && kwargs.is_empty() => Some(receiver),
+        _ => None,
+    }
 }
