@@ -451,8 +451,9 @@ const OPS: &[(&str, OpGen)] = &[
     ("dim_number", |g| {
         // `//` and `%` of dims are numbers; `D + 1` and `N - 1` are sizes.
         let a = g.any()?;
-        let e = match g.rng.below(2) {
-            0 => format!("{} / ((2 * D) // 2) + N % 2", a.name),
+        let e = match g.rng.below(3) {
+            0 => format!("{} / ((2 * D) // 2 + N % 2)", a.name),
+            1 => format!("{} / (B + N)", a.name),
             _ => format!("{} * (N - 1) + (D + 1)", a.name),
         };
         Some((e, a.shape, a.contiguous))
@@ -738,6 +739,12 @@ const REGRESSIONS: &[(&str, [i64; 3])] = &[
     (
         "let v0 = s.transpose(-2, -1)\noutput a = (v0[:, 1 :] @ s[1 :]).softmax(-1)\n",
         [1, 2, 1],
+    ),
+    // A scalar computed from dims after attention: lowered natively from the typed program,
+    // it was "used before it is lowered".
+    (
+        "output a = ((y @ y.transpose(-2, -1) * 0.5).softmax(-1) @ y) / (B + N)\n",
+        [2, 3, 4],
     ),
 ];
 
