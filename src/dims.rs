@@ -615,15 +615,17 @@ impl DimTable {
         self.provably_nonneg(&p.sub(&Poly::int(1)))
     }
 
-    /// `p` as an integer where it is a fraction or a sum of constant dims that their values
-    /// make an integer (the `-1` of `x.view(-1, B * N * 12)` on `[B, N, D]`, `D = 12`, is
-    /// `D / 12`, that is 1; the slice `H * 3 : 10` with `H = 3` has size 1); else `p`, so
-    /// that `D` and `Dk` still print as themselves.
+    /// `p` as the integer 0 or 1 where it is a fraction or a sum of constant dims that
+    /// their values make 0 or 1 (the `-1` of `x.view(-1, B * N * 12)` on `[B, N, D]`,
+    /// `D = 12`, is `D / 12`, that is 1; the slice `H * 3 : 10` with `H = 3` has size 1),
+    /// since those sizes broadcast or are empty; else `p`, so that a size computed in the
+    /// program keeps the names it was computed from (`arange(0, Dh, 2)` has `Dh / 2`
+    /// elements, not 64) and `D` and `Dk` still print as themselves.
     pub fn simplify(&self, p: &Poly) -> Poly {
         let fraction = p.terms().any(|(_, c)| c.as_int().is_none());
         let sum = p.terms().count() > 1;
         match self.with_consts(p).as_int() {
-            Some(n) if fraction || sum => Poly::int(n),
+            Some(n @ (0 | 1)) if fraction || sum => Poly::int(n),
             _ => p.clone(),
         }
     }

@@ -296,6 +296,11 @@ fn fractions_and_sums_of_constants_simplify_and_declared_dims_stay() {
         t.simplify(&Poly::int(10).sub(&h.mul(&Poly::int(3)))),
         Poly::int(1)
     );
+    assert_eq!(t.simplify(&h.mul(&Poly::int(3)).sub(&Poly::int(9))), Poly::int(0));
+    let half = t.div(&d, &Poly::int(2)).unwrap();
+    assert_eq!(t.simplify(&half), half, "D / 2 keeps its name, though it is 6");
+    let rest = d.sub(&Poly::int(4));
+    assert_eq!(t.simplify(&rest), rest, "D - 4 keeps its name");
 }
 
 #[test]
