@@ -483,19 +483,21 @@ pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layo
     }
 }
 
-/// `stack` of items of type `item` along axis `d` of the result `shape`, as ATen builds it:
-/// `cat` of the items along `d`, then a view that splits that axis; or, where `d` is the
-/// new last axis, `cat` of the items unsqueezed there. So stacking items of rank 3 gives a
-/// row-major 4-d result unless `d` is the last axis.
-pub fn stacked(dims: &DimTable, item: &TensorType, d: usize, shape: &[Poly]) -> Layout {
-    if d < item.rank() {
-        let mut cat_shape = item.shape.clone();
+/// `stack` of `items` along axis `d` of the result `shape`, as ATen builds it: `cat` of the
+/// items along `d`, then a view that splits that axis; or, where `d` is the new last axis,
+/// `cat` of the items unsqueezed there. So stacking items of rank 3 gives a row-major 4-d
+/// result unless `d` is the last axis.
+pub fn stacked(dims: &DimTable, items: &[&TensorType], d: usize, shape: &[Poly]) -> Layout {
+    let first = items[0];
+    if d < first.rank() {
+        let mut cat_shape = first.shape.clone();
         cat_shape[d] = shape[d].mul(&shape[d + 1]);
-        let cat = joined(dims, &[item], &cat_shape).with(cat_shape, item.dtype);
+        let cat = joined(dims, items, &cat_shape).with(cat_shape, first.dtype);
         // Splitting an axis is always a view.
         return view(dims, &cat, shape).unwrap_or_else(|| Layout::any(row_major_strides(shape)));
     }
-    joined(dims, &[&unsqueezed(dims, item, d)], shape)
+    let unsqueezed: Vec<TensorType> = items.iter().map(|t| unsqueezed(dims, t, d)).collect();
+    joined(dims, &unsqueezed.iter().collect::<Vec<_>>(), shape)
 }
 
 /// `x.unsqueeze(d)`: a new axis of size 1 at `d`, with the stride PyTorch gives it (the
