@@ -385,7 +385,7 @@ const OPS: &[(&str, OpGen)] = &[
         let b = g.pick(|b| b.shape == a.shape)?;
         let last = a.shape.last()?;
         let e = format!("cat([{}, -{}], dim=-1)", a.name, b.name);
-        Some((e, with_last(&a.shape, format!("2 * {last}")), true))
+        Some((e, with_last(&a.shape, product(&["2".into(), last.clone()])), true))
     }),
     ("chunk", |g| {
         // Two equal parts of an axis made twice as long by `cat`; the first is `-a`.
@@ -521,11 +521,11 @@ const OPS: &[(&str, OpGen)] = &[
         let a = g.pick(|v| !v.shape.is_empty())?;
         let last = a.shape.last()?;
         let e = format!("{}.repeat_interleave(2, dim=-1)", a.name);
-        Some((e, with_last(&a.shape, format!("2 * {last}")), true))
+        Some((e, with_last(&a.shape, product(&["2".into(), last.clone()])), true))
     }),
     ("flatten", |g| {
         let a = g.pick(|v| v.shape.len() >= 2)?;
-        let merged = format!("{} * {}", a.shape[0], a.shape[1]);
+        let merged = product(&a.shape[..2]);
         let mut shape = vec![merged];
         shape.extend_from_slice(&a.shape[2..]);
         Some((format!("{}.flatten(0, 1)", a.name), shape, a.contiguous))
