@@ -269,10 +269,73 @@ impl Poly {
         if let Some(k) = self.constant_multiple_of(other) {
             return Some(Poly::ratio(k));
         }
+        if let Some(q) = self.exact_quotient(other) {
+            return Some(q);
+        }
         Some(Poly::atom(Atom::Quot(
             Box::new(self.clone()),
             Box::new(other.clone()),
         )))
+    }
+
+    /// `q` such that `self == q * other` as polynomials, where `other` is a factor of
+    /// `self` (`(N * N + N) / (N + 1)` is `N`): long division by leading terms in graded
+    /// lexicographic order, after both are multiplied by one monomial that clears their
+    /// negative powers. Where `other` divides `self`, every leading term of the remainder is
+    /// a multiple of `other`'s, so the division ends with remainder 0; a leading term that
+    /// is not, or more steps than `self` has terms times [`DIVISION_STEPS`], means `other`
+    /// is no factor.
+    fn exact_quotient(&self, other: &Poly) -> Option<Poly> {
+        let clear = self.clearing_monomial(other);
+        let (mut rest, divisor) = (self.times(&clear), other.times(&clear));
+        let (lead, lead_c) = divisor.leading_term()?;
+        let mut q = Poly::default();
+        for _ in 0..self.0.len().saturating_mul(DIVISION_STEPS) {
+            let Some((m, c)) = rest.leading_term() else {
+                // Coefficients saturate: the product must give `self` back.
+                return (q.mul(other) == *self).then_some(q);
+            };
+            let factor = m.mul(&lead.recip());
+            if factor.has_negative() {
+                return None;
+            }
+            let term = Poly(BTreeMap::from([(factor, c.mul(lead_c.recip()?))]));
+            rest = rest.sub(&term.mul(&divisor));
+            q = q.add(&term);
+        }
+        None
+    }
+
+    /// The monomial that, multiplied into `self` and `other`, leaves no negative power in
+    /// either.
+    fn clearing_monomial(&self, other: &Poly) -> Monomial {
+        let mut lowest: BTreeMap<Atom, i32> = BTreeMap::new();
+        for (m, _) in self.0.iter().chain(&other.0) {
+            for (a, e) in &m.0 {
+                let low = lowest.entry(a.clone()).or_insert(0);
+                *low = (*low).min(*e);
+            }
+        }
+        Monomial(
+            lowest
+                .into_iter()
+                .filter(|(_, e)| *e < 0)
+                .map(|(a, e)| (a, -e))
+                .collect(),
+        )
+    }
+
+    /// Every term multiplied by the monomial `m`.
+    fn times(&self, m: &Monomial) -> Poly {
+        Poly(self.0.iter().map(|(t, c)| (t.mul(m), *c)).collect())
+    }
+
+    /// The term whose monomial is largest in graded lexicographic order.
+    fn leading_term(&self) -> Option<(&Monomial, Ratio)> {
+        self.0
+            .iter()
+            .max_by(|(a, _), (b, _)| graded_lex(a, b))
+            .map(|(m, c)| (m, *c))
     }
 
     /// `k` such that `self == k * other`, if there is one.
@@ -380,6 +443,25 @@ impl Poly {
         out.dedup();
         out
     }
+}
+
+/// How many steps of [`Poly::exact_quotient`] each term of the dividend allows.
+const DIVISION_STEPS: usize = 4;
+
+/// Monomials by total degree, then by the exponent of the first atom (in atom order)
+/// where they differ: a monomial order, so that a product's leading term is the product of
+/// the leading terms.
+fn graded_lex(a: &Monomial, b: &Monomial) -> Ordering {
+    a.degree().cmp(&b.degree()).then_with(|| {
+        let exponents = |m: &Monomial| m.0.iter().cloned().collect::<BTreeMap<Atom, i32>>();
+        let (ea, eb) = (exponents(a), exponents(b));
+        let atoms: std::collections::BTreeSet<&Atom> = ea.keys().chain(eb.keys()).collect();
+        let first = atoms
+            .into_iter()
+            .map(|x| ea.get(x).unwrap_or(&0).cmp(eb.get(x).unwrap_or(&0)))
+            .find(|o| o.is_ne());
+        first.unwrap_or(Ordering::Equal)
+    })
 }
 
 fn int_of(p: &Poly) -> Option<i64> {
@@ -533,15 +615,17 @@ impl DimTable {
         self.provably_nonneg(&p.sub(&Poly::int(1)))
     }
 
-    /// `p` as an integer where it is a fraction or a sum of constant dims that their values
-    /// make an integer (the `-1` of `x.view(-1, B * N * 12)` on `[B, N, D]`, `D = 12`, is
-    /// `D / 12`, that is 1; the slice `H * 3 : 10` with `H = 3` has size 1); else `p`, so
-    /// that `D` and `Dk` still print as themselves.
+    /// `p` as the integer 0 or 1 where it is a fraction or a sum of constant dims that
+    /// their values make 0 or 1 (the `-1` of `x.view(-1, B * N * 12)` on `[B, N, D]`,
+    /// `D = 12`, is `D / 12`, that is 1; the slice `H * 3 : 10` with `H = 3` has size 1),
+    /// since those sizes broadcast or are empty; else `p`, so that a size computed in the
+    /// program keeps the names it was computed from (`arange(0, Dh, 2)` has `Dh / 2`
+    /// elements, not 64) and `D` and `Dk` still print as themselves.
     pub fn simplify(&self, p: &Poly) -> Poly {
         let fraction = p.terms().any(|(_, c)| c.as_int().is_none());
         let sum = p.terms().count() > 1;
         match self.with_consts(p).as_int() {
-            Some(n) if fraction || sum => Poly::int(n),
+            Some(n @ (0 | 1)) if fraction || sum => Poly::int(n),
             _ => p.clone(),
         }
     }

@@ -78,6 +78,15 @@ fn named(size: &str) -> bool {
     ["B", "N", "D"].contains(&size)
 }
 
+/// The product of sizes as the source writes it, each sum in parentheses.
+fn product(sizes: &[String]) -> String {
+    let factor = |d: &String| match d.contains(' ') {
+        true => format!("({d})"),
+        false => d.clone(),
+    };
+    sizes.iter().map(factor).collect::<Vec<_>>().join(" * ")
+}
+
 /// Whether a size is at least 1 at every size of the dims: no difference (`N - 1`) and
 /// no factor of the empty slice's 0 (`2 * 0`).
 fn never_empty(size: &str) -> bool {
@@ -156,11 +165,34 @@ const OPS: &[(&str, OpGen)] = &[
         Some((format!("{}.contiguous()", a.name), a.shape, true))
     }),
     ("view", |g| {
-        let a = g.pick(|v| v.contiguous && v.shape.len() >= 2 && v.shape[..2].iter().all(|d| named(d)))?;
-        let merged = format!("{} * {}", a.shape[0], a.shape[1]);
+        // Merges the first two axes, or all but the last; sizes may be sums of dims
+        // (`(N + N + 1) * D`), whose products the checker divides exactly.
+        let a = g.pick(|v| v.contiguous && v.shape.len() >= 2)?;
+        let r = a.shape.len();
+        let (merged, kept) = match g.rng.below(2) {
+            0 => (product(&a.shape[..2]), &a.shape[2..]),
+            _ => (product(&a.shape[..r - 1]), &a.shape[r - 1..]),
+        };
         let mut shape = vec![merged];
-        shape.extend_from_slice(&a.shape[2..]);
+        shape.extend_from_slice(kept);
         Some((format!("{}.view({})", a.name, shape.join(", ")), shape, true))
+    }),
+    ("view_sum", |g| {
+        // `u: [N + 1, D]` and `t: [N - 1, N + 1]` merged and split again, viewed with `-1`
+        // where no axis may be empty (PyTorch cannot solve a `-1` beside a 0).
+        let (name, shape) = match g.rng.below(3) {
+            0 => ("u.view((N + 1) * D).view(N + 1, D)", vec!["N + 1", "D"]),
+            1 => ("u.view(-1, N + 1, D)", vec!["1", "N + 1", "D"]),
+            _ => (
+                "t.view((N - 1) * (N + 1)).view(N - 1, N + 1)",
+                vec!["N - 1", "N + 1"],
+            ),
+        };
+        Some((
+            format!("{name} * 0.5"),
+            shape.iter().map(|d| d.to_string()).collect(),
+            true,
+        ))
     }),
     ("softmax", |g| {
         let a = g.any()?;
@@ -202,6 +234,18 @@ const OPS: &[(&str, OpGen)] = &[
         let extra = ["is_causal=True", "attn_mask=m > 0.5", "attn_mask=m", "scale=0.5"][g.rng.below(4)];
         let e = format!("scaled_dot_product_attention({}, y, y, {extra})", q.name);
         Some((e, q.shape, true))
+    }),
+    ("gqa", |g| {
+        // Query heads that are a multiple of `N + 1` key heads: the group size is proved from
+        // a sum of dims.
+        let q = ["cat([g, g * 0.5], dim=1)", "g.repeat_interleave(2, dim=1)"][g.rng.below(2)];
+        let extra = ["", ", is_causal=True", ", scale=0.5"][g.rng.below(3)];
+        let e = format!("scaled_dot_product_attention({q}, g, g{extra}, enable_gqa=True)");
+        let shape = ["B", "2 * N + 2", "N", "D"]
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        Some((e, shape, true))
     }),
     ("linear", |g| {
         let a = g.pick(|v| v.shape.last().is_some_and(|d| d == "D"))?;
@@ -341,7 +385,7 @@ const OPS: &[(&str, OpGen)] = &[
         let b = g.pick(|b| b.shape == a.shape)?;
         let last = a.shape.last()?;
         let e = format!("cat([{}, -{}], dim=-1)", a.name, b.name);
-        Some((e, with_last(&a.shape, format!("2 * {last}")), true))
+        Some((e, with_last(&a.shape, product(&["2".into(), last.clone()])), true))
     }),
     ("chunk", |g| {
         // Two equal parts of an axis made twice as long by `cat`; the first is `-a`.
@@ -451,8 +495,9 @@ const OPS: &[(&str, OpGen)] = &[
     ("dim_number", |g| {
         // `//` and `%` of dims are numbers; `D + 1` and `N - 1` are sizes.
         let a = g.any()?;
-        let e = match g.rng.below(2) {
-            0 => format!("{} / ((2 * D) // 2) + N % 2", a.name),
+        let e = match g.rng.below(3) {
+            0 => format!("{} / ((2 * D) // 2 + N % 2)", a.name),
+            1 => format!("{} / (B + N)", a.name),
             _ => format!("{} * (N - 1) + (D + 1)", a.name),
         };
         Some((e, a.shape, a.contiguous))
@@ -476,11 +521,11 @@ const OPS: &[(&str, OpGen)] = &[
         let a = g.pick(|v| !v.shape.is_empty())?;
         let last = a.shape.last()?;
         let e = format!("{}.repeat_interleave(2, dim=-1)", a.name);
-        Some((e, with_last(&a.shape, format!("2 * {last}")), true))
+        Some((e, with_last(&a.shape, product(&["2".into(), last.clone()])), true))
     }),
     ("flatten", |g| {
         let a = g.pick(|v| v.shape.len() >= 2)?;
-        let merged = format!("{} * {}", a.shape[0], a.shape[1]);
+        let merged = product(&a.shape[..2]);
         let mut shape = vec![merged];
         shape.extend_from_slice(&a.shape[2..]);
         Some((format!("{}.flatten(0, 1)", a.name), shape, a.contiguous))
@@ -509,6 +554,7 @@ input s: [D, N]
 input m: [N, N]
 input u: [N + 1, D]
 input t: [N - 1, N + 1]
+input g: [B, N + 1, N, D]
 ";
 
 /// A random program of `statements` lets over the prelude's values; its last two values
@@ -738,6 +784,12 @@ const REGRESSIONS: &[(&str, [i64; 3])] = &[
     (
         "let v0 = s.transpose(-2, -1)\noutput a = (v0[:, 1 :] @ s[1 :]).softmax(-1)\n",
         [1, 2, 1],
+    ),
+    // A scalar computed from dims after attention: lowered natively from the typed program,
+    // it was "used before it is lowered".
+    (
+        "output a = ((y @ y.transpose(-2, -1) * 0.5).softmax(-1) @ y) / (B + N)\n",
+        [2, 3, 4],
     ),
 ];
 

@@ -307,6 +307,13 @@ fn orders_where_dims_are_one(
                 ..(*t).clone()
             })
             .collect();
+        if keeps_row_major(dims, &at_ones, &shape_at) {
+            let row_major: Vec<usize> = (0..shape.len()).rev().collect();
+            if lays_out_otherwise(dims, &shape_at, perm, &row_major) && !found.contains(&row_major) {
+                found.push(row_major);
+            }
+            continue;
+        }
         // A product of free dims is 1 only where they are: the scenarios above cover it.
         let maybe_one: Vec<usize> = (0..shape.len())
             .filter(|&i| !dims.is_one(&shape_at[i]) && !dims.never_one(&shape_at[i]))
@@ -411,12 +418,31 @@ fn other_orders(
         .collect();
     let refs: Vec<&TensorType> = operands.iter().collect();
     let orders = iterator_orders(dims, &refs, &shape)?;
-    let general = dense_in_order(&shape, perm);
-    let differs = |order: &Vec<usize>| {
-        let there = dense_in_order(&shape, order);
-        (0..shape.len()).any(|i| !dims.is_one(&shape[i]) && !dims.equal(&there[i], &general[i]))
-    };
+    let differs = |order: &Vec<usize>| lays_out_otherwise(dims, &shape, perm, order);
     Some(orders.into_iter().filter(differs).collect())
+}
+
+/// Whether `order` lays out an axis of `shape` not of size 1 otherwise than `perm` does.
+fn lays_out_otherwise(dims: &DimTable, shape: &[Poly], perm: &[usize], order: &[usize]) -> bool {
+    let (general, there) = (dense_in_order(shape, perm), dense_in_order(shape, order));
+    (0..shape.len()).any(|i| !dims.is_one(&shape[i]) && !dims.equal(&there[i], &general[i]))
+}
+
+/// Whether TensorIterator keeps the axes of `shape` not of size 1 in row-major order,
+/// whatever strides the operands have on the axes of size 1: where every operand's
+/// strides over those axes (broadcast ones left out) fall strictly from the outside in,
+/// each comparison of two of them says "keep" or abstains, so the insertion sort, which
+/// starts from row-major order, only ever moves an axis past axes of size 1. Those may
+/// stop it anywhere; none of them takes a place in memory. This holds for the operands
+/// of `(x + m).view(-1)` with `x: [B, 2, N, 4]`, `m: [B, 2, N, 1]` at `B = N = 1`, whose
+/// four strides on axes of size 1 the exhaustive search cannot follow.
+fn keeps_row_major(dims: &DimTable, operands: &[TensorType], shape: &[Poly]) -> bool {
+    let axes: Vec<usize> = (0..shape.len()).filter(|&i| !dims.is_one(&shape[i])).collect();
+    operands.iter().all(|t| {
+        let strides = broadcast_strides(dims, t, shape);
+        let known: Vec<&Poly> = axes.iter().filter_map(|&i| strides[i].as_ref()).collect();
+        known.windows(2).all(|w| dims.provably_positive(&w[0].sub(w[1])))
+    })
 }
 
 /// Whether `p` is a product of free dims (`N`, `B * N`).
@@ -457,19 +483,21 @@ pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layo
     }
 }
 
-/// `stack` of items of type `item` along axis `d` of the result `shape`, as ATen builds it:
-/// `cat` of the items along `d`, then a view that splits that axis; or, where `d` is the
-/// new last axis, `cat` of the items unsqueezed there. So stacking items of rank 3 gives a
-/// row-major 4-d result unless `d` is the last axis.
-pub fn stacked(dims: &DimTable, item: &TensorType, d: usize, shape: &[Poly]) -> Layout {
-    if d < item.rank() {
-        let mut cat_shape = item.shape.clone();
+/// `stack` of `items` along axis `d` of the result `shape`, as ATen builds it: `cat` of the
+/// items along `d`, then a view that splits that axis; or, where `d` is the new last axis,
+/// `cat` of the items unsqueezed there. So stacking items of rank 3 gives a row-major 4-d
+/// result unless `d` is the last axis.
+pub fn stacked(dims: &DimTable, items: &[&TensorType], d: usize, shape: &[Poly]) -> Layout {
+    let first = items[0];
+    if d < first.rank() {
+        let mut cat_shape = first.shape.clone();
         cat_shape[d] = shape[d].mul(&shape[d + 1]);
-        let cat = joined(dims, &[item], &cat_shape).with(cat_shape, item.dtype);
+        let cat = joined(dims, items, &cat_shape).with(cat_shape, first.dtype);
         // Splitting an axis is always a view.
         return view(dims, &cat, shape).unwrap_or_else(|| Layout::any(row_major_strides(shape)));
     }
-    joined(dims, &[&unsqueezed(dims, item, d)], shape)
+    let unsqueezed: Vec<TensorType> = items.iter().map(|t| unsqueezed(dims, t, d)).collect();
+    joined(dims, &unsqueezed.iter().collect::<Vec<_>>(), shape)
 }
 
 /// `x.unsqueeze(d)`: a new axis of size 1 at `d`, with the stride PyTorch gives it (the

@@ -330,8 +330,9 @@ impl Checker {
     }
 
     /// `stack(tensors, dim)`: a `for` sequence, or a list of tensors of one shape joined
-    /// along a new axis `dim`, which ATen computes as `cat` of each part unsqueezed at `dim`
-    /// (so its strides are `cat`'s).
+    /// along a new axis `dim`: `cat` of each part unsqueezed at `dim` in the IR, laid out
+    /// as ATen's `stack` lays it out ([`layout::stacked`]: `cat` along `dim` and a view that
+    /// splits it, so 3-d parts never give a channels-last 4-d result).
     pub(crate) fn stack(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let (ExprKind::List(items) | ExprKind::Tuple(items)) = &args[0].kind else {
             return self.join("stack", args, span);
@@ -360,7 +361,14 @@ impl Checker {
                 _ => unreachable!("push makes a tensor"),
             }
         }
-        self.cat_ids(&unsqueezed, items, axis, span)
+        let joined = self.cat_ids(&unsqueezed, items, axis, span)?;
+        if let Value::Tensor(id) = joined {
+            let types: Vec<&TensorType> = parts.iter().map(|&p| self.ty(p)).collect();
+            let shape = self.ty(id).shape.clone();
+            let laid = layout::stacked(&self.prog.dims, &types, axis, &shape);
+            self.prog.nodes[id].ty = crate::ir::Type::Tensor(laid.with(shape, t.dtype));
+        }
+        Some(joined)
     }
 
     /// A unary primitive: `~` takes a boolean and gives one; `-` refuses a boolean (as
@@ -956,7 +964,7 @@ impl Checker {
             Op::Concat(d)
         };
         let laid = match stack {
-            true => layout::stacked(&self.prog.dims, &item, d, &shape),
+            true => layout::stacked(&self.prog.dims, &[&item], d, &shape),
             false => layout::joined(&self.prog.dims, &[&item], &shape),
         };
         let ty = laid.with(shape, item.dtype);

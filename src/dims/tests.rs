@@ -296,6 +296,11 @@ fn fractions_and_sums_of_constants_simplify_and_declared_dims_stay() {
         t.simplify(&Poly::int(10).sub(&h.mul(&Poly::int(3)))),
         Poly::int(1)
     );
+    assert_eq!(t.simplify(&h.mul(&Poly::int(3)).sub(&Poly::int(9))), Poly::int(0));
+    let half = t.div(&d, &Poly::int(2)).unwrap();
+    assert_eq!(t.simplify(&half), half, "D / 2 keeps its name, though it is 6");
+    let rest = d.sub(&Poly::int(4));
+    assert_eq!(t.simplify(&rest), rest, "D - 4 keeps its name");
 }
 
 #[test]
@@ -308,6 +313,23 @@ fn a_quotient_by_a_sum_is_not_an_integer_without_a_fact() {
     assert_eq!(t.div(&h, &h1), Err(DivError::NotExact), "H / (H + 1)");
     assert_eq!(t.div(&n.mul(&h), &h1), Err(DivError::NotExact), "N * H / (H + 1)");
     assert_eq!(t.div(&c, &c.add(&Poly::int(1))), Err(DivError::NotExact), "3 / 4");
+    assert_eq!(t.div(&h1.mul(&n), &h1), Ok(n.clone()), "a multiple of the sum");
+    let h2 = h.sub(&Poly::int(2));
+    assert_eq!(
+        t.div(&h1.mul(&h2).mul(&n), &h2),
+        Ok(h1.mul(&n)),
+        "(N * H * H - N * H - 2 * N) / (H - 2)"
+    );
+    assert_eq!(
+        t.div(&h1.mul(&n).add(&Poly::int(1)), &h1),
+        Err(DivError::NotExact),
+        "a multiple of the sum plus 1"
+    );
+    assert_eq!(
+        t.div(&n.mul(&n), &n.add(&h)),
+        Err(DivError::NotExact),
+        "N * N / (N + H)"
+    );
     t.assume_divides(n.clone(), h1.clone());
     let q = t.div(&n, &h1).expect("asserted");
     assert!(

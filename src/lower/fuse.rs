@@ -734,10 +734,22 @@ impl Decider<'_> {
         }
     }
 
-    fn scaled_matmul(&self, id: ValueId) -> Option<Fused> {
+    /// `(a @ b) * s` as one GEMM of alpha `s`, the matmul absorbed: lowering the scale
+    /// computes the product from `a` and `b`, so the matmul gets no kernel of its own. A
+    /// matmul that is attention's `p @ v` stays the attention kernel (which absorbs the
+    /// softmax and the scores, so no GEMM could read `p`); the scale is then a map after it.
+    fn scaled_matmul(&mut self, id: ValueId) -> Option<Fused> {
         let (x, scale) = self.scale_of(id)?;
         let ok = matches!(self.op(x), Op::MatMul) && self.free(x) && self.same_shape(x, id);
-        ok.then_some(Fused::GemmAlpha { matmul: x, scale })
+        if !ok {
+            return None;
+        }
+        if let Some(attention) = self.attention(x) {
+            self.fused.insert(x, attention);
+            return None;
+        }
+        self.absorbed[x] = true;
+        Some(Fused::GemmAlpha { matmul: x, scale })
     }
 
     /// Peels `masked_fill` and a scale off a softmax's operand, absorbing them.
