@@ -262,9 +262,9 @@ impl Function {
         let mut held = states.iter_mut();
         let mut kept = Vec::new();
         for ((name, t), state) in outputs.drain(..).zip(flags) {
-            match (state, held.next()) {
-                (true, Some(slot)) => *slot = t,
-                _ => kept.push((name, t)),
+            match state.then(|| held.next()).flatten() {
+                Some(slot) => *slot = t,
+                None => kept.push((name, t)),
             }
         }
         *outputs = kept;
