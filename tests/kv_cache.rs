@@ -269,6 +269,20 @@ fn a_view_taken_before_a_write_sees_it_and_index_copy_copies() {
 }
 
 #[test]
+fn an_operand_read_before_a_write_in_one_expression_sees_it_as_in_pytorch() {
+    let src = "input pos: [1] int64\ninput s: [1, 2]\nstate c: [3, 2]\n\
+               output both = c + c.index_copy_(0, pos, s)\n";
+    let inputs = [
+        Tensor::new(vec![1], vec![1.0]),
+        Tensor::new(vec![1, 2], vec![5.0, 6.0]),
+    ];
+    for backend in [Backend::Interp, Backend::Jit] {
+        let out = run(&small(src, backend), &inputs);
+        assert_eq!(out[0].1.data, [0.0, 0.0, 10.0, 12.0, 0.0, 0.0], "{backend:?}");
+    }
+}
+
+#[test]
 fn index_copy_is_checked_as_pytorch_checks_it() {
     let cases = [
         (

@@ -138,7 +138,7 @@ impl Checker {
     }
 
     /// `id` itself, or rebuilt on the current version of the state it is a stale view of.
-    fn refresh(&mut self, id: ValueId, span: Span) -> Option<ValueId> {
+    pub(super) fn refresh(&mut self, id: ValueId, span: Span) -> Option<ValueId> {
         let chain = self.chain(id);
         let Some(&state) = self.versions.get(&chain.base) else {
             return Some(id);
