@@ -113,6 +113,10 @@ impl Plan {
                 (At::Main(_), BufferKind::Input(_), false) => true,
                 (At::Main(i), BufferKind::Temp { live, .. }, _) => live.0 <= i && i <= live.1,
                 (At::Main(_), BufferKind::Output(_), _) => true,
+                // A state's storage changes only by in-place writes, whose order against
+                // the reads of each version the lowering proved.
+                (At::Main(_), BufferKind::State { .. }, false) => true,
+                (At::Main(_), BufferKind::State { .. }, true) => matches!(op, KernelOp::Scatter(_)),
                 (At::Main(_), BufferKind::Derived { live, .. }, false) => live.1 == usize::MAX,
                 (At::Prologue(i), BufferKind::Derived { live, .. }, _) => live.0 <= i && i <= live.1,
                 _ => false,
@@ -156,7 +160,7 @@ impl Plan {
     fn outputs_distinct(&self) -> Result<(), PlanError> {
         let mut seen = Vec::new();
         for b in &self.buffers {
-            if let BufferKind::Output(i) = b.kind {
+            if let BufferKind::Output(i) | BufferKind::State { output: i, .. } = b.kind {
                 if seen.contains(&i) {
                     return err(format!("two buffers are output {i}"));
                 }

@@ -6,7 +6,7 @@ use super::native::{self, Derived, Memory};
 use super::{budget, Bound, RunError, Tensor};
 use crate::codegen::{Compiled, Jit};
 use crate::ir::Program;
-use crate::kernel::Plan;
+use crate::kernel::{BufferKind, Plan};
 use crate::lower;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -144,8 +144,10 @@ impl Executable {
 
     /// Runs the main kernels on `bound`, with `prepared` made by [`Executable::prepare`]
     /// from the same `bound.params`. Reuses the tensors of `outputs` when they have the
-    /// right shapes (what a benchmark loop or a server does). With `times` (one per main
-    /// kernel), adds each kernel's wall time in seconds to it.
+    /// right shapes (what a benchmark loop or a server does). A state starts from its
+    /// input in `bound` when its output's tensor is new, and goes on from what the last run
+    /// left in it when the tensor is reused (as a `Function`'s states do). With `times` (one
+    /// per main kernel), adds each kernel's wall time in seconds to it.
     pub fn run_prepared(
         &self,
         bound: &Bound,
@@ -154,6 +156,20 @@ impl Executable {
         outputs: &mut Vec<(String, Tensor)>,
         times: Option<&mut [f64]>,
     ) -> Result<(), RunError> {
+        let fresh = self.fit_outputs(outputs);
+        // A new state's tensor starts from its input: one copy, on a first run only.
+        for b in &self.plan.buffers {
+            if let BufferKind::State { input, output } = b.kind {
+                if !fresh[output] {
+                    continue;
+                }
+                let from = bound
+                    .inputs
+                    .get(input)
+                    .ok_or_else(|| internal("a state without its input"))?;
+                outputs[output].1.data.copy_from_slice(&from.data);
+            }
+        }
         let inputs: Vec<&[f32]> = bound.inputs.iter().map(|t| t.data.as_slice()).collect();
         self.run_borrowed(&bound.params, &inputs, prepared, pool, outputs, times)
     }
@@ -171,24 +187,29 @@ impl Executable {
         outputs: &mut Vec<(String, Tensor)>,
         times: Option<&mut [f64]>,
     ) -> Result<(), RunError> {
-        let fits = outputs.len() == self.plan.outputs.len()
-            && outputs
-                .iter()
-                .zip(&self.plan.outputs)
-                .all(|((n, t), (name, _, shape))| n == name && t.shape == *shape);
-        if !fits {
-            *outputs = self
-                .plan
-                .outputs
-                .iter()
-                .map(|(name, _, shape)| {
-                    let len = shape.iter().product();
-                    (name.clone(), Tensor::new(shape.clone(), vec![0.0; len]))
-                })
-                .collect();
-        }
+        self.fit_outputs(outputs);
         let derived = Derived::Read(&prepared.derived);
         self.execute(false, params, inputs, derived, pool, outputs, times)
+    }
+
+    /// Makes `outputs` one tensor of the right shape per output, keeping each that
+    /// already fits (a state's value among them), zeros for the others; whether each is
+    /// new.
+    fn fit_outputs(&self, outputs: &mut Vec<(String, Tensor)>) -> Vec<bool> {
+        let mut given = std::mem::take(outputs).into_iter();
+        let mut fresh = Vec::new();
+        for (name, _, shape) in &self.plan.outputs {
+            let (t, new) = match given.next() {
+                Some((n, t)) if n == *name && t.shape == *shape => (t, false),
+                _ => (
+                    Tensor::new(shape.clone(), vec![0.0; shape.iter().product()]),
+                    true,
+                ),
+            };
+            fresh.push(new);
+            outputs.push((name.clone(), t));
+        }
+        fresh
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -228,7 +249,10 @@ impl Executable {
         } else {
             &self.compiled.code
         };
-        native::execute(&self.plan, prologue, code, mem, pool, times).map_err(internal)
+        native::execute(&self.plan, prologue, code, mem, pool, times).map_err(|stop| match stop {
+            native::Stop::Internal(what) => internal(what),
+            native::Stop::Value(error) => error,
+        })
     }
 }
 
