@@ -9,6 +9,7 @@
 //! once however many threads ask for it.
 
 use super::files::Store;
+use super::hoist::{hoist, Hoisted};
 use super::jit::{pool, Executable, Prepared};
 use super::{bind, budget, defaults, Bound, RunError, Tensor};
 use crate::ir::Program;
@@ -87,6 +88,8 @@ struct Ready {
 pub struct Function {
     program: Program,
     params: Vec<Tensor>,
+    /// The program the native backend compiles: its gathers by input ids done on the host.
+    hoisted: Option<Hoisted>,
     options: Options,
     budget: u64,
     pool: rayon::ThreadPool,
@@ -115,7 +118,12 @@ impl Function {
         let threads = options
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let hoisted = match options.backend {
+            Backend::Jit => Some(hoist(&program)?),
+            Backend::Interp => None,
+        };
         Ok(Function {
+            hoisted,
             budget: options.max_memory.unwrap_or_else(budget::physical_memory),
             pool: pool(threads)?,
             program,
@@ -171,7 +179,9 @@ impl Function {
             }
             Backend::Jit => {
                 let ready = self.ready(inputs)?;
-                let data: Vec<&[f32]> = inputs.iter().map(|i| i.data).collect();
+                let gathered = self.gather(inputs)?;
+                let mut data: Vec<&[f32]> = inputs.iter().map(|i| i.data).collect();
+                data.extend(gathered.iter().map(|t| &t.data[..]));
                 let mut outputs = Vec::new();
                 ready.exe.run_borrowed(
                     &self.params,
@@ -184,6 +194,15 @@ impl Function {
                 Ok(outputs)
             }
         }
+    }
+
+    /// The rows the program gathers by its inputs' ids: the hoisted program's extra inputs.
+    fn gather(&self, inputs: &[Input]) -> Result<Vec<Tensor>, RunError> {
+        let Some(hoisted) = &self.hoisted else {
+            return Ok(Vec::new());
+        };
+        let inputs: Vec<(&[usize], &[f32])> = inputs.iter().map(|i| (i.shape, i.data)).collect();
+        hoisted.gather(&self.program, &self.params, &inputs)
     }
 
     fn interpret(&self, inputs: &[Input], dims: Vec<Option<i64>>) -> Result<Vec<(String, Tensor)>, RunError> {
@@ -212,7 +231,8 @@ impl Function {
         let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape).collect();
         let dims = &bind::bind_shapes(&self.program, &shapes, self.budget)?;
         let start = Instant::now();
-        let optimized = crate::opt::optimize(&self.program);
+        let hoisted = self.hoisted.as_ref().map_or(&self.program, |h| &h.program);
+        let optimized = crate::opt::optimize(hoisted);
         let exe = Executable::compile_within(&optimized.program, dims, self.budget)?;
         let prepared = exe.prepare(&self.params, &self.pool)?;
         let plan = exe.plan();
