@@ -14,8 +14,9 @@ use attnc::runtime::tokenize::PromptTokenizer;
 use attnc::runtime::RunError;
 use std::path::PathBuf;
 
-/// The window is a multiple of this many tokens: nearby lengths share one compiled plan.
-const CAPACITY_STEP: usize = 256;
+/// The window is a multiple of this many tokens, so that nearby lengths share a compiled
+/// plan; small, because every step runs the whole window.
+const CAPACITY_STEP: usize = 32;
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -231,10 +232,10 @@ mod tests {
 
     #[test]
     fn capacity_rounds_up_within_the_context() {
-        assert_eq!(capacity(10, 64, Some(8192)).unwrap(), 256);
-        assert_eq!(capacity(200, 64, Some(8192)).unwrap(), 512);
-        assert_eq!(capacity(200, 64, Some(300)).unwrap(), 300);
-        assert_eq!(capacity(5, 5, None).unwrap(), 256);
+        assert_eq!(capacity(10, 64, Some(8192)).unwrap(), 96);
+        assert_eq!(capacity(200, 64, Some(8192)).unwrap(), 288);
+        assert_eq!(capacity(200, 64, Some(250)).unwrap(), 250);
+        assert_eq!(capacity(5, 5, None).unwrap(), 32);
         let err = capacity(300, 1, Some(300)).unwrap_err();
         assert_eq!(
             err.message,
