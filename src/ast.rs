@@ -30,6 +30,9 @@ pub enum Item {
     Param(Param),
     /// `input x: [B, N, D]`
     Input(Input),
+    /// `state k_cache: [L, B, H, C, Dk]`: a tensor kept between calls (its `dtype` is
+    /// always absent).
+    State(Input),
     /// `fn f(a: [..]) -> [..] { .. }`
     Fn(FnDecl),
     /// `let x = e`, `let x: [..] = e`, `let (a, b) = e`

@@ -35,6 +35,12 @@ pub enum Code {
     E0208,
     /// An `assert` that is false for the constant values (or, at run time, the bound ones).
     E0209,
+    /// An in-place op (`index_copy_`) on a value that is not a `state` or a view of one made
+    /// by indexing, or a state written inside a `for` that makes a sequence.
+    E0210,
+    /// A view of a state, taken before an in-place write to it, through an op that may have
+    /// copied it (`reshape`, `contiguous`), read after the write.
+    E0211,
     /// Run time: an input's shape disagrees with its declaration or another input.
     E0301,
     /// Run time: a weight or input missing from its file.

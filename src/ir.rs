@@ -248,6 +248,20 @@ pub enum Op {
     Concat(usize),
     /// Stacks the items of a `For` along a new axis: arg `[seq]`.
     Stack(usize),
+    /// `x.index_copy(axis, index, source)` written through the window `starts..ends` of
+    /// `x` (one range per axis: a slice, or one element for an integer index): args
+    /// `[x, index, source]`, `index` int64 of rank 1, `source` of `x`'s rank with the
+    /// window's sizes but `len(index)` on `axis`. The result is `x` with element `c` of
+    /// `source` at `starts + c`, `c[axis]` replaced by `index[c[axis]]`; a later index
+    /// wins over an earlier equal one. An index outside the window's `axis` is a run-time
+    /// error. The checker makes it for `index_copy` (the whole of `x`) and for a state's
+    /// in-place `index_copy_` (the window of the view it was called on), where the result
+    /// is the state's next version: the native backend writes it into the state's buffer.
+    IndexCopy {
+        axis: usize,
+        starts: Vec<Poly>,
+        ends: Vec<Poly>,
+    },
 
     // The ops below are made by the optimizer only (`attnc ir --stage optimized`); the
     // checker never produces them. Each result is a fresh row-major tensor. In optimized
@@ -335,6 +349,7 @@ impl Op {
             Op::For { .. } => "for",
             Op::Concat(_) => "concat",
             Op::Stack(_) => "stack",
+            Op::IndexCopy { .. } => "index_copy",
             Op::Gemm { .. } => "gemm",
             Op::MaskedSoftmax { .. } => "masked_softmax",
             Op::Attention { .. } => "attention",
@@ -380,6 +395,9 @@ pub struct InputDecl {
     pub dtype: DType,
     /// Every use reaches a comparison, so the default value is all ones ("keep everything").
     pub mask_only: bool,
+    /// Declared `state`: kept between calls, zeros at first, and written back from the
+    /// output of the same name (see [`OutputDecl::state`]).
+    pub state: bool,
     pub span: Span,
 }
 
@@ -387,6 +405,9 @@ pub struct InputDecl {
 pub struct OutputDecl {
     pub name: String,
     pub value: ValueId,
+    /// The final version of this state input: what a call leaves behind in it. A backend
+    /// computes it as any output; a caller keeps it rather than showing it.
+    pub state: Option<usize>,
     pub span: Span,
 }
 
@@ -395,6 +416,7 @@ pub struct OutputDecl {
 pub enum BindingKind {
     Param,
     Input,
+    State,
     Let,
     Output,
 }

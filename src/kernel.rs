@@ -45,6 +45,12 @@ pub enum BufferKind {
     Input(usize),
     /// The program's output `i`, written by the plan and handed to the caller.
     Output(usize),
+    /// The storage of the state `Bound::inputs[input]`, donated: the caller's tensor for
+    /// `output` (the state's last version), which holds the state's value when the run
+    /// starts. Kernels read it; only [`Scatter`] kernels write it, in place, each the next
+    /// version (the lowering proves that every read of a version comes before the write
+    /// that replaces it).
+    State { input: usize, output: usize },
     /// A temporary at `offset` elements into the arena, live from kernel `live.0` (its first
     /// writer) to kernel `live.1` (its last reader), inclusive.
     Temp { offset: usize, live: (usize, usize) },
@@ -417,6 +423,35 @@ pub enum Expr {
     Select(usize, usize, usize),
 }
 
+/// `out[.., index[n], ..] = source[.., n, ..]` along `axis`: `index_copy`, written in place
+/// into a window of its buffer (a state's storage, donated by the output of its last
+/// version). Its addresses depend on the index's values, so the executor runs it on the host
+/// rather than as compiled code: it checks every position against `size` before it writes
+/// anything. `out` spans the whole window (`size` on `axis`), so the plan's bounds proof
+/// covers every position in range.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scatter {
+    /// The source's shape; `shape[axis]` positions are written.
+    pub shape: Vec<usize>,
+    pub axis: usize,
+    /// The window's extent on `axis`: positions run in `0..size`.
+    pub size: usize,
+    pub index: Operand,
+    pub source: Operand,
+    pub out: Operand,
+    /// What an index out of range names: the index's source and the tensor written.
+    pub names: (String, String),
+}
+
+impl Scatter {
+    /// The window `out` spans: the source's shape with `size` on `axis`.
+    pub fn out_shape(&self) -> Vec<usize> {
+        let mut shape = self.shape.clone();
+        shape[self.axis] = self.size;
+        shape
+    }
+}
+
 /// `out[i..] = expr(inputs[0][i..], inputs[1][i..], ..)` over `shape`: fused elementwise
 /// arithmetic, and every layout copy (`contiguous`, `reshape`, `concat`, outputs).
 #[derive(Clone, Debug, PartialEq)]
@@ -481,6 +516,7 @@ pub enum KernelOp {
     Attention(Box<Attention>),
     Map(Map),
     Row(Row),
+    Scatter(Scatter),
 }
 
 /// One kernel: its op, a short label saying what in the program it computes, and how many
@@ -528,6 +564,7 @@ impl KernelOp {
                 .saturating_mul(a.split.map_or(1, |s| s.chunks)),
             KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
             KernelOp::Row(r) => ceil_div(product(&r.rows), r.rows_per_task),
+            KernelOp::Scatter(_) => 1,
         }
     }
 
@@ -545,6 +582,7 @@ impl KernelOp {
             KernelOp::Softmax(s) => 30.0 * f(&s.shape),
             KernelOp::Map(m) => 10.0 * f(&m.shape),
             KernelOp::Row(r) => 10.0 * (r.stages.len() + 1) as f64 * r.n as f64 * f(&r.rows),
+            KernelOp::Scatter(s) => f(&s.shape),
         }
     }
 
@@ -556,7 +594,7 @@ impl KernelOp {
         match self {
             KernelOp::Gemm(g) => 2.0 * f(&g.batch) * f(&[g.m, g.n, g.k]),
             KernelOp::Attention(a) => 2.0 * f(&a.batch) * f(&[a.n, a.m]) * (a.dk + a.dv) as f64,
-            KernelOp::Softmax(_) | KernelOp::Map(_) | KernelOp::Row(_) => 0.0,
+            KernelOp::Softmax(_) | KernelOp::Map(_) | KernelOp::Row(_) | KernelOp::Scatter(_) => 0.0,
         }
     }
 
@@ -653,6 +691,11 @@ impl KernelOp {
                 v.push((&r.out, r.out_shape(), true));
                 v
             }
+            KernelOp::Scatter(s) => vec![
+                (&s.index, vec![s.shape[s.axis]], false),
+                (&s.source, s.shape.clone(), false),
+                (&s.out, s.out_shape(), true),
+            ],
         }
     }
 
@@ -699,6 +742,12 @@ impl KernelOp {
                 r.inputs.iter_mut().for_each(clear);
                 clear(&mut r.out);
             }
+            KernelOp::Scatter(s) => {
+                [&mut s.index, &mut s.source, &mut s.out]
+                    .into_iter()
+                    .for_each(clear);
+                s.names = Default::default();
+            }
         }
         k
     }
@@ -711,6 +760,7 @@ impl KernelOp {
             KernelOp::Attention(a) => a.out = out,
             KernelOp::Map(m) => m.out = out,
             KernelOp::Row(r) => r.out = out,
+            KernelOp::Scatter(s) => s.out = out,
         }
     }
 
@@ -721,6 +771,7 @@ impl KernelOp {
             KernelOp::Attention(_) => "attention",
             KernelOp::Map(_) => "map",
             KernelOp::Row(_) => "row",
+            KernelOp::Scatter(_) => "scatter",
         }
     }
 }

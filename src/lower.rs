@@ -37,6 +37,7 @@ mod row;
 mod scores;
 mod sdpa;
 mod split;
+mod state;
 mod tiling;
 mod view;
 
@@ -62,12 +63,19 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
         vals: HashMap::new(),
         derived: Default::default(),
         plan: Plan::default(),
+        users: None,
     };
     for (i, p) in program.params.iter().enumerate() {
         l.source(BufferKind::Param(i), &p.name, &p.shape)?;
     }
     for (i, input) in program.inputs.iter().enumerate() {
-        l.source(BufferKind::Input(i), &input.name, &input.shape)?;
+        // A state's storage is the tensor of its last version's output (see `state`).
+        let output = program.outputs.iter().position(|o| o.state == Some(i));
+        let kind = output.map_or(BufferKind::Input(i), |output| BufferKind::State {
+            input: i,
+            output,
+        });
+        l.source(kind, &input.name, &input.shape)?;
     }
     l.nodes(&program.body)?;
     l.outputs()?;
@@ -95,6 +103,8 @@ struct Lowerer<'p> {
     /// Buffers written by kernels that read params only (see `memory::hoist`).
     derived: std::collections::HashSet<BufId>,
     plan: Plan,
+    /// The users of every node, made when a state's write first needs them.
+    users: Option<std::rc::Rc<Vec<Vec<ValueId>>>>,
 }
 
 fn internal(what: String) -> PlanError {
@@ -399,6 +409,9 @@ impl<'p> Lowerer<'p> {
             Op::Gather => Err(internal(format!(
                 "node {id} is a gather, which runs before the plan"
             ))),
+            Op::IndexCopy { axis, starts, ends } => {
+                self.index_copy(id, &args, *axis, (starts, ends)).map(Val::Tensor)
+            }
             Op::Cat(axis) => {
                 let items = args
                     .iter()
@@ -494,6 +507,16 @@ impl<'p> Lowerer<'p> {
     fn outputs(&mut self) -> Result<(), PlanError> {
         for (i, o) in self.program.outputs.iter().enumerate() {
             let v = self.view(o.value)?;
+            if o.state.is_some() {
+                // Every version of a state is its buffer, written in place.
+                let buf = &self.plan.buffers[v.buf];
+                let own = matches!(buf.kind, BufferKind::State { output, .. } if output == i);
+                if !own || v.offset != 0 || v.numel() != buf.len {
+                    return Err(internal(format!("state `{}` ends outside its buffer", o.name)));
+                }
+                self.plan.outputs.push((o.name.clone(), v.buf, v.shape.clone()));
+                continue;
+            }
             let buf = &self.plan.buffers[v.buf];
             let whole = v.offset == 0 && v.is_contiguous() && v.numel() == buf.len;
             let own = whole && matches!(buf.kind, BufferKind::Temp { .. });

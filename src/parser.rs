@@ -128,9 +128,13 @@ impl Parser<'_> {
         Program { items }
     }
 
-    /// item = dim | assert | param | input | fn | let | output | expr
+    /// item = dim | assert | param | input | state | fn | let | output | expr
     fn parse_item(&mut self) -> Option<Item> {
         match self.peek() {
+            // `state` is a keyword only where a declaration starts, so it stays a name.
+            Ident if self.name_here().name == "state" && self.peek_second() == Ident => {
+                self.parse_state().map(Item::State)
+            }
             Dim => self.parse_dim().map(Item::Dim),
             Assert => Some(Item::Assert(self.parse_assert())),
             Param => self.parse_param().map(Item::Param),
@@ -219,6 +223,20 @@ impl Parser<'_> {
             shape,
             dtype,
             span,
+        })
+    }
+
+    /// state = "state" name ":" shape
+    fn parse_state(&mut self) -> Option<ast::Input> {
+        let start = self.bump();
+        let name = self.expect_name()?;
+        self.expect_one(Colon)?;
+        let shape = self.expect_shape()?;
+        Some(ast::Input {
+            name,
+            span: start.to(shape.span),
+            shape,
+            dtype: None,
         })
     }
 

@@ -180,6 +180,7 @@ pub fn kind_name(k: BindingKind) -> &'static str {
     match k {
         BindingKind::Param => "param",
         BindingKind::Input => "input",
+        BindingKind::State => "state",
         BindingKind::Let => "let",
         BindingKind::Output => "output",
     }

@@ -326,6 +326,7 @@ impl Session {
                     _ => format!("out{i}"),
                 },
                 value,
+                state: None,
                 span: e.span,
             })
             .collect();
@@ -350,7 +351,7 @@ impl Session {
                 Pattern::Tuple(names, _) => names.iter().map(|n| n.name.as_str()).collect(),
             },
             Item::Param(p) => vec![&p.name.name],
-            Item::Input(i) => vec![&i.name.name],
+            Item::Input(i) | Item::State(i) => vec![&i.name.name],
             Item::Output(o) => {
                 return prog
                     .outputs
@@ -581,7 +582,7 @@ fn summary(items: &[Item]) -> String {
         match item {
             Item::Dim(ds) => counts[0] += ds.len(),
             Item::Param(_) => counts[1] += 1,
-            Item::Input(_) => counts[2] += 1,
+            Item::Input(_) | Item::State(_) => counts[2] += 1,
             Item::Fn(_) => counts[3] += 1,
             Item::Let(_) => counts[4] += 1,
             Item::Output(_) => counts[5] += 1,

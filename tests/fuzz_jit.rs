@@ -895,6 +895,7 @@ fn corrupt(plan: &mut Plan, rng: &mut Rng) {
             .collect(),
         KernelOp::Attention(a) => [&mut a.n, &mut a.m, &mut a.dk, &mut a.dv].into_iter().collect(),
         KernelOp::Row(r) => [&mut r.n].into_iter().chain(r.rows.iter_mut()).collect(),
+        KernelOp::Scatter(s) => [&mut s.size].into_iter().chain(s.shape.iter_mut()).collect(),
     };
     let what = rng.below(3);
     if what == 0 && !sizes.is_empty() {
@@ -932,6 +933,7 @@ fn operands_mut(op: &mut KernelOp) -> Vec<&mut Operand> {
             .chain(a.mask.iter_mut().map(|m| &mut m.mask))
             .collect(),
         KernelOp::Row(r) => r.inputs.iter_mut().chain([&mut r.out]).collect(),
+        KernelOp::Scatter(s) => vec![&mut s.index, &mut s.source, &mut s.out],
     }
 }
 

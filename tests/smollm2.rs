@@ -33,6 +33,8 @@ const TOLERANCE: f32 = 1e-3;
 const TIE: f32 = 1e-4;
 /// The tiny model's sizes, given to the program as `--dim`.
 const TINY: [(&str, i64); 6] = [("D", 64), ("H", 4), ("Hkv", 2), ("I", 128), ("L", 2), ("V", 400)];
+/// The cache's capacity in the tiny model's logits tests: its longest prompt fits.
+const TINY_CACHE: (&str, i64) = ("C", 128);
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -74,8 +76,9 @@ fn tensor(reference: &TensorFile, key: &str) -> Tensor {
 }
 
 /// The logits of `sequences` (padded with id 0 to the longest: the model is causal, so
-/// the padding changes no logit before it), one forward: `[B, N, V]`.
+/// the padding changes no logit before it), one forward from an empty cache: `[B, N, V]`.
 fn logits(f: &Function, sequences: &[Vec<u32>]) -> Tensor {
+    f.reset_state();
     let n = sequences.iter().map(Vec::len).max().unwrap();
     let mut padded = Vec::new();
     for s in sequences {
@@ -130,7 +133,8 @@ fn assert_greedy(what: &str, logits: &[&[f32]], prompt: usize, generated: &[u32]
 /// The tiny model's teacher-forced logits, each case on one backend.
 fn tiny_logits_match_transformers(backend: Backend) {
     let reference = TensorFile::open(&fixture("tiny_llama_ref.safetensors")).unwrap();
-    let f = function(&fixture("tiny_llama.gguf"), &TINY, backend);
+    let dims = [&TINY[..], &[TINY_CACHE]].concat();
+    let f = function(&fixture("tiny_llama.gguf"), &dims, backend);
     for i in 0..3 {
         let prompt = ids(&reference, &format!("prompt_ids.{i}"));
         let got = logits(&f, std::slice::from_ref(&prompt));
@@ -142,6 +146,57 @@ fn tiny_logits_match_transformers(backend: Backend) {
             "{backend:?}, case {i}: max abs difference {diff}"
         );
     }
+}
+
+/// The tiny model's logits through its cache: a prefill of part of a prompt, then one token
+/// a call, each row as transformers' teacher-forced forward gives it.
+fn tiny_cache_gives_the_teacher_forced_logits(backend: Backend) {
+    let reference = TensorFile::open(&fixture("tiny_llama_ref.safetensors")).unwrap();
+    let dims = [&TINY[..], &[TINY_CACHE]].concat();
+    let f = function(&fixture("tiny_llama.gguf"), &dims, backend);
+    let prompt = ids(&reference, "prompt_ids.1");
+    let want = tensor(&reference, "logits.1");
+    let v = want.shape[1];
+    let prefill = 60;
+    let step = |ids: &[u32], start: usize| {
+        let data: Vec<f32> = ids.iter().map(|&id| id as f32).collect();
+        let positions: Vec<f32> = (start..start + ids.len()).map(|p| p as f32).collect();
+        let inputs = [
+            Input {
+                shape: &[1, ids.len()],
+                data: &data,
+            },
+            Input {
+                shape: &[ids.len()],
+                data: &positions,
+            },
+        ];
+        f.call(&inputs).unwrap().remove(0).1
+    };
+    let first = step(&prompt[..prefill], 0);
+    let diff = max_difference(&first.data, &want.data[..prefill * v]);
+    assert!(
+        diff <= TOLERANCE,
+        "{backend:?}, prefill: max abs difference {diff}"
+    );
+    for p in prefill..prompt.len() {
+        let got = step(&prompt[p..p + 1], p);
+        let diff = max_difference(&got.data, &want.data[p * v..(p + 1) * v]);
+        assert!(
+            diff <= TOLERANCE,
+            "{backend:?}, position {p}: max abs difference {diff}"
+        );
+    }
+}
+
+#[test]
+fn tiny_llama_cache_gives_the_teacher_forced_logits_natively() {
+    tiny_cache_gives_the_teacher_forced_logits(Backend::Jit);
+}
+
+#[test]
+fn tiny_llama_cache_gives_the_teacher_forced_logits_on_the_interpreter() {
+    tiny_cache_gives_the_teacher_forced_logits(Backend::Interp);
 }
 
 #[test]
@@ -294,8 +349,9 @@ fn smollm2_logits_and_greedy_tokens_match_transformers_natively() {
     let Some(gguf) = smollm2() else { return };
     let reference = TensorFile::open(&fixture("reference.safetensors")).unwrap();
     let cases = cases(&reference);
-    let f = function(&gguf, &[], Backend::Jit);
     let sequences: Vec<Vec<u32>> = cases.iter().map(|c| c.sequence.clone()).collect();
+    let longest = sequences.iter().map(Vec::len).max().unwrap() as i64;
+    let f = function(&gguf, &[("C", longest)], Backend::Jit);
     let logits = logits(&f, &sequences);
     let full = tensor(&reference, "row");
     let diff = max_difference(row(&logits, 0, 63), &full.data);
@@ -321,7 +377,7 @@ fn smollm2_logits_match_transformers_on_the_interpreter() {
     let Some(gguf) = smollm2() else { return };
     let reference = TensorFile::open(&fixture("reference.safetensors")).unwrap();
     let case = &cases(&reference)[2];
-    let f = function(&gguf, &[], Backend::Interp);
+    let f = function(&gguf, &[("C", 16)], Backend::Interp);
     // The interpreter is slow: 16 positions of one prompt.
     let logits = logits(&f, &[case.sequence[..16].to_vec()]);
     let rows: Vec<&[f32]> = (0..16).map(|p| row(&logits, 0, p)).collect();

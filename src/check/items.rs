@@ -50,7 +50,8 @@ impl Checker {
             Item::Dim(decls) => decls.iter().for_each(|d| self.dim_decl(d)),
             Item::Assert(a) => self.assert(a),
             Item::Param(p) => self.param(p),
-            Item::Input(i) => self.input(i),
+            Item::Input(i) => self.input(i, false),
+            Item::State(i) => self.input(i, true),
             Item::Fn(f) => self.fn_decl(f),
             Item::Let(l) => self.let_stmt(l),
             Item::Output(o) => self.output(o),
@@ -245,7 +246,8 @@ impl Checker {
         self.bind_top(&p.name, BindingKind::Param, value);
     }
 
-    fn input(&mut self, i: &ast::Input) {
+    /// `input x: [..]`, or with `state` a `state x: [..]`: an input the call writes back.
+    fn input(&mut self, i: &ast::Input, state: bool) {
         let ok = self.declare(&i.name);
         let value = match self.shape_ann(&i.shape) {
             Some(shape) if ok => {
@@ -256,15 +258,25 @@ impl Checker {
                     shape: shape.clone(),
                     dtype,
                     mask_only: false,
+                    state,
                     span: i.span,
                 };
                 self.prog.inputs.push(decl);
                 let ty = TensorType::row_major(shape, dtype);
-                self.push(Op::Input(index), vec![], ty, i.name.span)
+                let value = self.push(Op::Input(index), vec![], ty, i.name.span);
+                if let (Value::Tensor(id), true) = (&value, state) {
+                    self.declare_state(index, &i.name.name, *id);
+                }
+                value
             }
             _ => Value::Error,
         };
-        self.bind_top(&i.name, BindingKind::Input, value);
+        let kind = if state {
+            BindingKind::State
+        } else {
+            BindingKind::Input
+        };
+        self.bind_top(&i.name, kind, value);
     }
 
     /// The dtype an input declares after its shape; E0208 for a name that is none.
@@ -369,6 +381,21 @@ impl Checker {
 
     fn output(&mut self, o: &ast::Output) {
         let value = self.expr(&o.value);
+        if let Some(state) = self.states.iter().find(|s| s.name == o.name.name) {
+            let first = self.prog.inputs[state.input].span;
+            let d = Diagnostic::error(
+                Code::E0102,
+                o.name.span,
+                format!(
+                    "output `{}` has the name of a state, which a call leaves behind under it",
+                    o.name.name
+                ),
+            )
+            .with_label(first, "the state")
+            .with_hint("give the output another name");
+            self.report(d);
+            return;
+        }
         if let Some(first) = self.outputs.get(&o.name.name) {
             let d = Diagnostic::error(
                 Code::E0102,
@@ -386,6 +413,7 @@ impl Checker {
         self.prog.outputs.push(OutputDecl {
             name: o.name.name.clone(),
             value: id,
+            state: None,
             span: o.span,
         });
         self.bind_top(&o.name, BindingKind::Output, value);
@@ -486,7 +514,15 @@ impl Checker {
                 self.unify(v, ann, a.span, &p.name.name, &f.name.name);
             }
             self.note_value(p.name.span, v);
-            self.bind(&p.name.name, Entry::Value(v.clone()));
+            // A dim passed as a number (a layer's index) stays a dim, so it may index.
+            let entry = match v {
+                Value::Tensor(id) if p.ty.is_none() => match &self.prog.node(*id).op {
+                    Op::DimValue(d) => Entry::Dim(d.clone()),
+                    _ => Entry::Value(v.clone()),
+                },
+                _ => Entry::Value(v.clone()),
+            };
+            self.bind(&p.name.name, entry);
         }
         self.calls.push((f.name.name.clone(), span));
         self.called.push(f.name.name.clone());
@@ -650,6 +686,7 @@ impl Checker {
                 continue;
             }
             let (nodes, dims, body) = (self.prog.nodes.len(), self.prog.dims.len(), self.blocks[0].len());
+            let states = self.save_states();
             self.scopes.push(HashMap::new());
             let mut ok = true;
             for p in &f.params {
@@ -672,6 +709,7 @@ impl Checker {
             self.prog.nodes.truncate(nodes);
             self.prog.dims.truncate(dims);
             self.blocks[0].truncate(body);
+            self.restore_states(&states);
         }
     }
 

@@ -27,7 +27,7 @@ impl Checker {
                 start,
                 end,
                 body,
-            } if body.value.is_none() => self.statement_loop(var, start, end, body),
+            } if body.value.as_deref().is_none_or(is_in_place) => self.statement_loop(var, start, end, body),
             _ => {
                 self.expr(e);
             }
@@ -65,6 +65,9 @@ impl Checker {
             self.scopes.push(HashMap::new());
             self.bind(&var.name, Entry::Dim(Poly::int(index)));
             body.stmts.iter().for_each(|stmt| self.stmt(stmt));
+            if let Some(last) = &body.value {
+                self.expr_stmt(last);
+            }
             self.scopes.pop();
         }
     }
@@ -183,4 +186,10 @@ impl Checker {
         }
         value
     }
+}
+
+/// Whether `e` is a call of an in-place op (`cache[l].index_copy_(..)`): a statement, even
+/// as the last line of a loop's body, as in Python.
+fn is_in_place(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Method { method, .. } if method.name.ends_with('_'))
 }

@@ -19,6 +19,7 @@ mod names;
 pub(crate) mod layout;
 mod ops;
 mod rules;
+mod state;
 
 use crate::ast;
 use crate::diagnostic::{Code, Diagnostic};
@@ -97,6 +98,11 @@ pub struct Checker {
     called: Vec<String>,
     /// What each name stood for, when asked to record it (see [`Checker::record_names`]).
     names: Option<Vec<NameType>>,
+    /// The declared states, in order, with the version each name stands for now.
+    states: Vec<state::StateInfo>,
+    /// Every version of a state (its first, an input node, and each write's result): the
+    /// state it is a version of.
+    versions: HashMap<ValueId, usize>,
 }
 
 /// Check a whole program. `overrides` must name constant or free dims of the program
@@ -121,6 +127,8 @@ impl Checker {
             calls: Vec::new(),
             called: Vec::new(),
             names: None,
+            states: Vec::new(),
+            versions: HashMap::new(),
         }
     }
 
@@ -129,6 +137,7 @@ impl Checker {
     pub fn snapshot(&self) -> Program {
         let mut prog = self.prog.clone();
         prog.body = self.blocks[0].clone();
+        self.state_outputs(&mut prog);
         mark_mask_inputs(&mut prog);
         prog
     }

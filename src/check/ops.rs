@@ -138,7 +138,7 @@ impl Checker {
     fn name_value(&mut self, name: &str, span: Span) -> Value {
         match self.lookup(name) {
             Some(Entry::Value(v)) => {
-                let v = v.clone();
+                let v = self.current_value(v.clone(), span);
                 self.note_value(span, &v);
                 v
             }

@@ -28,7 +28,7 @@ impl Checker {
         self.push_id(Op::DimValue(p), vec![], scalar(), span)
     }
 
-    fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
+    pub(super) fn push_id(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
         match self.push(op, args, ty, span) {
             Value::Tensor(id) => id,
             _ => unreachable!("push makes a tensor"),

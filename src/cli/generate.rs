@@ -5,18 +5,23 @@
 use super::output::emit;
 use super::tokenize::{open_gguf, prompt_tokenizer};
 use super::{load, native, Backend, DimArgs, MemoryArgs};
+use attnc::check::DimOverride;
+use attnc::ir::Program;
 use attnc::render;
 use attnc::runtime::function::{self, Function, Weights};
-use attnc::runtime::generate::window::{Interface, Window};
+use attnc::runtime::generate::program::{capacity_dim, Cached, Interface, Window};
 use attnc::runtime::generate::{self, Limits, Sampler, Stats, TextStream};
 use attnc::runtime::gguf::GgufFile;
 use attnc::runtime::tokenize::PromptTokenizer;
 use attnc::runtime::RunError;
 use std::path::PathBuf;
 
-/// The window is a multiple of this many tokens, so that nearby lengths share a compiled
-/// plan; small, because every step runs the whole window.
-const CAPACITY_STEP: usize = 32;
+/// A cache's capacity is a multiple of this many tokens, so that nearby lengths share
+/// compiled plans.
+const CACHE_STEP: usize = 256;
+/// A window's length is a multiple of this many tokens: small, because every step of a
+/// program without a cache runs the whole window.
+const WINDOW_STEP: usize = 32;
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -67,29 +72,50 @@ pub struct GenerateArgs {
 }
 
 pub fn command(args: &GenerateArgs) -> i32 {
-    let (src, checked) = match load(&args.file, &args.dims.dims) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    if checked.has_errors() {
-        let name = args.file.display().to_string();
-        eprint!("{}", render::diagnostics_text(&name, &src, &checked.diagnostics));
-        return 1;
-    }
     let mut exit = 0;
-    match run(args, checked.program, &mut exit) {
+    match run(args, &mut exit) {
         Ok(report) => {
             if exit == 0 {
                 eprintln!("{report}");
             }
             exit
         }
-        Err(_) if exit != 0 => exit,
-        Err(e) => {
+        Err(Failed::Exit(code)) => code,
+        Err(Failed::Run(_)) if exit != 0 => exit,
+        Err(Failed::Run(e)) => {
             eprintln!("{e}");
             1
         }
     }
+}
+
+/// Why generation stopped early: an error to print, or an exit code whose message was
+/// printed already.
+enum Failed {
+    Run(RunError),
+    Exit(i32),
+}
+
+impl From<RunError> for Failed {
+    fn from(e: RunError) -> Failed {
+        Failed::Run(e)
+    }
+}
+
+/// The checked program with `extra` among the `--dim`s; its diagnostics printed otherwise.
+fn checked_program(args: &GenerateArgs, extra: Option<DimOverride>) -> Result<Program, Failed> {
+    let mut dims: Vec<DimOverride> = args.dims.dims.clone();
+    if let Some(extra) = extra {
+        dims.retain(|d| d.name != extra.name);
+        dims.push(extra);
+    }
+    let (src, checked) = load(&args.file, &dims).map_err(Failed::Exit)?;
+    if checked.has_errors() {
+        let name = args.file.display().to_string();
+        eprint!("{}", render::diagnostics_text(&name, &src, &checked.diagnostics));
+        return Err(Failed::Exit(1));
+    }
+    Ok(checked.program)
 }
 
 /// What generation needs from the GGUF besides the weights.
@@ -131,10 +157,15 @@ fn sampler(args: &GenerateArgs) -> Result<Sampler, RunError> {
     }
 }
 
-/// The window's length: the prompt and the new tokens, rounded up to [`CAPACITY_STEP`],
-/// within the context; an error when the prompt alone does not fit.
-fn capacity(prompt: usize, new_tokens: usize, context: Option<usize>) -> Result<usize, RunError> {
-    let wanted = (prompt + new_tokens).div_ceil(CAPACITY_STEP) * CAPACITY_STEP;
+/// The cache's capacity or the window's length: the prompt and the new tokens, rounded up
+/// to a multiple of `step`, within the context; an error when the prompt alone does not fit.
+fn capacity(
+    prompt: usize,
+    new_tokens: usize,
+    step: usize,
+    context: Option<usize>,
+) -> Result<usize, RunError> {
+    let wanted = (prompt + new_tokens).div_ceil(step) * step;
     match context {
         Some(c) if prompt >= c => Err(RunError::new(
             None,
@@ -148,7 +179,8 @@ fn capacity(prompt: usize, new_tokens: usize, context: Option<usize>) -> Result<
 
 /// Generates, streaming to stdout; the speeds line for stderr. `exit` becomes the exit code
 /// when stdout fails (0 when its reader went away).
-fn run(args: &GenerateArgs, program: attnc::ir::Program, exit: &mut i32) -> Result<String, RunError> {
+fn run(args: &GenerateArgs, exit: &mut i32) -> Result<String, Failed> {
+    let program = checked_program(args, None)?;
     Interface::of(&program)?;
     let mut sampler = sampler(args)?;
     let model = Model::open(args)?;
@@ -157,7 +189,16 @@ fn run(args: &GenerateArgs, program: attnc::ir::Program, exit: &mut i32) -> Resu
         false => args.prompt.clone(),
     };
     let prompt = model.tokenizer.encode(&text)?;
-    let capacity = capacity(prompt.len(), args.max_new_tokens, model.context)?;
+    let cache = capacity_dim(&program)?;
+    let step = if cache.is_some() { CACHE_STEP } else { WINDOW_STEP };
+    let capacity = capacity(prompt.len(), args.max_new_tokens, step, model.context)?;
+    let program = match cache {
+        Some(name) => {
+            let value = i64::try_from(capacity).unwrap_or(i64::MAX);
+            checked_program(args, Some(DimOverride { name, value }))?
+        }
+        None => program,
+    };
     let limits = Limits {
         max_new_tokens: args.max_new_tokens.min(capacity.saturating_sub(prompt.len())),
         eos: model.eos,
@@ -171,12 +212,23 @@ fn run(args: &GenerateArgs, program: attnc::ir::Program, exit: &mut i32) -> Resu
         max_memory: Some(args.memory.budget()),
     };
     let function = Function::new(program, Weights::File(args.weights.clone()), options)?;
-    let mut window = Window::new(&function, capacity)?;
+    let mut cached;
+    let mut window;
+    let lm: &mut dyn generate::Model = match function.has_state() {
+        true => {
+            cached = Cached::new(&function, capacity)?;
+            &mut cached
+        }
+        false => {
+            window = Window::new(&function, capacity)?;
+            &mut window
+        }
+    };
     let mut stream = TextStream::default();
     let decode = |ids: &[u32]| model.tokenizer.decode(ids);
     let mut prefill_compile_ms = None;
     let mut separator = "";
-    let stats = generate::generate(&mut window, &prompt, &mut sampler, limits, |id| {
+    let stats = generate::generate(lm, &prompt, &mut sampler, limits, |id| {
         prefill_compile_ms.get_or_insert_with(|| compile_ms(&function));
         let piece = match (args.ids, Some(id) == model.eos) {
             (true, _) => format!("{separator}{id}"),
@@ -232,11 +284,12 @@ mod tests {
 
     #[test]
     fn capacity_rounds_up_within_the_context() {
-        assert_eq!(capacity(10, 64, Some(8192)).unwrap(), 96);
-        assert_eq!(capacity(200, 64, Some(8192)).unwrap(), 288);
-        assert_eq!(capacity(200, 64, Some(250)).unwrap(), 250);
-        assert_eq!(capacity(5, 5, None).unwrap(), 32);
-        let err = capacity(300, 1, Some(300)).unwrap_err();
+        assert_eq!(capacity(10, 64, CACHE_STEP, Some(8192)).unwrap(), 256);
+        assert_eq!(capacity(200, 64, CACHE_STEP, Some(8192)).unwrap(), 512);
+        assert_eq!(capacity(200, 64, WINDOW_STEP, Some(8192)).unwrap(), 288);
+        assert_eq!(capacity(200, 64, CACHE_STEP, Some(300)).unwrap(), 300);
+        assert_eq!(capacity(5, 5, WINDOW_STEP, None).unwrap(), 32);
+        let err = capacity(300, 1, CACHE_STEP, Some(300)).unwrap_err();
         assert_eq!(
             err.message,
             "the prompt has 300 tokens, the model's context only 300"

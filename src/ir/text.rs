@@ -21,7 +21,8 @@ impl Program {
         p.nodes(&self.body, 0);
         for o in &self.outputs {
             let v = p.name(o.value);
-            let _ = writeln!(p.out, "output {} = {v}", o.name);
+            let kind = if o.state.is_some() { "state" } else { "output" };
+            let _ = writeln!(p.out, "{kind} {} = {v}", o.name);
         }
         p.out
     }
@@ -164,6 +165,7 @@ impl Program {
                 let p = &self.params[*i];
                 ("param", vec![p.name.clone(), format!("{:?}", p.key)])
             }
+            Op::Input(i) if self.inputs[*i].state => ("state", vec![self.inputs[*i].name.clone()]),
             Op::Input(i) => ("input", vec![self.inputs[*i].name.clone()]),
             Op::Literal(x) => ("literal", vec![format!("{x:?}")]),
             Op::DimValue(p) => ("dim", vec![d(p)]),
@@ -206,6 +208,18 @@ impl Program {
             Op::For { .. } => ("for", vec![]),
             Op::Concat(a) => ("concat", vec![a.to_string()]),
             Op::Stack(a) => ("stack", vec![a.to_string()]),
+            Op::IndexCopy { axis, starts, ends } => {
+                let mut attrs = vec![axis.to_string()];
+                // The window, where it is not the whole of the operand.
+                let whole = &self.tensor_type(node.args[0]).shape;
+                let window = starts.iter().zip(ends).zip(whole);
+                if window.clone().any(|((s, e), n)| !s.is_zero() || e != n) {
+                    let ranges: Vec<String> =
+                        window.map(|((s, e), _)| format!("{}..{}", d(s), d(e))).collect();
+                    attrs.push(format!("at=[{}]", ranges.join(", ")));
+                }
+                ("index_copy", attrs)
+            }
             Op::Gemm {
                 trans_a,
                 trans_b,

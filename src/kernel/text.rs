@@ -10,6 +10,7 @@ pub fn buffers(plan: &Plan, out: &mut String) {
             BufferKind::Param(_) => format!("param  {}", b.name),
             BufferKind::Input(_) => format!("input  {}", b.name),
             BufferKind::Output(_) => format!("output {}", b.name),
+            BufferKind::State { .. } => format!("state  {} (read and written in place)", b.name),
             BufferKind::Temp { offset, live } => {
                 format!(
                     "temp   arena +{} bytes, live k{}..k{}",
@@ -216,6 +217,18 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
                     let _ = writeln!(out, "      in{j} {}", operand(o));
                 }
                 let _ = writeln!(out, "      out {}", operand(&m.out));
+            }
+            KernelOp::Scatter(s) => {
+                let _ = writeln!(
+                    out,
+                    "      in place: out[.., index[n], ..] = source[.., n, ..] on axis {} over {}, positions in 0..{}",
+                    s.axis,
+                    dims(&s.shape),
+                    s.size
+                );
+                for (name, o) in [("index", &s.index), ("source", &s.source), ("out", &s.out)] {
+                    let _ = writeln!(out, "      {name} {}", operand(o));
+                }
             }
             KernelOp::Row(r) => {
                 let what = if r.per_row() {

@@ -106,6 +106,10 @@ impl Plan {
                 (Some(_), BufferKind::Input(_), false) => true,
                 (Some(i), BufferKind::Temp { live, .. }, _) => live.0 <= i && i <= live.1,
                 (Some(_), BufferKind::Output(_), _) => true,
+                // A state's storage changes only by in-place writes, whose order against
+                // the reads of each version the lowering proved.
+                (Some(_), BufferKind::State { .. }, false) => true,
+                (Some(_), BufferKind::State { .. }, true) => matches!(op, KernelOp::Scatter(_)),
                 (Some(_), BufferKind::Derived { .. }, false) => true,
                 (None, BufferKind::Derived { .. }, _) => true,
                 _ => false,
@@ -149,7 +153,7 @@ impl Plan {
     fn outputs_distinct(&self) -> Result<(), PlanError> {
         let mut seen = Vec::new();
         for b in &self.buffers {
-            if let BufferKind::Output(i) = b.kind {
+            if let BufferKind::Output(i) | BufferKind::State { output: i, .. } = b.kind {
                 if seen.contains(&i) {
                     return err(format!("two buffers are output {i}"));
                 }

@@ -336,7 +336,7 @@ impl Defs<'_> {
                     }
                 }
                 Item::Param(p) => self.add(&p.name, DefKind::Value, self.all, p.span.end),
-                Item::Input(i) => self.add(&i.name, DefKind::Value, self.all, i.span.end),
+                Item::Input(i) | Item::State(i) => self.add(&i.name, DefKind::Value, self.all, i.span.end),
                 Item::Fn(f) => self.function(f),
                 Item::Let(l) => {
                     self.expr(&l.value);

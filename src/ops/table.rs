@@ -149,6 +149,8 @@ pub static OPS: &[OpDef] = &[
         &[p("query"), p("key"), p("value"), opt("attn_mask", Default::None), opt("dropout_p", Default::Float(0.0)),
           opt("is_causal", Default::Bool(false)), opt("scale", Default::None), opt("enable_gqa", Default::Bool(false))],
                                                                                 Special, Check(Checker::scaled_dot_product_attention)),
+    op!("index_copy",  &[p("input"), p("dim"), p("index"), p("source")],        Special, Check(Checker::index_copy)),
+    op!("index_copy_", &[p("input"), p("dim"), p("index"), p("source")],        Special, Check(Checker::index_copy_)),
     op!("embedding",   &[p("input"), p("weight"), opt("padding_idx", Default::None)], Special, Check(Checker::embedding)),
     op!("float",       INPUT,                                                   Special, Check(Checker::float_cast)),
     op!("long",        ["int"], INPUT,                                          Special, Check(Checker::long_cast)),

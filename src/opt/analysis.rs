@@ -494,6 +494,12 @@ impl Ctx {
                 k[1].float()?;
                 same(0)
             }
+            T::IndexCopy(_) => {
+                let rank = shape(0)?.len();
+                (k[3].axis()? < rank && k[4].shape_attr()?.len() == rank).then_some(())?;
+                (k[5].shape_attr()?.len() == rank && shape(2)?.len() == rank).then_some(())?;
+                same(0)
+            }
             T::Gemm(_) => {
                 let (ta, tb) = (flag(k[3])?, flag(k[4])?);
                 k[5].float()?;

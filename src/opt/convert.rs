@@ -162,6 +162,10 @@ impl Into<'_> {
             }
             Op::Concat(d) => Tensor::Concat([a[0], self.int(*d)]),
             Op::Stack(d) => Tensor::Stack([a[0], self.int(*d)]),
+            Op::IndexCopy { axis, starts, ends } => {
+                let (axis, starts, ends) = (self.int(*axis), self.shape(starts), self.shape(ends));
+                Tensor::IndexCopy([a[0], a[1], a[2], axis, starts, ends])
+            }
             Op::Gemm {
                 trans_a,
                 trans_b,
@@ -250,6 +254,7 @@ pub fn lower(eg: &EG, ex: &Extraction, root: Id, source: &Program) -> Result<Pro
         out.prog.outputs.push(OutputDecl {
             name: decl.name.clone(),
             value,
+            state: decl.state,
             span: decl.span,
         });
     }
@@ -444,6 +449,14 @@ impl Out<'_> {
             ),
             Tensor::Concat(c) => (Op::Concat(axis(c[1])?), vec![c[0]]),
             Tensor::Stack(c) => (Op::Stack(axis(c[1])?), vec![c[0]]),
+            Tensor::IndexCopy(c) => (
+                Op::IndexCopy {
+                    axis: axis(c[3])?,
+                    starts: d(c[4]).shape_attr().ok_or("starts")?.to_vec(),
+                    ends: d(c[5]).shape_attr().ok_or("ends")?.to_vec(),
+                },
+                c[..3].to_vec(),
+            ),
             Tensor::Gemm(c) => (
                 Op::Gemm {
                     trans_a: flag(c[3])?,

@@ -111,6 +111,8 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
     match node {
         Tensor::Reshape(_) if copies => copy,
         Tensor::Contiguous(_) | Tensor::Concat(_) | Tensor::Stack(_) | Tensor::Cat(_) => copy,
+        // In place: the source's slices are read and written, nothing else moves.
+        Tensor::IndexCopy(_) => Cost::kernel(0, 8 * n(kid(2))),
         Tensor::Unary(..) | Tensor::Scale(_) => Cost::kernel(out, io(&[0])),
         Tensor::Binary(..)
         | Tensor::Eq(_)

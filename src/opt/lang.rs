@@ -54,6 +54,8 @@ define_language! {
         "for" = For([Id; 4]),                // var (a dim's index), start, end, item
         "concat" = Concat([Id; 2]),          // seq, axis
         "stack" = Stack([Id; 2]),            // seq, axis
+        // Opaque to every rule: a state's next version, which no rewrite may copy or move.
+        "index_copy" = IndexCopy([Id; 6]),   // x, index, source, axis, starts, ends (shapes)
         "scale" = Scale([Id; 2]),            // x, float: `x * c`
         "gemm" = Gemm([Id; 6]),              // a, b, bias?, trans_a, trans_b, alpha
         "masked_softmax" = MaskedSoftmax([Id; 4]), // x, mask?, scale, fill

@@ -122,6 +122,7 @@ fn item_kind(item: &Item) -> &'static str {
         Item::Assert(_) => "assert",
         Item::Param(_) => "param",
         Item::Input(_) => "input",
+        Item::State(_) => "state",
         Item::Fn(_) => "fn",
         Item::Let(_) => "let",
         Item::Output(_) => "output",
@@ -232,7 +233,7 @@ fn show_program(program: &Program) -> String {
             Item::Dim(decls) => decls.iter().flat_map(|d| &d.value).for_each(|v| out += &show(v)),
             Item::Assert(a) => out += &show(&a.cond),
             Item::Param(p) => p.shape.dims.iter().for_each(|d| out += &show(d)),
-            Item::Input(i) => i.shape.dims.iter().for_each(|d| out += &show(d)),
+            Item::Input(i) | Item::State(i) => i.shape.dims.iter().for_each(|d| out += &show(d)),
             Item::Fn(f) => out += &show_block(&f.body),
             Item::Let(l) => out += &show(&l.value),
             Item::Output(o) => out += &show(&o.value),
@@ -600,6 +601,16 @@ fn an_input_declares_its_dtype_after_its_shape() {
     let input = variant!(item("input ids: [B, N] int64", 0), Item::Input);
     assert_eq!(input.dtype.unwrap().name, "int64");
     assert_eq!(variant!(item("input x: [B, N]", 0), Item::Input).dtype, None);
+}
+
+#[test]
+fn state_declares_only_before_a_name_and_stays_a_name_elsewhere() {
+    let state = variant!(item("state k_cache: [L, B, C, D]", 0), Item::State);
+    assert_eq!(state.name.name, "k_cache");
+    assert_eq!(state.shape.dims.len(), 4);
+    assert_eq!(item_kind(&item("let state = x", 0)), "let");
+    assert_eq!(item_kind(&item("state + 1", 0)), "expr");
+    assert_eq!(item_kind(&item("state.index_copy_(0, i, s)", 0)), "expr");
 }
 
 #[test]

@@ -122,26 +122,49 @@ impl Function {
         held.iter().map(|h| Ok(h.slice()?.as_ptr() as usize)).collect()
     }
 
-    /// The inputs' names, in declaration order.
+    /// The inputs' names, in declaration order (states, which the function holds, left
+    /// out).
     #[getter]
     fn inputs(&self) -> Vec<String> {
-        self.function
-            .program()
-            .inputs
-            .iter()
-            .map(|d| d.name.clone())
+        let inputs = self.function.program().inputs.iter();
+        inputs.filter(|d| !d.state).map(|d| d.name.clone()).collect()
+    }
+
+    /// The outputs' names, in declaration order (states left out: see `state`).
+    #[getter]
+    fn outputs(&self) -> Vec<String> {
+        let outputs = self.function.program().outputs.iter();
+        outputs
+            .filter(|o| o.state.is_none())
+            .map(|o| o.name.clone())
             .collect()
     }
 
-    /// The outputs' names, in declaration order.
-    #[getter]
-    fn outputs(&self) -> Vec<String> {
-        self.function
+    /// The value the state `name` holds after the last call, or `None` before the first
+    /// call (zeros then) or after `reset_state()`.
+    fn state<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyArray<f32, IxDyn>>>> {
+        let is_state = self
+            .function
             .program()
-            .outputs
+            .inputs
             .iter()
-            .map(|o| o.name.clone())
-            .collect()
+            .any(|d| d.state && d.name == name);
+        if !is_state {
+            return Err(PyValueError::new_err(format!(
+                "`{name}` is not a state of the program"
+            )));
+        }
+        let Some(t) = self.function.state(name) else {
+            return Ok(None);
+        };
+        let array = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data)
+            .map_err(|e| PyValueError::new_err(format!("internal error: {e}")))?;
+        Ok(Some(PyArray::from_owned_array(py, array)))
+    }
+
+    /// Starts every state again from zeros at the next call.
+    fn reset_state(&self) {
+        self.function.reset_state();
     }
 
     /// What has been compiled, oldest first: one dict per set of sizes, with `sizes` (every

@@ -42,18 +42,17 @@ pub fn bind_from(
     dims.require_needed()?;
     dims.check_asserts()?;
     super::budget::program(program, &dims.all_values(), opts.budget())?;
-    let inputs = match read {
-        Some(tensors) => {
-            for (decl, t) in program.inputs.iter().zip(&tensors) {
+    let shapes = dims.shapes(program.inputs.iter().map(|d| (&d.name, &d.shape)))?;
+    let mut inputs = defaults::inputs(program, &shapes, opts.seed);
+    if let Some(tensors) = read {
+        for ((decl, t), slot) in program.inputs.iter().zip(tensors).zip(&mut inputs) {
+            // A state the file does not hold starts at zeros.
+            if let Some(t) = t {
                 dims.check_input(decl, &t.shape)?;
+                *slot = t;
             }
-            tensors
         }
-        None => {
-            let shapes = dims.shapes(program.inputs.iter().map(|d| (&d.name, &d.shape)))?;
-            defaults::inputs(program, &shapes, opts.seed)
-        }
-    };
+    }
     let shapes = dims.shapes(program.params.iter().map(|d| (&d.name, &d.shape)))?;
     let params = match (params, &weights) {
         (Some(params), _) => params,
@@ -95,6 +94,20 @@ pub fn bind_shapes(
         dims.check_input(decl, shape)?;
     }
     Ok(dims.all_values())
+}
+
+/// The shapes of the states, for the dims the other inputs' `shapes` bind (`None` for
+/// each state): E0301 and E0304 as [`bind_shapes`] reports them.
+pub fn state_shapes(program: &Program, shapes: &[Option<&[usize]>]) -> Result<Vec<Vec<usize>>, RunError> {
+    let mut dims = Dims::new(program);
+    for (decl, shape) in program.inputs.iter().zip(shapes) {
+        if let Some(shape) = shape.filter(|s| s.len() == decl.shape.len()) {
+            dims.bind_axes(decl, shape)?;
+        }
+    }
+    dims.require_needed()?;
+    let states = program.inputs.iter().filter(|d| d.state);
+    dims.shapes(states.map(|d| (&d.name, &d.shape)))
 }
 
 /// The shapes of the params from the declarations and `--dim` alone: E0304 when one needs
@@ -168,13 +181,18 @@ impl<'p> Dims<'p> {
     }
 
     /// Reads every input and binds each free dim that is a whole axis of one (`[B, N, D]`
-    /// binds `B` and `N`); a second input, or `--dim`, must then agree.
-    fn bind_inputs(&mut self, file: &TensorFile) -> Result<Vec<Tensor>, RunError> {
+    /// binds `B` and `N`); a second input, or `--dim`, must then agree. A state the file
+    /// does not hold is `None`: it starts at zeros.
+    fn bind_inputs(&mut self, file: &TensorFile) -> Result<Vec<Option<Tensor>>, RunError> {
         let mut tensors = Vec::new();
         for decl in &self.program.inputs {
+            if decl.state && file.get(&decl.name).is_none() {
+                tensors.push(None);
+                continue;
+            }
             let t = read_input(file, decl, &self.program.dims)?;
             self.bind_axes(decl, &t.shape)?;
-            tensors.push(t);
+            tensors.push(Some(t));
         }
         Ok(tensors)
     }

@@ -89,7 +89,7 @@ pub fn plan(plan: &Plan, budget: u64) -> Result<(), RunError> {
     for b in &plan.buffers {
         if matches!(
             b.kind,
-            BufferKind::Param(_) | BufferKind::Input(_) | BufferKind::Output(_)
+            BufferKind::Param(_) | BufferKind::Input(_) | BufferKind::Output(_) | BufferKind::State { .. }
         ) {
             elements += b.len as u128;
             if largest.is_none_or(|(_, len)| b.len > len) {

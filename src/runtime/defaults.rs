@@ -66,9 +66,9 @@ pub fn params(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor
         .collect()
 }
 
-/// Every input of `program`, of the given shapes: standard normal, or all ones for an
-/// input used only as a mask (keep every position) and for an int64 input (a mask that
-/// keeps every position, ids that name row 1 of any table with two rows).
+/// Every input of `program`, of the given shapes: zeros for a state, standard normal, or
+/// all ones for an input used only as a mask (keep every position) and for an int64 input
+/// (a mask that keeps every position, ids that name row 1 of any table with two rows).
 pub fn inputs(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor> {
     program
         .inputs
@@ -76,9 +76,10 @@ pub fn inputs(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor
         .zip(shapes)
         .map(|(decl, shape)| {
             let mut rng = Rng::stream(seed, "input", &decl.name);
-            match decl.mask_only || decl.dtype == DType::I64 {
-                true => fill(shape, || 1.0),
-                false => fill(shape, || rng.normal() as f32),
+            match (decl.state, decl.mask_only || decl.dtype == DType::I64) {
+                (true, _) => fill(shape, || 0.0),
+                (false, true) => fill(shape, || 1.0),
+                (false, false) => fill(shape, || rng.normal() as f32),
             }
         })
         .collect()

@@ -7,6 +7,12 @@
 //! borrowed, never copied; outputs are fresh tensors the caller owns. A function is
 //! `Send` and `Sync`: calls from several threads at once are safe, and a shape is compiled
 //! once however many threads ask for it.
+//!
+//! A program with `state`s keeps each state's tensor between calls: zeros at the first
+//! call (of the size that call's dims give), then what the last call left in it. The
+//! native backend writes a call's new slices into that tensor in place (it is the output
+//! of the state's last version, donated), so no call copies a state. Calls on a function
+//! with states are serialized; [`Function::reset_state`] starts again from zeros.
 
 use super::files::Store;
 use super::hoist::{hoist, Hoisted};
@@ -97,6 +103,9 @@ pub struct Function {
     /// while a new shape compiles, so that it compiles once. Shapes and dims determine each
     /// other, so neither repeats.
     plans: Mutex<Vec<(Dims, Arc<Ready>)>>,
+    /// Each state's tensor, in declaration order; empty before the first call and after a
+    /// reset. Its lock serializes the calls of a function with states.
+    states: Mutex<Vec<Tensor>>,
 }
 
 /// The values of every dim, as in [`Bound::dims`].
@@ -130,6 +139,7 @@ impl Function {
             params,
             options,
             plans: Mutex::new(Vec::new()),
+            states: Mutex::new(Vec::new()),
         })
     }
 
@@ -147,19 +157,21 @@ impl Function {
             .zip(&self.params)
     }
 
-    /// Runs the function on `inputs`, one per declared input in order: E0301, E0304, E0209
-    /// and E0305 as `attnc run` reports them. One contiguous tensor per output, in
-    /// declaration order.
+    /// Runs the function on `inputs`, one per declared input in order, states left out
+    /// (the function holds them): E0301, E0304, E0209 and E0305 as `attnc run` reports
+    /// them. One contiguous tensor per output, in declaration order, states left out (see
+    /// [`Function::state`]).
     pub fn call(&self, inputs: &[Input]) -> Result<Vec<(String, Tensor)>, RunError> {
-        if inputs.len() != self.program.inputs.len() {
+        let declared = self.program.inputs.iter().filter(|d| !d.state);
+        if inputs.len() != declared.clone().count() {
             let message = format!(
                 "the program takes {} inputs, {} were given",
-                self.program.inputs.len(),
+                declared.count(),
                 inputs.len()
             );
             return Err(RunError::new(None, message));
         }
-        for (decl, input) in self.program.inputs.iter().zip(inputs) {
+        for (decl, input) in declared.zip(inputs) {
             let numel = input.shape.iter().try_fold(1usize, |n, &s| n.checked_mul(s));
             if numel != Some(input.data.len()) {
                 let message = format!(
@@ -171,29 +183,140 @@ impl Function {
                 return Err(RunError::new(None, message));
             }
         }
-        match self.options.backend {
-            Backend::Interp => {
-                let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape).collect();
-                let dims = bind::bind_shapes(&self.program, &shapes, self.budget)?;
-                self.interpret(inputs, dims)
-            }
-            Backend::Jit => {
-                let ready = self.ready(inputs)?;
-                let gathered = self.gather(inputs)?;
-                let mut data: Vec<&[f32]> = inputs.iter().map(|i| i.data).collect();
-                data.extend(gathered.iter().map(|t| &t.data[..]));
-                let mut outputs = Vec::new();
-                ready.exe.run_borrowed(
-                    &self.params,
-                    &data,
-                    &ready.prepared,
-                    &self.pool,
-                    &mut outputs,
-                    None,
-                )?;
-                Ok(outputs)
+        if !self.has_state() {
+            return self.run(inputs, &mut Vec::new());
+        }
+        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        if states.is_empty() {
+            *states = self.zero_states(inputs)?;
+        }
+        self.run(inputs, &mut states)
+    }
+
+    /// Whether the program declares a `state`.
+    pub fn has_state(&self) -> bool {
+        self.program.inputs.iter().any(|d| d.state)
+    }
+
+    /// The value a state holds now (after the last call), by name; `None` for a name that
+    /// is no state, or before the first call (zeros then).
+    pub fn state(&self, name: &str) -> Option<Tensor> {
+        let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        let index = self
+            .program
+            .inputs
+            .iter()
+            .filter(|d| d.state)
+            .position(|d| d.name == name)?;
+        states.get(index).cloned()
+    }
+
+    /// Starts every state again from zeros at the next call (whose dims may then differ).
+    pub fn reset_state(&self) {
+        self.states.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// One call on `inputs` (states left out) and the states in `states`, which the call
+    /// updates.
+    fn run(&self, inputs: &[Input], states: &mut [Tensor]) -> Result<Vec<(String, Tensor)>, RunError> {
+        if self.options.backend == Backend::Interp {
+            let all = self.with_states(inputs, states);
+            let shapes: Vec<&[usize]> = all.iter().map(|i| i.shape).collect();
+            let dims = bind::bind_shapes(&self.program, &shapes, self.budget)?;
+            let mut outputs = self.interpret(&all, dims)?;
+            self.keep_states(&mut outputs, states);
+            return Ok(outputs);
+        }
+        let all = self.with_states(inputs, states);
+        let ready = self.ready(&all)?;
+        let gathered = self.gather(&all)?;
+        drop(all);
+        // A state's storage is the tensor of its output, not its input.
+        let mut given = inputs.iter();
+        let mut data: Vec<&[f32]> = self
+            .program
+            .inputs
+            .iter()
+            .map(|d| match d.state {
+                true => &[][..],
+                false => given.next().map_or(&[][..], |i| i.data),
+            })
+            .collect();
+        data.extend(gathered.iter().map(|t| &t.data[..]));
+        let mut held = states.iter_mut();
+        let mut outputs: Vec<(String, Tensor)> = Vec::new();
+        for o in &self.program.outputs {
+            let t = match o.state.and_then(|_| held.next()) {
+                Some(slot) => std::mem::replace(slot, Tensor::scalar(0.0)),
+                None => Tensor::scalar(0.0),
+            };
+            outputs.push((o.name.clone(), t));
+        }
+        let run = ready.exe.run_borrowed(
+            &self.params,
+            &data,
+            &ready.prepared,
+            &self.pool,
+            &mut outputs,
+            None,
+        );
+        // The states go back to the function whatever happened.
+        self.keep_states(&mut outputs, states);
+        run.map(|()| outputs)
+    }
+
+    /// Moves the states' outputs out of `outputs` into `states` (in declaration order).
+    fn keep_states(&self, outputs: &mut Vec<(String, Tensor)>, states: &mut [Tensor]) {
+        let flags: Vec<bool> = self.program.outputs.iter().map(|o| o.state.is_some()).collect();
+        if outputs.len() != flags.len() {
+            return;
+        }
+        let mut held = states.iter_mut();
+        let mut kept = Vec::new();
+        for ((name, t), state) in outputs.drain(..).zip(flags) {
+            // A slot is taken by a state's output only, whatever the order of the outputs.
+            match state.then(|| held.next()).flatten() {
+                Some(slot) => *slot = t,
+                None => kept.push((name, t)),
             }
         }
+        *outputs = kept;
+    }
+
+    /// Every input of the program: `inputs` with each state's tensor in its place.
+    fn with_states<'a>(&self, inputs: &[Input<'a>], states: &'a [Tensor]) -> Vec<Input<'a>> {
+        let (mut given, mut held) = (inputs.iter(), states.iter());
+        self.program
+            .inputs
+            .iter()
+            .filter_map(|d| match d.state {
+                true => held.next().map(|t| Input {
+                    shape: &t.shape,
+                    data: &t.data,
+                }),
+                false => given.next().copied(),
+            })
+            .collect()
+    }
+
+    /// Zeros for every state, of the sizes the dims of `inputs` (and the declared values)
+    /// give: E0304 when a state needs a dim no input binds.
+    fn zero_states(&self, inputs: &[Input]) -> Result<Vec<Tensor>, RunError> {
+        let mut given = inputs.iter();
+        let shapes: Vec<Option<&[usize]>> = self
+            .program
+            .inputs
+            .iter()
+            .map(|d| match d.state {
+                true => None,
+                false => given.next().map(|i| i.shape),
+            })
+            .collect();
+        let shapes = bind::state_shapes(&self.program, &shapes)?;
+        Ok(shapes
+            .into_iter()
+            .map(|s| Tensor::new(s.clone(), vec![0.0; s.iter().product()]))
+            .collect())
     }
 
     /// The rows the program gathers by its inputs' ids: the hoisted program's extra inputs.

@@ -32,14 +32,35 @@ pub fn out_of_range(
     .with_hint(format!("give ids from 0 to {}", rows.saturating_sub(1)))
 }
 
+/// E0306 for the position `value` at `at` of the index of the `index_copy` node `copy`,
+/// outside the `size` slices of the axis it writes.
+pub fn copy_out_of_range(program: &Program, copy: ValueId, at: usize, value: f32, size: usize) -> RunError {
+    let node = program.node(copy);
+    let index = source(program, node.args[1]);
+    let target = source(program, node.args[0]);
+    let Op::IndexCopy { axis, .. } = node.op else {
+        unreachable!("copy_out_of_range is called on an index_copy")
+    };
+    RunError::new(
+        Some(Code::E0306),
+        format!("{index} holds {value} at [{at}], outside the {size} positions of axis {axis} of {target}"),
+    )
+    .with_hint(format!("give positions from 0 to {}", size.saturating_sub(1)))
+}
+
 /// `input `input_ids``, `weight `embeddings.word_embeddings.weight``, or `a computed
 /// value`: what a gather's operand was made from, following conversions and views.
-fn source(program: &Program, mut id: ValueId) -> String {
+pub fn source(program: &Program, mut id: ValueId) -> String {
     loop {
         let node = program.node(id);
         match &node.op {
+            Op::Input(i) if program.inputs[*i].state => {
+                return format!("state `{}`", program.inputs[*i].name)
+            }
             Op::Input(i) => return format!("input `{}`", program.inputs[*i].name),
             Op::Param(i) => return format!("weight `{}`", program.params[*i].key),
+            // A state's next version is the state still.
+            Op::IndexCopy { .. } => id = node.args[0],
             _ => match node.args.first() {
                 Some(&a) if node.args.len() <= 2 => id = a,
                 _ => return "a computed tensor".to_string(),

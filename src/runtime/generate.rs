@@ -3,12 +3,12 @@
 //! stopping at the end-of-sequence id or after a number of new tokens.
 //!
 //! A model is anything that gives the logits of the last of some new tokens ([`Model`]);
-//! [`window`] runs a program through a [`Function`](super::function::Function) compiled
-//! once, so no step compiles.
+//! [`program`] runs a program through a [`Function`](super::function::Function), with its
+//! key/value cache or over a window, compiled per shape and never per token.
 
 mod sample;
 mod stream;
-pub mod window;
+pub mod program;
 
 pub use sample::{argmax, Sampler};
 pub use stream::TextStream;

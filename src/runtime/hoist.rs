@@ -49,6 +49,7 @@ pub fn hoist(program: &Program) -> Result<Hoisted, RunError> {
             shape: program.tensor_type(id).shape.clone(),
             dtype: DType::F32,
             mask_only: false,
+            state: false,
             span: node.span,
         });
         out.nodes[id].op = Op::Input(out.inputs.len() - 1);

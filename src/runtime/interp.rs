@@ -59,6 +59,11 @@ impl<'p> Interp<'p> {
                 result,
             } => Value::Seq(self.run_loop(*var, (start, end), body, *result)?),
             Op::Gather => Value::Tensor(self.gather(id)?),
+            Op::IndexCopy { axis, starts, ends } => {
+                let window = self.sizes(starts).zip(self.sizes(ends));
+                let window = window.ok_or_else(|| internal(id, "its window has no value"))?;
+                Value::Tensor(self.index_copy(id, *axis, window)?)
+            }
             _ => {
                 let expected = self.shape(id)?;
                 let value = self
@@ -125,6 +130,47 @@ impl<'p> Interp<'p> {
         }
         let shape = [ids.shape.as_slice(), &table.shape[1..]].concat();
         Ok(Tensor::new(shape, data).into())
+    }
+
+    /// `x` with the slices the index names along `axis` of the window `starts..ends`
+    /// replaced by those of the source, each position checked to be in the window.
+    fn index_copy(
+        &self,
+        id: ValueId,
+        axis: usize,
+        (starts, ends): (Vec<usize>, Vec<usize>),
+    ) -> Result<Strided, RunError> {
+        let node = self.program.node(id);
+        let x = self.tensor(node.args[0])?;
+        let index = self.tensor(node.args[1])?.to_vec();
+        let source = self.tensor(node.args[2])?;
+        let size = ends[axis].saturating_sub(starts[axis]);
+        let mut rows = Vec::with_capacity(index.len());
+        for (at, &value) in index.iter().enumerate() {
+            let row = gather::row(value, size);
+            rows.push(row.ok_or_else(|| gather::copy_out_of_range(self.program, id, at, value, size))?);
+        }
+        let mut data = x.to_vec();
+        let strides = super::tensor::row_major_strides(&x.shape);
+        let mut coords = vec![0usize; source.rank()];
+        for value in source.to_vec() {
+            let flat: usize = (0..coords.len())
+                .map(|a| {
+                    let c = if a == axis { rows[coords[a]] } else { coords[a] };
+                    (starts[a] + c) * strides[a]
+                })
+                .sum();
+            data[flat] = value;
+            // The next coordinates of `source` in row-major order.
+            for a in (0..coords.len()).rev() {
+                coords[a] += 1;
+                if coords[a] < source.shape[a] {
+                    break;
+                }
+                coords[a] = 0;
+            }
+        }
+        Ok(Tensor::new(x.shape.clone(), data).into())
     }
 
     /// The value of every op but `For` and `Gather`; `None` when the operands do not fit.
@@ -194,7 +240,7 @@ impl<'p> Interp<'p> {
             }
             Op::Concat(axis) => ops::concat(items()?, *axis),
             Op::Stack(axis) => ops::stack(items()?, *axis),
-            Op::For { .. } | Op::Gather => None,
+            Op::For { .. } | Op::Gather | Op::IndexCopy { .. } => None,
             Op::Gemm {
                 trans_a,
                 trans_b,

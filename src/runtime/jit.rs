@@ -6,7 +6,7 @@ use super::native::{self, Derived, Memory};
 use super::{budget, Bound, RunError, Tensor};
 use crate::codegen::{Compiled, Jit};
 use crate::ir::Program;
-use crate::kernel::Plan;
+use crate::kernel::{BufferKind, Plan};
 use crate::lower;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -154,6 +154,18 @@ impl Executable {
         outputs: &mut Vec<(String, Tensor)>,
         times: Option<&mut [f64]>,
     ) -> Result<(), RunError> {
+        self.fit_outputs(outputs);
+        // A state starts from its input: the one copy of `attnc run`'s single call (a
+        // `Function` keeps its states in the output tensors instead).
+        for b in &self.plan.buffers {
+            if let BufferKind::State { input, output } = b.kind {
+                let from = bound
+                    .inputs
+                    .get(input)
+                    .ok_or_else(|| internal("a state without its input"))?;
+                outputs[output].1.data.copy_from_slice(&from.data);
+            }
+        }
         let inputs: Vec<&[f32]> = bound.inputs.iter().map(|t| t.data.as_slice()).collect();
         self.run_borrowed(&bound.params, &inputs, prepared, pool, outputs, times)
     }
@@ -171,24 +183,22 @@ impl Executable {
         outputs: &mut Vec<(String, Tensor)>,
         times: Option<&mut [f64]>,
     ) -> Result<(), RunError> {
-        let fits = outputs.len() == self.plan.outputs.len()
-            && outputs
-                .iter()
-                .zip(&self.plan.outputs)
-                .all(|((n, t), (name, _, shape))| n == name && t.shape == *shape);
-        if !fits {
-            *outputs = self
-                .plan
-                .outputs
-                .iter()
-                .map(|(name, _, shape)| {
-                    let len = shape.iter().product();
-                    (name.clone(), Tensor::new(shape.clone(), vec![0.0; len]))
-                })
-                .collect();
-        }
+        self.fit_outputs(outputs);
         let derived = Derived::Read(&prepared.derived);
         self.execute(false, params, inputs, derived, pool, outputs, times)
+    }
+
+    /// Makes `outputs` one tensor of the right shape per output, keeping each that
+    /// already fits (a state's value among them), zeros for the others.
+    fn fit_outputs(&self, outputs: &mut Vec<(String, Tensor)>) {
+        let mut given = std::mem::take(outputs).into_iter();
+        for (name, _, shape) in &self.plan.outputs {
+            let t = match given.next() {
+                Some((n, t)) if n == *name && t.shape == *shape => t,
+                _ => Tensor::new(shape.clone(), vec![0.0; shape.iter().product()]),
+            };
+            outputs.push((name.clone(), t));
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -228,7 +238,10 @@ impl Executable {
         } else {
             &self.compiled.code
         };
-        native::execute(&self.plan, prologue, code, mem, pool, times).map_err(internal)
+        native::execute(&self.plan, prologue, code, mem, pool, times).map_err(|stop| match stop {
+            native::Stop::Internal(what) => internal(what),
+            native::Stop::Value(error) => error,
+        })
     }
 }
 

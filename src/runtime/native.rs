@@ -13,7 +13,8 @@
 //! after the proof. [`execute`] checks that every buffer it passes has exactly the plan's
 //! length before it calls anything, and that the scratch is as large as the plan asks.
 
-use crate::kernel::{BufferKind, KernelOp, Plan};
+use super::RunError;
+use crate::kernel::{BufferKind, KernelOp, Plan, Scatter};
 use rayon::prelude::*;
 use std::sync::{Mutex, OnceLock};
 
@@ -194,6 +195,26 @@ impl Args {
     }
 }
 
+/// Why a run stopped before its end.
+pub enum Stop {
+    /// A broken invariant: a bug.
+    Internal(String),
+    /// A value the program cannot take (a position outside what `index_copy` writes).
+    Value(RunError),
+}
+
+impl From<String> for Stop {
+    fn from(what: String) -> Stop {
+        Stop::Internal(what)
+    }
+}
+
+impl From<&str> for Stop {
+    fn from(what: &str) -> Stop {
+        Stop::Internal(what.to_string())
+    }
+}
+
 /// The derived buffers: written by the prologue, read by the main kernels.
 pub enum Derived<'a> {
     Write(&'a mut [f32]),
@@ -224,7 +245,7 @@ pub fn execute(
     mem: Memory,
     pool: &rayon::ThreadPool,
     mut times: Option<&mut [f64]>,
-) -> Result<(), String> {
+) -> Result<(), Stop> {
     let kernels = if prologue { &plan.prologue } else { &plan.kernels };
     if code.len() != kernels.len() {
         return Err("the compiled code does not match the plan".into());
@@ -269,7 +290,9 @@ pub fn execute(
         let (ptr, len) = match b.kind {
             BufferKind::Param(i) => params.get(i).map(|s| (s.as_ptr() as *mut f32, s.len())),
             BufferKind::Input(i) => inputs.get(i).map(|s| (s.as_ptr() as *mut f32, s.len())),
-            BufferKind::Output(i) => outputs.get_mut(i).map(|s| (s.as_mut_ptr(), s.len())),
+            BufferKind::Output(i) | BufferKind::State { output: i, .. } => {
+                outputs.get_mut(i).map(|s| (s.as_mut_ptr(), s.len()))
+            }
             // SAFETY: `offset + len <= arena_len <= arena.len()` (validated), so the
             // pointer stays inside the arena.
             BufferKind::Temp { offset, .. } => Some((unsafe { arena_ptr.add(offset) }, b.len)),
@@ -278,10 +301,10 @@ pub fn execute(
         }
         .ok_or_else(|| format!("no memory for buffer `{}`", b.name))?;
         if len != b.len {
-            return Err(format!(
+            return Err(Stop::Internal(format!(
                 "buffer `{}` has {len} elements, the plan {}",
                 b.name, b.len
-            ));
+            )));
         }
         bases.push(ptr);
     }
@@ -296,7 +319,7 @@ pub fn execute(
     // costs more than it saves: the caller runs every task. Tasks are the same either way.
     let work: f64 = kernels.iter().map(|k| k.op.work()).sum();
     let inline = pool.current_num_threads() == 1 || work < SMALL;
-    let mut body = || {
+    let mut body = || -> Result<(), Stop> {
         for (ki, (kernel, &f)) in kernels.iter().zip(&fns).enumerate() {
             let start = times.is_some().then(std::time::Instant::now);
             let args = Args(
@@ -315,32 +338,91 @@ pub fn execute(
                     })
                     .collect(),
             );
-            let tasks = kernel.op.tasks() as i64;
-            let run = |begin: i64, end: i64| {
-                let slot =
-                    rayon::current_thread_index().map_or(scratch.len() - 1, |i| i.min(scratch.len() - 1));
-                let mut s = scratch[slot].lock().unwrap_or_else(|e| e.into_inner());
-                // SAFETY: the module's invariant: the plan is valid, `f` is its compiled
-                // kernel, `args` holds a pointer into a buffer of the plan's length for each
-                // operand, and `s` is this thread's scratch of `scratch_len` floats (checked
-                // above). Concurrent calls take different task ranges, whose writes
-                // `validate` proved disjoint and never read by another task: no race.
-                unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
-            };
-            let parallel = !inline && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
-            if parallel {
-                (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
-            } else if tasks > 0 {
-                run(0, tasks);
+            if let KernelOp::Scatter(s) = &kernel.op {
+                // SAFETY: `args` holds the operands of `s` in `operands` order, each a
+                // pointer into a buffer that holds every element its strides reach over its
+                // shape (validated); the output's buffer is written by no other kernel while
+                // this one runs, and its window is a different buffer from the others.
+                unsafe { scatter(s, &args.0) }.map_err(Stop::Value)?;
+            } else {
+                let tasks = kernel.op.tasks() as i64;
+                let run = |begin: i64, end: i64| {
+                    let slot =
+                        rayon::current_thread_index().map_or(scratch.len() - 1, |i| i.min(scratch.len() - 1));
+                    let mut s = scratch[slot].lock().unwrap_or_else(|e| e.into_inner());
+                    // SAFETY: the module's invariant: the plan is valid, `f` is its compiled
+                    // kernel, `args` holds a pointer into a buffer of the plan's length for each
+                    // operand, and `s` is this thread's scratch of `scratch_len` floats (checked
+                    // above). Concurrent calls take different task ranges, whose writes
+                    // `validate` proved disjoint and never read by another task: no race.
+                    unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
+                };
+                let parallel = !inline && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
+                if parallel {
+                    (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
+                } else if tasks > 0 {
+                    run(0, tasks);
+                }
             }
             if let (Some(times), Some(start)) = (times.as_deref_mut(), start) {
                 times[ki] += start.elapsed().as_secs_f64();
             }
         }
+        Ok(())
     };
     match inline {
         true => body(),
         false => pool.install(&mut body),
+    }
+}
+
+/// Runs a [`Scatter`] on the host: every position is read and checked against the window
+/// first (E0306 names the index, the position and the value), then each of the source's
+/// elements is copied to its place in the window.
+///
+/// # Safety
+/// `ptrs` are the operands of `s` in [`KernelOp::operands`] order (index, source, out),
+/// each pointing to its first element, with every element its strides reach over its
+/// operand shape inside its allocation, and nothing else reading or writing the window
+/// during the call.
+unsafe fn scatter(s: &Scatter, ptrs: &[*mut f32]) -> Result<(), RunError> {
+    let (index, source, out) = (ptrs[0], ptrs[1], ptrs[2]);
+    let n = s.shape[s.axis];
+    let mut rows = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: `i < n`, the index operand's shape (the caller's contract).
+        let value = unsafe { *index.add(i * s.index.strides[0]) };
+        match super::gather::row(value, s.size) {
+            Some(row) => rows.push(row),
+            None => {
+                let (index, target) = &s.names;
+                let message = format!(
+                    "{index} holds {value} at [{i}], outside the {} positions of axis {} of {target}",
+                    s.size, s.axis
+                );
+                let hint = format!("give positions from 0 to {}", s.size.saturating_sub(1));
+                return Err(RunError::new(Some(crate::diagnostic::Code::E0306), message).with_hint(hint));
+            }
+        }
+    }
+    let total: usize = s.shape.iter().product();
+    let mut coords = vec![0usize; s.shape.len()];
+    for _ in 0..total {
+        let (mut from, mut to) = (0, 0);
+        for (a, &c) in coords.iter().enumerate() {
+            from += c * s.source.strides[a];
+            to += if a == s.axis { rows[c] } else { c } * s.out.strides[a];
+        }
+        // SAFETY: `coords` is inside the source's shape, and its place inside the window
+        // (`rows[c] < size` on the axis, checked above): both within their operands.
+        unsafe { *out.add(to) = *source.add(from) };
+        for a in (0..coords.len()).rev() {
+            coords[a] += 1;
+            if coords[a] < s.shape[a] {
+                break;
+            }
+            coords[a] = 0;
+        }
     }
     Ok(())
 }

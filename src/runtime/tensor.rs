@@ -33,7 +33,7 @@ pub fn numel(shape: &[usize]) -> usize {
 }
 
 /// The strides of a row-major tensor of `shape`.
-fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+pub fn row_major_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1] * shape[i + 1];

@@ -100,6 +100,7 @@ impl Builder {
             shape: shape.clone(),
             dtype: DType::F32,
             mask_only,
+            state: false,
             span: Span::default(),
         });
         self.node(Op::Input(self.program.inputs.len() - 1), &[], &shape)
@@ -167,6 +168,7 @@ impl Builder {
         self.program.outputs.push(OutputDecl {
             name: name.into(),
             value,
+            state: None,
             span: Span::default(),
         });
     }
