@@ -12,9 +12,10 @@ Peers, from `AutoModelForCausalLM.from_pretrained(folder, gguf_file=.., dtype=fl
                  decode reads a DynamicCache filled by a prefill of C tokens
   torch_compile  the same model under torch.compile (decode with a StaticCache of C + 1, as
                  transformers compiles decoding)
-  attnc          `attnc bench examples/models/smollm2.attn` (native code, 2 threads). The
-                 program has no KV cache yet, so its decode at C is a forward over the whole
-                 window of C + 1 tokens, which is what `attnc generate` runs per token today
+  attnc          `attnc bench examples/models/smollm2.attn` (native code, 2 threads): the
+                 prefill as one call of P tokens into a cache of capacity P, the decode as
+                 one call of 1 token at position C into a cache of capacity C + 1 (its
+                 states start at zeros: the values do not change the time)
 
 `copy` is the bandwidth of copying a float32 buffer the size of the weights (about 540 MB)
 with torch, the yardstick of a decode step that must read every weight once. The model is
@@ -99,12 +100,14 @@ def peers(prefill, decode, seconds):
     return out, weights
 
 
-def attnc_forward(binary, n, tmp):
-    """Seconds and compile ms of `attnc bench` on one forward over n tokens."""
-    inputs = os.path.join(tmp, f"ids{n}.safetensors")
-    save_file({"input_ids": torch.randint(100, 40000, (1, n)), "cache_position": torch.arange(n)}, inputs)
+def attnc_step(binary, new, position, capacity, tmp):
+    """Seconds and compile ms of `attnc bench` on `new` tokens at `position` with a cache of
+    `capacity`."""
+    inputs = os.path.join(tmp, f"ids{new}_{position}.safetensors")
+    ids = torch.randint(100, 40000, (1, new))
+    save_file({"input_ids": ids, "cache_position": torch.arange(position, position + new)}, inputs)
     cmd = [binary, "bench", "examples/models/smollm2.attn", "--weights", os.path.join(folder(), FILE),
-           "--inputs", inputs, "--threads", "2", "--format", "json"]
+           "--inputs", inputs, "--dim", f"C={capacity}", "--threads", "2", "--format", "json"]
     result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     return result["median_ms"] / 1e3, result["compile_ms"]
 
@@ -123,9 +126,9 @@ def main():
     times["attnc"] = {}
     compile_ms = {}
     with tempfile.TemporaryDirectory() as tmp:
-        times["attnc"]["prefill"], compile_ms["prefill"] = attnc_forward(args.attnc, args.prefill, tmp)
+        times["attnc"]["prefill"], compile_ms["prefill"] = attnc_step(args.attnc, args.prefill, 0, args.prefill, tmp)
         for c in decode:
-            times["attnc"][c], compile_ms[c] = attnc_forward(args.attnc, c + 1, tmp)
+            times["attnc"][c], compile_ms[c] = attnc_step(args.attnc, 1, c, c + 1, tmp)
     copy = copy_bandwidth(weights, args.seconds)
     names = ["attnc", "torch_sdpa", "torch_compile"]
     columns = [("prefill", f"prefill {args.prefill} (tok/s)", args.prefill)]
