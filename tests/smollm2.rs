@@ -463,3 +463,83 @@ fn sampling_is_reproducible_by_seed() {
     assert_eq!(sample("1"), sample("1"));
     assert_ne!(sample("1"), sample("2"));
 }
+
+#[test]
+fn smollm2_generates_through_its_cache_as_transformers() {
+    let Some(gguf) = smollm2() else { return };
+    let reference = TensorFile::open(&fixture("reference.safetensors")).unwrap();
+    // Prompt 0 goes through the chat template and ends at the end-of-sequence id.
+    let want = ids(&reference, "generated.0");
+    let gaps = tensor(&reference, "gap.0").data;
+    assert!(gaps.iter().all(|&g| g >= TIE), "prompt 0 has no near ties");
+    let args = [
+        "generate",
+        EXAMPLE,
+        "--weights",
+        gguf.to_str().unwrap(),
+        "--prompt",
+        "What is the capital of France?",
+        "--chat",
+        "--ids",
+        "--threads",
+        "2",
+    ];
+    let out = attnc(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got: Vec<u32> = stdout(&out)
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got.last(), Some(&2), "it stops at the end-of-sequence id");
+}
+
+/// `attnc run`'s native path (its own binding and gathers, not `Function`'s) on the tiny
+/// model: the logits of one prompt, from an input file, as transformers'.
+#[test]
+fn tiny_llama_runs_from_the_command_line_as_transformers() {
+    let reference = TensorFile::open(&fixture("tiny_llama_ref.safetensors")).unwrap();
+    let prompt: Vec<i64> = ids(&reference, "prompt_ids.0")
+        .iter()
+        .map(|&id| i64::from(id))
+        .collect();
+    let n = prompt.len();
+    let positions: Vec<i64> = (0..n as i64).collect();
+    let bytes = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let (ids_bytes, positions_bytes) = (bytes(&prompt), bytes(&positions));
+    let view = |shape: Vec<usize>, b| {
+        safetensors::tensor::TensorView::new(safetensors::Dtype::I64, shape, b).unwrap()
+    };
+    let views = [
+        ("input_ids", view(vec![1, n], &ids_bytes)),
+        ("cache_position", view(vec![n], &positions_bytes)),
+    ];
+    let inputs = temp_program("tiny_inputs.safetensors", "");
+    std::fs::write(&inputs, safetensors::serialize(views, None).unwrap()).unwrap();
+    let output = inputs.with_file_name("tiny_logits.safetensors");
+    let gguf = fixture("tiny_llama.gguf");
+    let mut args = vec!["run", EXAMPLE, "--weights", gguf.to_str().unwrap()];
+    args.extend([
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "-o",
+        output.to_str().unwrap(),
+    ]);
+    let dims: Vec<String> = [&TINY[..], &[TINY_CACHE]]
+        .concat()
+        .iter()
+        .flat_map(|(n, v)| ["--dim".to_string(), format!("{n}={v}")])
+        .collect();
+    args.extend(dims.iter().map(String::as_str));
+    let out = attnc(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got = TensorFile::open(&output)
+        .unwrap()
+        .get("logits")
+        .unwrap()
+        .tensor
+        .unwrap();
+    let want = tensor(&reference, "logits.0");
+    let diff = max_difference(&got.data, &want.data);
+    assert!(diff <= TOLERANCE, "max abs difference {diff}");
+}
