@@ -227,3 +227,67 @@ fn logits_row(logits: &crate::runtime::Tensor, position: usize) -> Result<Vec<f3
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::check_source;
+
+    fn program(src: &str) -> Program {
+        let checked = check_source(src, &[]).unwrap();
+        assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+        checked.program
+    }
+
+    const IDS: &str = "dim B, N, C\ninput input_ids: [B, N] int64\n";
+
+    #[test]
+    fn the_capacity_is_the_free_dim_only_the_states_use() {
+        let cached = program(&format!(
+            "{IDS}input cache_position: [N] int64\nstate k: [B, C, 2]\n\
+             output logits = input_ids.float()[:, :, None] + k.sum()\n"
+        ));
+        assert_eq!(capacity_dim(&cached).unwrap().as_deref(), Some("C"));
+        let interface = Interface::of(&cached).unwrap();
+        assert_eq!(
+            (interface.input_ids, interface.cache_position, interface.inputs),
+            (0, Some(1), 2)
+        );
+        let stateless = program(&format!("{IDS}output logits = input_ids.float()[:, :, None]\n"));
+        assert_eq!(capacity_dim(&stateless).unwrap(), None);
+        let two = program(&format!(
+            "{IDS}dim M\ninput cache_position: [N] int64\nstate k: [C, M]\n\
+             output logits = input_ids.float()[:, :, None] + k.sum()\n"
+        ));
+        let err = capacity_dim(&two).unwrap_err();
+        assert_eq!(
+            err.message,
+            "the states' shapes have several dims no input gives: C, M"
+        );
+    }
+
+    #[test]
+    fn programs_that_cannot_generate_say_why() {
+        let message = |src: &str| Interface::of(&program(src)).unwrap_err().message;
+        assert_eq!(
+            message("dim N\ninput x: [N]\noutput logits = x[None, None, :]\n"),
+            "the program has no input `input_ids`"
+        );
+        assert_eq!(
+            message(&format!("{IDS}output logits = input_ids.float()\n")),
+            "the program has no output `logits` of shape [B, N, V]"
+        );
+        assert_eq!(
+            message(&format!(
+                "{IDS}input x: [N]\noutput logits = input_ids.float()[:, :, None] + x[None, :, None]\n"
+            )),
+            "the program takes the input `x`, which generation does not give"
+        );
+        assert_eq!(
+            message(&format!(
+                "{IDS}state k: [C]\noutput logits = input_ids.float()[:, :, None] + k.sum()\n"
+            )),
+            "the program keeps a state but takes no `cache_position`"
+        );
+    }
+}
