@@ -602,6 +602,10 @@ impl KernelOp {
     /// between memory and the cores at best): for each operand, the elements its strides
     /// reach, so a broadcast axis counts once.
     pub fn bytes(&self) -> usize {
+        // A scatter's output operand spans its window, of which it writes the source's size.
+        if let KernelOp::Scatter(s) = self {
+            return 4 * (s.shape[s.axis] + 2 * s.shape.iter().product::<usize>());
+        }
         self.operands()
             .iter()
             .map(|(op, shape, _)| {

@@ -133,3 +133,32 @@ def test_source_text_compiles_as_a_file_does():
     g = attnc.compile(str(EXAMPLES / "mha.attn"), dims={"D": 16, "H": 4}, seed=3)
     inputs = pad_inputs()
     assert np.array_equal(f(**inputs)["out"], g(**inputs)["out"])
+
+
+STATE_PROGRAM = """
+dim B, C, N, D = 4
+input pos: [N] int64
+input new: [B, N, D]
+state cache: [B, C, D]
+cache.index_copy_(1, pos, new)
+output total = cache.sum(-1)
+"""
+
+
+@pytest.mark.parametrize("backend", ["jit", "interp"])
+def test_a_state_is_kept_between_calls_and_reset_to_zeros(backend):
+    f = attnc.compile(STATE_PROGRAM, dims={"C": 5}, backend=backend, threads=2)
+    assert f.inputs == ["pos", "new"] and f.outputs == ["total"]
+    assert f.state("cache") is None
+    ones = np.ones((1, 2, 4), np.float32)
+    f(pos=np.array([0, 1]), new=ones)
+    out = f(pos=np.array([3]), new=2 * ones[:, :1])
+    assert np.array_equal(out["total"], [[4.0, 4.0, 0.0, 8.0, 0.0]])
+    assert f.state("cache").shape == (1, 5, 4)
+    assert len(f.plans) == (2 if backend == "jit" else 0), "one plan per N, none per position"
+    f.reset_state()
+    assert f.state("cache") is None
+    out = f(pos=np.array([4]), new=ones[:, :1])
+    assert np.array_equal(out["total"], [[0.0, 0.0, 0.0, 0.0, 4.0]])
+    with pytest.raises(attnc.RunError, match="outside the 5 positions"):
+        f(pos=np.array([5]), new=ones[:, :1])

@@ -223,6 +223,15 @@ impl Checker {
 
     /// Append a node to the current block.
     fn push(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> Value {
+        // An operand that is a view of a state written since it was made reads the write,
+        // as the aliasing view does in PyTorch (`c + c.index_copy_(..)`).
+        let args = match self.states.is_empty() {
+            true => args,
+            false => args
+                .into_iter()
+                .map(|a| self.refresh(a, span).unwrap_or(a))
+                .collect(),
+        };
         Value::Tensor(self.push_node(Node {
             op,
             args,

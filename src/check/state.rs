@@ -75,9 +75,7 @@ impl Checker {
         // The source at the state's rank: an axis of size 1 where the view indexed one.
         let mut source = copy.source;
         for a in (0..full.rank()).filter(|a| !kept.contains(a)) {
-            let mut shape = self.ty(source).shape.clone();
-            shape.insert(a, Poly::int(1));
-            let ty = TensorType::row_major(shape, self.ty(source).dtype);
+            let ty = super::layout::unsqueezed(&self.prog.dims, self.ty(source), a);
             source = self.push_id(Op::Unsqueeze(a), vec![source], ty, span);
         }
         let op = Op::IndexCopy {
@@ -140,7 +138,7 @@ impl Checker {
     }
 
     /// `id` itself, or rebuilt on the current version of the state it is a stale view of.
-    fn refresh(&mut self, id: ValueId, span: Span) -> Option<ValueId> {
+    pub(super) fn refresh(&mut self, id: ValueId, span: Span) -> Option<ValueId> {
         let chain = self.chain(id);
         let Some(&state) = self.versions.get(&chain.base) else {
             return Some(id);

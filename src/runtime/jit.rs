@@ -144,8 +144,10 @@ impl Executable {
 
     /// Runs the main kernels on `bound`, with `prepared` made by [`Executable::prepare`]
     /// from the same `bound.params`. Reuses the tensors of `outputs` when they have the
-    /// right shapes (what a benchmark loop or a server does). With `times` (one per main
-    /// kernel), adds each kernel's wall time in seconds to it.
+    /// right shapes (what a benchmark loop or a server does). A state starts from its
+    /// input in `bound` when its output's tensor is new, and goes on from what the last run
+    /// left in it when the tensor is reused (as a `Function`'s states do). With `times` (one
+    /// per main kernel), adds each kernel's wall time in seconds to it.
     pub fn run_prepared(
         &self,
         bound: &Bound,
@@ -154,11 +156,13 @@ impl Executable {
         outputs: &mut Vec<(String, Tensor)>,
         times: Option<&mut [f64]>,
     ) -> Result<(), RunError> {
-        self.fit_outputs(outputs);
-        // A state starts from its input: the one copy of `attnc run`'s single call (a
-        // `Function` keeps its states in the output tensors instead).
+        let fresh = self.fit_outputs(outputs);
+        // A new state's tensor starts from its input: one copy, on a first run only.
         for b in &self.plan.buffers {
             if let BufferKind::State { input, output } = b.kind {
+                if !fresh[output] {
+                    continue;
+                }
                 let from = bound
                     .inputs
                     .get(input)
@@ -189,16 +193,23 @@ impl Executable {
     }
 
     /// Makes `outputs` one tensor of the right shape per output, keeping each that
-    /// already fits (a state's value among them), zeros for the others.
-    fn fit_outputs(&self, outputs: &mut Vec<(String, Tensor)>) {
+    /// already fits (a state's value among them), zeros for the others; whether each is
+    /// new.
+    fn fit_outputs(&self, outputs: &mut Vec<(String, Tensor)>) -> Vec<bool> {
         let mut given = std::mem::take(outputs).into_iter();
+        let mut fresh = Vec::new();
         for (name, _, shape) in &self.plan.outputs {
-            let t = match given.next() {
-                Some((n, t)) if n == *name && t.shape == *shape => t,
-                _ => Tensor::new(shape.clone(), vec![0.0; shape.iter().product()]),
+            let (t, new) = match given.next() {
+                Some((n, t)) if n == *name && t.shape == *shape => (t, false),
+                _ => (
+                    Tensor::new(shape.clone(), vec![0.0; shape.iter().product()]),
+                    true,
+                ),
             };
+            fresh.push(new);
             outputs.push((name.clone(), t));
         }
+        fresh
     }
 
     #[allow(clippy::too_many_arguments)]
