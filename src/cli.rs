@@ -14,6 +14,7 @@ use std::time::Instant;
 #[macro_use]
 mod output;
 mod embed;
+mod generate;
 mod native;
 mod plot;
 mod tokenize;
@@ -88,6 +89,9 @@ enum Command {
     /// Print a prompt's tokens: the tokenizer and chat template of a GGUF file's metadata,
     /// or a tokenizer.json
     Tokenize(tokenize::TokenizeArgs),
+    /// Generate text with a causal language model and its GGUF weights: greedy or sampled,
+    /// streamed as it is produced, prefill and decode speeds on stderr
+    Generate(generate::GenerateArgs),
     /// A language server on stdin and stdout, for editors: diagnostics, hover with shapes,
     /// go-to-definition, completion
     Lsp,
@@ -259,6 +263,7 @@ pub fn main() -> i32 {
         Command::Bench(args) => native::bench(&args),
         Command::Plot(cmd) => plot::command(&cmd),
         Command::Tokenize(args) => tokenize::command(&args),
+        Command::Generate(args) => generate::command(&args),
         Command::Lsp => attnc::lsp::run(),
     }
 }

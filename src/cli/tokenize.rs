@@ -56,13 +56,20 @@ pub fn command(args: &TokenizeArgs) -> i32 {
     0
 }
 
-/// The tokenizer the flags name: `--tokenizer` when given, else the GGUF's; the chat
-/// template always comes from the GGUF.
 fn tokenizer(args: &TokenizeArgs) -> Result<PromptTokenizer, RunError> {
     let gguf = args.weights.as_deref().map(open_gguf).transpose()?;
-    match (&args.tokenizer, &gguf) {
+    prompt_tokenizer(gguf.as_ref(), args.tokenizer.as_deref())
+}
+
+/// The tokenizer the flags name: `--tokenizer` when given, else the GGUF's; the chat
+/// template always comes from the GGUF.
+pub(super) fn prompt_tokenizer(
+    gguf: Option<&GgufFile>,
+    json: Option<&Path>,
+) -> Result<PromptTokenizer, RunError> {
+    match (json, gguf) {
         (Some(json), _) => {
-            let chat = gguf.as_ref().and_then(ChatTemplate::from_gguf);
+            let chat = gguf.and_then(ChatTemplate::from_gguf);
             Ok(PromptTokenizer::from_json(json)?.with_chat_template(chat))
         }
         (None, Some(file)) => PromptTokenizer::from_gguf(file),
@@ -70,7 +77,7 @@ fn tokenizer(args: &TokenizeArgs) -> Result<PromptTokenizer, RunError> {
     }
 }
 
-fn open_gguf(path: &Path) -> Result<GgufFile, RunError> {
+pub(super) fn open_gguf(path: &Path) -> Result<GgufFile, RunError> {
     if path.exists() && !is_gguf(path) {
         let message = format!(
             "`{}` is not a GGUF file: only a GGUF carries a tokenizer",

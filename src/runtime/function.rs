@@ -15,6 +15,7 @@
 //! with states are serialized; [`Function::reset_state`] starts again from zeros.
 
 use super::files::Store;
+use super::hoist::{hoist, Hoisted};
 use super::jit::{pool, Executable, Prepared};
 use super::{bind, budget, defaults, Bound, RunError, Tensor};
 use crate::ir::Program;
@@ -93,6 +94,8 @@ struct Ready {
 pub struct Function {
     program: Program,
     params: Vec<Tensor>,
+    /// The program the native backend compiles: its gathers by input ids done on the host.
+    hoisted: Option<Hoisted>,
     options: Options,
     budget: u64,
     pool: rayon::ThreadPool,
@@ -124,7 +127,12 @@ impl Function {
         let threads = options
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let hoisted = match options.backend {
+            Backend::Jit => Some(hoist(&program)?),
+            Backend::Interp => None,
+        };
         Ok(Function {
+            hoisted,
             budget: options.max_memory.unwrap_or_else(budget::physical_memory),
             pool: pool(threads)?,
             program,
@@ -219,10 +227,13 @@ impl Function {
             self.keep_states(&mut outputs, states);
             return Ok(outputs);
         }
-        let ready = self.ready(&self.with_states(inputs, states))?;
+        let all = self.with_states(inputs, states);
+        let ready = self.ready(&all)?;
+        let gathered = self.gather(&all)?;
+        drop(all);
         // A state's storage is the tensor of its output, not its input.
         let mut given = inputs.iter();
-        let data: Vec<&[f32]> = self
+        let mut data: Vec<&[f32]> = self
             .program
             .inputs
             .iter()
@@ -231,6 +242,7 @@ impl Function {
                 false => given.next().map_or(&[][..], |i| i.data),
             })
             .collect();
+        data.extend(gathered.iter().map(|t| &t.data[..]));
         let mut held = states.iter_mut();
         let mut outputs: Vec<(String, Tensor)> = Vec::new();
         for o in &self.program.outputs {
@@ -262,6 +274,7 @@ impl Function {
         let mut held = states.iter_mut();
         let mut kept = Vec::new();
         for ((name, t), state) in outputs.drain(..).zip(flags) {
+            // A slot is taken by a state's output only, whatever the order of the outputs.
             match state.then(|| held.next()).flatten() {
                 Some(slot) => *slot = t,
                 None => kept.push((name, t)),
@@ -306,6 +319,15 @@ impl Function {
             .collect())
     }
 
+    /// The rows the program gathers by its inputs' ids: the hoisted program's extra inputs.
+    fn gather(&self, inputs: &[Input]) -> Result<Vec<Tensor>, RunError> {
+        let Some(hoisted) = &self.hoisted else {
+            return Ok(Vec::new());
+        };
+        let inputs: Vec<(&[usize], &[f32])> = inputs.iter().map(|i| (i.shape, i.data)).collect();
+        hoisted.gather(&self.program, &self.params, &inputs)
+    }
+
     fn interpret(&self, inputs: &[Input], dims: Vec<Option<i64>>) -> Result<Vec<(String, Tensor)>, RunError> {
         let bound = Bound {
             params: self.params.clone(),
@@ -332,7 +354,8 @@ impl Function {
         let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape).collect();
         let dims = &bind::bind_shapes(&self.program, &shapes, self.budget)?;
         let start = Instant::now();
-        let optimized = crate::opt::optimize(&self.program);
+        let hoisted = self.hoisted.as_ref().map_or(&self.program, |h| &h.program);
+        let optimized = crate::opt::optimize(hoisted);
         let exe = Executable::compile_within(&optimized.program, dims, self.budget)?;
         let prepared = exe.prepare(&self.params, &self.pool)?;
         let plan = exe.plan();

@@ -70,20 +70,35 @@ impl Hoisted {
     /// Appends each gather's result to `bound.inputs`, in the order [`hoist`] declared
     /// them (E0306 for an id outside its table).
     pub fn gather_inputs(&self, original: &Program, bound: &mut Bound) -> Result<(), RunError> {
+        let inputs: Vec<(&[usize], &[f32])> =
+            bound.inputs.iter().map(|t| (&t.shape[..], &t.data[..])).collect();
+        let gathered = self.gather(original, &bound.params, &inputs)?;
+        bound.inputs.extend(gathered);
+        Ok(())
+    }
+
+    /// Each gather's result, in the order [`hoist`] declared them, from the weights and the
+    /// inputs' shapes and values (E0306 for an id outside its table).
+    pub fn gather(
+        &self,
+        original: &Program,
+        params: &[Tensor],
+        inputs: &[(&[usize], &[f32])],
+    ) -> Result<Vec<Tensor>, RunError> {
+        let mut out = Vec::with_capacity(self.gathers.len());
         for g in &self.gathers {
-            let (table, ids) = (&bound.params[g.table], &bound.inputs[g.ids]);
+            let (table, (shape, ids)) = (&params[g.table], inputs[g.ids]);
             let rows = table.shape.first().copied().unwrap_or(0);
             let width: usize = table.shape[1..].iter().product();
-            let mut data = Vec::with_capacity(ids.data.len() * width);
-            for (k, &value) in ids.data.iter().enumerate() {
+            let mut data = Vec::with_capacity(ids.len() * width);
+            for (k, &value) in ids.iter().enumerate() {
                 let Some(row) = gather::row(value, rows) else {
-                    return Err(gather::out_of_range(original, g.node, k, &ids.shape, value, rows));
+                    return Err(gather::out_of_range(original, g.node, k, shape, value, rows));
                 };
                 data.extend_from_slice(&table.data[row * width..(row + 1) * width]);
             }
-            let shape = [ids.shape.as_slice(), &table.shape[1..]].concat();
-            bound.inputs.push(Tensor::new(shape, data));
+            out.push(Tensor::new([shape, &table.shape[1..]].concat(), data));
         }
-        Ok(())
+        Ok(out)
     }
 }

@@ -26,6 +26,7 @@ pub mod defaults;
 pub mod files;
 pub mod function;
 pub mod gather;
+pub mod generate;
 pub mod gguf;
 pub mod hoist;
 mod interp;
