@@ -99,6 +99,7 @@ fn cut(prog: &Program) -> Option<Vec<Piece>> {
             piece.program.outputs.push(OutputDecl {
                 name: format!("o{n}"),
                 value: *piece.map.get(id)?,
+                state: None,
                 span: Span::default(),
             });
         }
@@ -252,6 +253,7 @@ impl<'a> Extract<'a> {
             shape: t.shape.clone(),
             dtype: t.dtype,
             mask_only: false,
+            state: false,
             span: Span::default(),
         });
         self.reads.push(id);
