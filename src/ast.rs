@@ -179,6 +179,23 @@ pub struct Expr {
     pub span: Span,
 }
 
+impl Expr {
+    /// The tensor whose whole shape this expression asks for: `x` of `x.shape` or
+    /// `x.size()`.
+    pub fn shape_of(&self) -> Option<&Expr> {
+        match &self.kind {
+            ExprKind::Attribute { receiver, name } if name.name == "shape" => Some(receiver),
+            ExprKind::Method {
+                receiver,
+                method,
+                args,
+                kwargs,
+            } if method.name == "size" && args.is_empty() && kwargs.is_empty() => Some(receiver),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinOp {
     Add,

