@@ -31,6 +31,24 @@ pub fn interpret(program: &Program, bound: &Bound) -> Result<Vec<(String, Tensor
         .collect()
 }
 
+/// What [`Interp::eval_op`] found a node to be: its value, or an op the interpreter runs
+/// itself.
+enum Eval<'p> {
+    Tensor(Strided),
+    Loop {
+        var: Sym,
+        range: (&'p Poly, &'p Poly),
+        body: &'p [ValueId],
+        result: ValueId,
+    },
+    Gather,
+    IndexCopy {
+        axis: usize,
+        starts: &'p [Poly],
+        ends: &'p [Poly],
+    },
+}
+
 /// A node's value: a tensor, or the items of a `for`.
 #[derive(Clone)]
 enum Value {
@@ -50,25 +68,12 @@ struct Interp<'p> {
 impl<'p> Interp<'p> {
     fn eval(&mut self, id: ValueId) -> Result<(), RunError> {
         let node = self.program.node(id);
-        let value = match &node.op {
-            Op::For {
-                var,
-                start,
-                end,
-                body,
-                result,
-            } => Value::Seq(self.run_loop(*var, (start, end), body, *result)?),
-            Op::Gather => Value::Tensor(self.gather(id)?),
-            Op::IndexCopy { axis, starts, ends } => {
-                let window = self.sizes(starts).zip(self.sizes(ends));
-                let window = window.ok_or_else(|| internal(id, "its window has no value"))?;
-                Value::Tensor(self.index_copy(id, *axis, window)?)
-            }
-            _ => {
+        let found = self
+            .eval_op(id, node)
+            .ok_or_else(|| internal(id, "its operands do not fit its op"))?;
+        let value = match found {
+            Eval::Tensor(value) => {
                 let expected = self.shape(id)?;
-                let value = self
-                    .eval_op(node, &expected)
-                    .ok_or_else(|| internal(id, "its operands do not fit its op"))?;
                 if value.shape != expected {
                     let what = format!(
                         "it computed shape {:?} where its type says {expected:?}",
@@ -77,6 +82,18 @@ impl<'p> Interp<'p> {
                     return Err(internal(id, &what));
                 }
                 Value::Tensor(value)
+            }
+            Eval::Loop {
+                var,
+                range,
+                body,
+                result,
+            } => Value::Seq(self.run_loop(var, range, body, result)?),
+            Eval::Gather => Value::Tensor(self.gather(id)?),
+            Eval::IndexCopy { axis, starts, ends } => {
+                let window = self.sizes(starts).zip(self.sizes(ends));
+                let window = window.ok_or_else(|| internal(id, "its window has no value"))?;
+                Value::Tensor(self.index_copy(id, axis, window)?)
             }
         };
         self.values[id] = Some(value);
@@ -173,30 +190,55 @@ impl<'p> Interp<'p> {
         Ok(Tensor::new(x.shape.clone(), data).into())
     }
 
-    /// The value of every op but `For` and `Gather`; `None` when the operands do not fit.
-    fn eval_op(&self, node: &Node, expected: &[usize]) -> Option<Strided> {
+    /// The value of every op but a loop, a gather and an index copy, which need the
+    /// interpreter itself or can fail with a run-time error: for those, what to do. `None`
+    /// when the operands do not fit. One match over every op, so that a new op is a
+    /// compile error here.
+    fn eval_op(&self, id: ValueId, node: &'p Node) -> Option<Eval<'p>> {
+        let expected = || self.shape(id).ok();
         let arg = |i: usize| {
             self.value(*node.args.get(i)?).and_then(|v| match v {
                 Value::Tensor(t) => Some(t),
                 Value::Seq(_) => None,
             })
         };
+        // An operand that may be absent: `Some(None)` where it is.
+        let optional = |i: usize| match node.args.get(i) {
+            None => Some(None),
+            Some(_) => arg(i).map(Some),
+        };
         let items = || match self.value(*node.args.first()?)? {
             Value::Seq(items) => Some(items),
             Value::Tensor(_) => None,
         };
-        match &node.op {
+        let value = match &node.op {
+            Op::For {
+                var,
+                start,
+                end,
+                body,
+                result,
+            } => {
+                return Some(Eval::Loop {
+                    var: *var,
+                    range: (start, end),
+                    body,
+                    result: *result,
+                })
+            }
+            Op::Gather => return Some(Eval::Gather),
+            Op::IndexCopy { axis, starts, ends } => {
+                return Some(Eval::IndexCopy {
+                    axis: *axis,
+                    starts,
+                    ends,
+                })
+            }
             Op::Param(i) => self.params.get(*i).cloned(),
             Op::Input(i) => self.inputs.get(*i).cloned(),
             Op::Literal(v) => Some(scalar(*v as f32)),
             Op::DimValue(p) => Some(scalar(self.int(p)? as f32)),
-            Op::Linear => {
-                let bias = match node.args.len() {
-                    2 => None,
-                    _ => Some(arg(2)?),
-                };
-                ops::linear(arg(0)?, arg(1)?, bias)
-            }
+            Op::Linear => ops::linear(arg(0)?, arg(1)?, optional(2)?),
             Op::MatMul => ops::matmul(arg(0)?, arg(1)?),
             Op::Transpose(a, b) => arg(0)?.transpose(*a, *b),
             Op::Permute(perm) => arg(0)?.permute(perm),
@@ -209,11 +251,14 @@ impl<'p> Interp<'p> {
             Op::Softmax(axis) => ops::softmax(arg(0)?, *axis),
             Op::Where => ops::masked_fill(arg(2)?, arg(0)?, arg(1)?),
             Op::Tri { upper, diagonal } => ops::tri(arg(0)?, *upper, *diagonal),
-            Op::Fill(v) => Some(Tensor::new(expected.to_vec(), vec![*v as f32; numel(expected)]).into()),
+            Op::Fill(v) => {
+                let expected = expected()?;
+                Some(Tensor::new(expected.clone(), vec![*v as f32; numel(&expected)]).into())
+            }
             Op::Arange { start, step } => {
-                let (start, step) = (self.int(start)?, self.int(step)?);
-                let values = (0..numel(expected)).map(|i| (start as f64 + i as f64 * step as f64) as f32);
-                Some(Tensor::new(expected.to_vec(), values.collect()).into())
+                let (start, step, expected) = (self.int(start)?, self.int(step)?, expected()?);
+                let values = (0..numel(&expected)).map(|i| (start as f64 + i as f64 * step as f64) as f32);
+                Some(Tensor::new(expected, values.collect()).into())
             }
             Op::Reduce { op, axes, keepdim } => ops::reduce(arg(0)?, *op, axes, *keepdim),
             Op::MaskedFill => ops::masked_fill(arg(0)?, arg(1)?, arg(2)?),
@@ -236,48 +281,29 @@ impl<'p> Interp<'p> {
             Op::Slice { axis, start, end } => arg(0)?.slice(*axis, self.size(start)?, self.size(end)?),
             Op::Select { axis, index } => arg(0)?.select(*axis, self.size(index)?),
             Op::Concat(_) | Op::Stack(_) if items()?.is_empty() => {
-                Some(Tensor::new(expected.to_vec(), vec![0.0; numel(expected)]).into())
+                let expected = expected()?;
+                Some(Tensor::new(expected.clone(), vec![0.0; numel(&expected)]).into())
             }
             Op::Concat(axis) => ops::concat(items()?, *axis),
             Op::Stack(axis) => ops::stack(items()?, *axis),
-            Op::For { .. } | Op::Gather | Op::IndexCopy { .. } => None,
             Op::Gemm {
                 trans_a,
                 trans_b,
                 alpha,
-            } => {
-                let bias = match node.args.len() {
-                    2 => None,
-                    _ => Some(arg(2)?),
-                };
-                ops::batched_gemm(arg(0)?, arg(1)?, (*trans_a, *trans_b), bias, *alpha)
-            }
-            Op::MaskedSoftmax { scale, fill } => {
-                let mask = match node.args.len() {
-                    1 => None,
-                    _ => Some(arg(1)?),
-                };
-                ops::masked_softmax(arg(0)?, mask, *scale, *fill)
-            }
+            } => ops::batched_gemm(arg(0)?, arg(1)?, (*trans_a, *trans_b), optional(2)?, *alpha),
+            Op::MaskedSoftmax { scale, fill } => ops::masked_softmax(arg(0)?, optional(1)?, *scale, *fill),
             Op::Attention { scale, fill } => {
-                let mask = match node.args.len() {
-                    3 => None,
-                    _ => Some(arg(3)?),
-                };
-                ops::attention([arg(0)?, arg(1)?, arg(2)?], mask, *scale, *fill)
+                ops::attention([arg(0)?, arg(1)?, arg(2)?], optional(3)?, *scale, *fill)
             }
             Op::ScoredAttention { scale, fill } => {
-                let mask = match node.args.len() {
-                    2 => None,
-                    _ => Some(arg(2)?),
-                };
-                ops::scored_attention([arg(0)?, arg(1)?], mask, *scale, *fill)
+                ops::scored_attention([arg(0)?, arg(1)?], optional(2)?, *scale, *fill)
             }
             Op::Cat(axis) => {
                 let parts: Option<Vec<Strided>> = (0..node.args.len()).map(|i| arg(i).cloned()).collect();
                 ops::concat(&parts?, *axis)
             }
-        }
+        };
+        value.map(Eval::Tensor)
     }
 
     fn value(&self, id: ValueId) -> Option<&Value> {
