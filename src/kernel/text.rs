@@ -1,6 +1,8 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
-use super::{Attention, BufferKind, Expr, KernelOp, MaskFill, Operand, Plan};
+use super::{
+    Attention, BufferKind, Expr, Gemm, KernelOp, Map, MaskFill, Operand, Plan, Row, Scatter, Softmax,
+};
 use std::fmt::Write as _;
 
 pub fn buffers(plan: &Plan, out: &mut String) {
@@ -97,172 +99,190 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
             byte_size(k.op.bytes())
         );
         match &k.op {
-            KernelOp::Gemm(g) => {
-                let _ = writeln!(
-                    out,
-                    "      for batch {} in tiles of {}x{}: c[m {}, n {}] = {:?} * a @ b over k {}{}",
-                    dims(&g.batch),
-                    g.block.0,
-                    g.block.1,
-                    g.m,
-                    g.n,
-                    g.alpha,
-                    g.k,
-                    if g.bias.is_some() { " + bias" } else { "" }
-                );
-                for (name, o) in [("a", &g.a), ("b", &g.b), ("c", &g.c)] {
-                    let _ = writeln!(out, "      {name} {}", operand(o));
-                }
-                if let Some(b) = &g.bias {
-                    let _ = writeln!(out, "      bias {}", operand(b));
-                }
-                if let Some(e) = &g.epilogue {
-                    let text = expr_text(&e.expr, e.expr.len() - 1);
-                    let leaves = match e.pair {
-                        true => "in0, in1 = c of the last batch axis' two products, into the first",
-                        false => "in0 = c",
-                    };
-                    let _ = writeln!(out, "      then per tile: c = {text} ({leaves})");
-                    for (j, o) in e.inputs.iter().enumerate() {
-                        let _ = writeln!(out, "      in{} {}", j + e.leaves(), operand(o));
-                    }
-                }
-                for r in &g.rope {
-                    let _ = writeln!(
-                        out,
-                        "      then rotary embeddings of columns {}..{} ({} heads of {}), row i at position i % {}: c = c * cos + rotate_half(c) * sin, halves of {}",
-                        r.start,
-                        r.end(),
-                        r.heads,
-                        r.dim,
-                        r.period,
-                        r.dim / 2
-                    );
-                    let _ = writeln!(out, "      cos {}", operand(&r.cos));
-                    let _ = writeln!(out, "      sin {}", operand(&r.sin));
-                }
-            }
-            KernelOp::Softmax(s) => {
-                let _ = writeln!(
-                    out,
-                    "      over {} by rows of {} ({} per task): out = softmax(x * {:?}{})",
-                    dims(&s.shape),
-                    s.shape.last().copied().unwrap_or(1),
-                    s.rows_per_task,
-                    s.scale,
-                    if s.mask.is_some() { ", masked" } else { "" }
-                );
-                let _ = writeln!(out, "      x {}", operand(&s.x));
-                let _ = writeln!(out, "      out {}", operand(&s.out));
-                mask(out, &s.mask);
-            }
-            KernelOp::Attention(a) => {
-                let _ = writeln!(
-                    out,
-                    "      for batch {} in blocks of {} rows x {} keys: out[n {}, dv {}] = softmax({:?} * q @ kT{}) @ v over dk {}, m {}",
-                    dims(&a.batch),
-                    a.block.0,
-                    a.block.1,
-                    a.n,
-                    a.dv,
-                    a.scale,
-                    if a.mask.is_some() { ", masked" } else { "" },
-                    a.dk,
-                    a.m
-                );
-                for (name, o) in [("q", &a.q), ("k", &a.k), ("v", &a.v), ("out", &a.out)] {
-                    let _ = writeln!(out, "      {name} {}", operand(o));
-                }
-                if let Some(t) = &a.tail {
-                    let first = a.m - t.len;
-                    let _ = writeln!(
-                        out,
-                        "      keys {first}..{} read in place from k {} and v {}",
-                        a.m,
-                        operand(&t.k),
-                        operand(&t.v)
-                    );
-                }
-                if a.kv_group > 1 {
-                    let _ = writeln!(
-                        out,
-                        "      k, v read in place: query head h reads head h / {}",
-                        a.kv_group
-                    );
-                }
-                if let Some(score) = &a.score {
-                    let formula = expr_text(&score.expr, score.expr.len() - 1);
-                    let _ = writeln!(
-                        out,
-                        "      score (in0 the score, in1 = i, in2 = j): s = {formula}"
-                    );
-                    for (k, o) in score.inputs.iter().enumerate() {
-                        let _ = writeln!(out, "      in{} {}", k + 3, operand(o));
-                    }
-                }
-                mask(out, &a.mask);
-                positions(out, a);
-                if a.zero_empty_rows {
-                    let _ = writeln!(out, "      a row without keys is 0");
-                }
-                if let Some(s) = a.split {
-                    let _ = writeln!(
-                        out,
-                        "      keys split in {} chunks of {}: out holds each chunk's rows, max and sum, merged by the next kernel",
-                        s.chunks, s.len
-                    );
-                }
-            }
-            KernelOp::Map(m) => {
-                let _ = writeln!(
-                    out,
-                    "      over {} ({} rows per task): out = {}",
-                    dims(&m.shape),
-                    m.rows_per_task,
-                    expr_text(&m.expr, m.expr.len() - 1)
-                );
-                for (j, o) in m.inputs.iter().enumerate() {
-                    let _ = writeln!(out, "      in{j} {}", operand(o));
-                }
-                let _ = writeln!(out, "      out {}", operand(&m.out));
-            }
-            KernelOp::Scatter(s) => {
-                let _ = writeln!(
-                    out,
-                    "      in place: out[.., index[n], ..] = source[.., n, ..] on axis {} over {}, positions in 0..{}",
-                    s.axis,
-                    dims(&s.shape),
-                    s.size
-                );
-                for (name, o) in [("index", &s.index), ("source", &s.source), ("out", &s.out)] {
-                    let _ = writeln!(out, "      {name} {}", operand(o));
-                }
-            }
-            KernelOp::Row(r) => {
-                let what = if r.per_row() {
-                    "a value per row"
-                } else {
-                    "each element"
-                };
-                let _ = writeln!(
-                    out,
-                    "      over {} rows of {} ({} rows per task), writing {what}:",
-                    dims(&r.rows),
-                    r.n,
-                    r.rows_per_task
-                );
-                for (k, s) in r.stages.iter().enumerate() {
-                    let f = expr_text(&s.expr, s.expr.len() - 1);
-                    let _ = writeln!(out, "      r{k} = {}({f})", s.reduce.name());
-                }
-                let _ = writeln!(out, "      out = {}", expr_text(&r.write, r.write.len() - 1));
-                for (j, o) in r.inputs.iter().enumerate() {
-                    let _ = writeln!(out, "      in{j} {}", operand(o));
-                }
-                let _ = writeln!(out, "      out {}", operand(&r.out));
-            }
+            KernelOp::Gemm(g) => gemm(out, g),
+            KernelOp::Softmax(s) => softmax(out, s),
+            KernelOp::Attention(a) => attention(out, a),
+            KernelOp::Map(m) => map(out, m),
+            KernelOp::Scatter(s) => scatter(out, s),
+            KernelOp::Row(r) => row(out, r),
         }
     }
+}
+
+/// A GEMM's tiles, operands, epilogue and rotary embeddings.
+fn gemm(out: &mut String, g: &Gemm) {
+    let _ = writeln!(
+        out,
+        "      for batch {} in tiles of {}x{}: c[m {}, n {}] = {:?} * a @ b over k {}{}",
+        dims(&g.batch),
+        g.block.0,
+        g.block.1,
+        g.m,
+        g.n,
+        g.alpha,
+        g.k,
+        if g.bias.is_some() { " + bias" } else { "" }
+    );
+    for (name, o) in [("a", &g.a), ("b", &g.b), ("c", &g.c)] {
+        let _ = writeln!(out, "      {name} {}", operand(o));
+    }
+    if let Some(b) = &g.bias {
+        let _ = writeln!(out, "      bias {}", operand(b));
+    }
+    if let Some(e) = &g.epilogue {
+        let text = expr_text(&e.expr, e.expr.len() - 1);
+        let leaves = match e.pair {
+            true => "in0, in1 = c of the last batch axis' two products, into the first",
+            false => "in0 = c",
+        };
+        let _ = writeln!(out, "      then per tile: c = {text} ({leaves})");
+        for (j, o) in e.inputs.iter().enumerate() {
+            let _ = writeln!(out, "      in{} {}", j + e.leaves(), operand(o));
+        }
+    }
+    for r in &g.rope {
+        let _ = writeln!(
+            out,
+            "      then rotary embeddings of columns {}..{} ({} heads of {}), row i at position i % {}: c = c * cos + rotate_half(c) * sin, halves of {}",
+            r.start,
+            r.end(),
+            r.heads,
+            r.dim,
+            r.period,
+            r.dim / 2
+        );
+        let _ = writeln!(out, "      cos {}", operand(&r.cos));
+        let _ = writeln!(out, "      sin {}", operand(&r.sin));
+    }
+}
+
+/// A softmax's rows and operands.
+fn softmax(out: &mut String, s: &Softmax) {
+    let _ = writeln!(
+        out,
+        "      over {} by rows of {} ({} per task): out = softmax(x * {:?}{})",
+        dims(&s.shape),
+        s.shape.last().copied().unwrap_or(1),
+        s.rows_per_task,
+        s.scale,
+        if s.mask.is_some() { ", masked" } else { "" }
+    );
+    let _ = writeln!(out, "      x {}", operand(&s.x));
+    let _ = writeln!(out, "      out {}", operand(&s.out));
+    mask(out, &s.mask);
+}
+
+/// An attention kernel's blocks, operands, and what it reads in place or computes itself.
+fn attention(out: &mut String, a: &Attention) {
+    let _ = writeln!(
+        out,
+        "      for batch {} in blocks of {} rows x {} keys: out[n {}, dv {}] = softmax({:?} * q @ kT{}) @ v over dk {}, m {}",
+        dims(&a.batch),
+        a.block.0,
+        a.block.1,
+        a.n,
+        a.dv,
+        a.scale,
+        if a.mask.is_some() { ", masked" } else { "" },
+        a.dk,
+        a.m
+    );
+    for (name, o) in [("q", &a.q), ("k", &a.k), ("v", &a.v), ("out", &a.out)] {
+        let _ = writeln!(out, "      {name} {}", operand(o));
+    }
+    if let Some(t) = &a.tail {
+        let first = a.m - t.len;
+        let _ = writeln!(
+            out,
+            "      keys {first}..{} read in place from k {} and v {}",
+            a.m,
+            operand(&t.k),
+            operand(&t.v)
+        );
+    }
+    if a.kv_group > 1 {
+        let _ = writeln!(
+            out,
+            "      k, v read in place: query head h reads head h / {}",
+            a.kv_group
+        );
+    }
+    if let Some(score) = &a.score {
+        let formula = expr_text(&score.expr, score.expr.len() - 1);
+        let _ = writeln!(
+            out,
+            "      score (in0 the score, in1 = i, in2 = j): s = {formula}"
+        );
+        for (k, o) in score.inputs.iter().enumerate() {
+            let _ = writeln!(out, "      in{} {}", k + 3, operand(o));
+        }
+    }
+    mask(out, &a.mask);
+    positions(out, a);
+    if a.zero_empty_rows {
+        let _ = writeln!(out, "      a row without keys is 0");
+    }
+    if let Some(s) = a.split {
+        let _ = writeln!(
+            out,
+            "      keys split in {} chunks of {}: out holds each chunk's rows, max and sum, merged by the next kernel",
+            s.chunks, s.len
+        );
+    }
+}
+
+/// A map's formula and operands.
+fn map(out: &mut String, m: &Map) {
+    let _ = writeln!(
+        out,
+        "      over {} ({} rows per task): out = {}",
+        dims(&m.shape),
+        m.rows_per_task,
+        expr_text(&m.expr, m.expr.len() - 1)
+    );
+    for (j, o) in m.inputs.iter().enumerate() {
+        let _ = writeln!(out, "      in{j} {}", operand(o));
+    }
+    let _ = writeln!(out, "      out {}", operand(&m.out));
+}
+
+/// A scatter's axis and operands.
+fn scatter(out: &mut String, s: &Scatter) {
+    let _ = writeln!(
+        out,
+        "      in place: out[.., index[n], ..] = source[.., n, ..] on axis {} over {}, positions in 0..{}",
+        s.axis,
+        dims(&s.shape),
+        s.size
+    );
+    for (name, o) in [("index", &s.index), ("source", &s.source), ("out", &s.out)] {
+        let _ = writeln!(out, "      {name} {}", operand(o));
+    }
+}
+
+/// A row kernel's stages, formula and operands.
+fn row(out: &mut String, r: &Row) {
+    let what = if r.per_row() {
+        "a value per row"
+    } else {
+        "each element"
+    };
+    let _ = writeln!(
+        out,
+        "      over {} rows of {} ({} rows per task), writing {what}:",
+        dims(&r.rows),
+        r.n,
+        r.rows_per_task
+    );
+    for (k, s) in r.stages.iter().enumerate() {
+        let f = expr_text(&s.expr, s.expr.len() - 1);
+        let _ = writeln!(out, "      r{k} = {}({f})", s.reduce.name());
+    }
+    let _ = writeln!(out, "      out = {}", expr_text(&r.write, r.write.len() - 1));
+    for (j, o) in r.inputs.iter().enumerate() {
+        let _ = writeln!(out, "      in{j} {}", operand(o));
+    }
+    let _ = writeln!(out, "      out {}", operand(&r.out));
 }
 
 /// An expression as nested calls, e.g. `select(ne(in1, 0.0), -1e9, in0)`.
