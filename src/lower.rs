@@ -326,27 +326,8 @@ impl<'p> Lowerer<'p> {
                 let i = self.size(index)?;
                 tensor(self.view(arg(0))?.select(*axis, i))
             }
-            Op::View(sizes) | Op::Reshape(sizes) => {
-                let sizes = self.sizes(sizes)?;
-                let x = self.view(arg(0))?;
-                match x.reshape(&sizes) {
-                    Some(v) => Ok(Val::Tensor(v)),
-                    None => {
-                        let copy = self.copy(&x, self.label(id));
-                        tensor(copy.reshape(&sizes))
-                    }
-                }
-            }
-            Op::Contiguous => {
-                let x = self.view(arg(0))?;
-                if x.is_contiguous() {
-                    return Ok(Val::Tensor(x));
-                }
-                match self.relayout(arg(0), &x) {
-                    Some(v) => Ok(Val::Tensor(v)),
-                    None => Ok(Val::Tensor(self.copy(&x, self.label(id)))),
-                }
-            }
+            Op::View(sizes) | Op::Reshape(sizes) => self.reshaped(id, arg(0), sizes).map(Val::Tensor),
+            Op::Contiguous => self.contiguous(id, arg(0)).map(Val::Tensor),
             Op::Reduce { op, axes, .. } => match axes.as_slice() {
                 &[axis] => self.reduction(id, arg(0), *op, axis).map(Val::Tensor),
                 _ => Err(not_native(&format!("{} over several axes", op.name()))),
@@ -358,18 +339,7 @@ impl<'p> Lowerer<'p> {
                 Ok(Val::Tensor(out))
             }
             Op::Arange { start, step } => self.arange(id, start, step).map(Val::Tensor),
-            Op::Softmax(axis) => {
-                let pat = match self.fusion.fused.get(&id) {
-                    Some(Fused::Softmax(p)) => *p,
-                    _ => SoftmaxPat {
-                        x: arg(0),
-                        scale: None,
-                        mask: None,
-                    },
-                };
-                let (x, scale, mask) = self.resolve(pat)?;
-                self.softmax(id, *axis, x, scale, mask).map(Val::Tensor)
-            }
+            Op::Softmax(axis) => self.softmax_node(id, *axis, arg(0)).map(Val::Tensor),
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::MaskedFill | Op::Where => {
                 self.map_op(id).map(Val::Tensor)
             }
@@ -420,6 +390,48 @@ impl<'p> Lowerer<'p> {
                 self.join(id, items, *axis, false).map(Val::Tensor)
             }
         }
+    }
+
+    /// A `view` or `reshape`: a view of the operand, or of a row-major copy of it where
+    /// its strides allow none.
+    fn reshaped(&mut self, id: ValueId, x: ValueId, sizes: &[Poly]) -> Result<View, PlanError> {
+        let sizes = self.sizes(sizes)?;
+        let x = self.view(x)?;
+        match x.reshape(&sizes) {
+            Some(v) => Ok(v),
+            None => {
+                let copy = self.copy(&x, self.label(id));
+                copy.reshape(&sizes)
+                    .ok_or_else(|| internal(format!("node {id} does not fit its op")))
+            }
+        }
+    }
+
+    /// A `contiguous`: the operand itself where it is row-major, else the operand laid out
+    /// again by its producer, else a copy.
+    fn contiguous(&mut self, id: ValueId, x: ValueId) -> Result<View, PlanError> {
+        let view = self.view(x)?;
+        if view.is_contiguous() {
+            return Ok(view);
+        }
+        match self.relayout(x, &view) {
+            Some(v) => Ok(v),
+            None => Ok(self.copy(&view, self.label(id))),
+        }
+    }
+
+    /// A softmax, with the scale and mask the fusion pass found it absorbs.
+    fn softmax_node(&mut self, id: ValueId, axis: usize, x: ValueId) -> Result<View, PlanError> {
+        let pat = match self.fusion.fused.get(&id) {
+            Some(Fused::Softmax(p)) => *p,
+            _ => SoftmaxPat {
+                x,
+                scale: None,
+                mask: None,
+            },
+        };
+        let (x, scale, mask) = self.resolve(pat)?;
+        self.softmax(id, axis, x, scale, mask)
     }
 
     /// An elementwise op of the language: part of a row program or a RoPE kernel where the

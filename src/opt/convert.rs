@@ -15,7 +15,7 @@ use super::analysis::EG;
 use super::cost::Extraction;
 use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::{Poly, Sym};
-use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, TensorType, Type, ValueId};
+use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, ReduceOp, TensorType, Type, ValueId};
 use crate::source::Span;
 use egg::{Id, Language, RecExpr};
 use std::collections::HashMap;
@@ -75,10 +75,15 @@ impl Into<'_> {
         self.leaf(Tensor::Float(Float::new(x)))
     }
 
-    fn node(&mut self, id: ValueId) -> Result<Id, String> {
+    /// A flag as the integer 0 or 1.
+    fn flag(&mut self, b: bool) -> Id {
+        self.int(usize::from(b))
+    }
+
+    /// The node's operands as e-graph ids.
+    fn operands(&self, id: ValueId) -> Result<Vec<Id>, String> {
         let node = self.prog.node(id);
-        let a: Vec<Id> = node
-            .args
+        node.args
             .iter()
             .map(|v| {
                 self.ids
@@ -86,7 +91,12 @@ impl Into<'_> {
                     .copied()
                     .ok_or_else(|| format!("node {id} uses a later value"))
             })
-            .collect::<Result<_, _>>()?;
+            .collect()
+    }
+
+    fn node(&mut self, id: ValueId) -> Result<Id, String> {
+        let node = self.prog.node(id);
+        let a = self.operands(id)?;
         let opt = |this: &mut Self, i: usize| a.get(i).copied().unwrap_or_else(|| this.leaf(Tensor::None));
         let t = match &node.op {
             Op::Param(i) => {
@@ -115,11 +125,9 @@ impl Into<'_> {
             Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
             Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
             Op::Where => Tensor::Where([a[0], a[1], a[2]]),
-            Op::Tri { upper, diagonal } => Tensor::Tri([
-                a[0],
-                self.int(usize::from(*upper)),
-                self.leaf(Tensor::Int(*diagonal)),
-            ]),
+            Op::Tri { upper, diagonal } => {
+                Tensor::Tri([a[0], self.flag(*upper), self.leaf(Tensor::Int(*diagonal))])
+            }
             Op::Fill(v) => {
                 let shape = self.prog.tensor_type(id).shape.clone();
                 Tensor::Fill([self.float(*v), self.shape(&shape)])
@@ -130,22 +138,12 @@ impl Into<'_> {
             }
             Op::Reduce { op, axes, keepdim } => {
                 let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
-                Tensor::Reduce(*op, [a[0], self.shape(&p), self.int(usize::from(*keepdim))])
+                Tensor::Reduce(*op, [a[0], self.shape(&p), self.flag(*keepdim)])
             }
             Op::MaskedFill => Tensor::MaskedFill([a[0], a[1], a[2]]),
             Op::Unary(op) => Tensor::Unary(*op, [a[0]]),
             Op::Binary(op) => Tensor::Binary(*op, [a[0], a[1]]),
-            Op::Compare(op) => {
-                let ab = [a[0], a[1]];
-                match op {
-                    CmpOp::Eq => Tensor::Eq(ab),
-                    CmpOp::Ne => Tensor::Ne(ab),
-                    CmpOp::Lt => Tensor::Lt(ab),
-                    CmpOp::Le => Tensor::Le(ab),
-                    CmpOp::Gt => Tensor::Gt(ab),
-                    CmpOp::Ge => Tensor::Ge(ab),
-                }
-            }
+            Op::Compare(op) => compare(*op, [a[0], a[1]]),
             Op::Slice { axis, start, end } => {
                 Tensor::Slice([a[0], self.int(*axis), self.dim(start), self.dim(end)])
             }
@@ -171,24 +169,23 @@ impl Into<'_> {
                 trans_b,
                 alpha,
             } => {
-                let (ta, tb) = (self.int(usize::from(*trans_a)), self.int(usize::from(*trans_b)));
+                let (ta, tb) = (self.flag(*trans_a), self.flag(*trans_b));
                 Tensor::Gemm([a[0], a[1], opt(self, 2), ta, tb, self.float(*alpha)])
             }
             Op::MaskedSoftmax { scale, fill } => {
-                let m = opt(self, 1);
-                Tensor::MaskedSoftmax([a[0], m, self.float(*scale), self.float(*fill)])
+                let [m, s, f] = [opt(self, 1), self.float(*scale), self.float(*fill)];
+                Tensor::MaskedSoftmax([a[0], m, s, f])
             }
             Op::Attention { scale, fill } => {
-                let m = opt(self, 3);
-                Tensor::Attention([a[0], a[1], a[2], m, self.float(*scale), self.float(*fill)])
+                let [m, s, f] = [opt(self, 3), self.float(*scale), self.float(*fill)];
+                Tensor::Attention([a[0], a[1], a[2], m, s, f])
             }
             Op::ScoredAttention { scale, fill } => {
-                let m = opt(self, 2);
-                Tensor::ScoredAttention([a[0], a[1], m, self.float(*scale), self.float(*fill)])
+                let [m, s, f] = [opt(self, 2), self.float(*scale), self.float(*fill)];
+                Tensor::ScoredAttention([a[0], a[1], m, s, f])
             }
             Op::Sdpa { causal, gqa } => {
-                let m = opt(self, 4);
-                let (c, g) = (self.int(usize::from(*causal)), self.int(usize::from(*gqa)));
+                let [m, c, g] = [opt(self, 4), self.flag(*causal), self.flag(*gqa)];
                 Tensor::Sdpa([a[0], a[1], a[2], a[3], m, c, g])
             }
             Op::Cat(d) => {
@@ -198,6 +195,18 @@ impl Into<'_> {
             }
         };
         Ok(self.expr.add(t))
+    }
+}
+
+/// A comparison's e-node.
+fn compare(op: CmpOp, ab: [Id; 2]) -> Tensor {
+    match op {
+        CmpOp::Eq => Tensor::Eq(ab),
+        CmpOp::Ne => Tensor::Ne(ab),
+        CmpOp::Lt => Tensor::Lt(ab),
+        CmpOp::Le => Tensor::Le(ab),
+        CmpOp::Gt => Tensor::Gt(ab),
+        CmpOp::Ge => Tensor::Ge(ab),
     }
 }
 
@@ -381,12 +390,7 @@ impl Out<'_> {
             Tensor::Linear(c) => (Op::Linear, present(c)),
             Tensor::MatMul(c) => (Op::MatMul, c.to_vec()),
             Tensor::Transpose(c) => (Op::Transpose(axis(c[1])?, axis(c[2])?), vec![c[0]]),
-            Tensor::Permute(c) => {
-                let rank = d(c[0]).rank().ok_or("permute operand")?;
-                let axes =
-                    super::analysis::perm_of(d(c[1]).shape_attr().ok_or("axes")?, rank).ok_or("axes")?;
-                (Op::Permute(axes), vec![c[0]])
-            }
+            Tensor::Permute(c) => (self.permute(c)?, vec![c[0]]),
             Tensor::Contiguous(c) => (Op::Contiguous, vec![*c]),
             Tensor::Expand(c) => {
                 let sizes = d(c[1]).shape_attr().ok_or("expand sizes")?.to_vec();
@@ -409,20 +413,7 @@ impl Out<'_> {
                 },
                 vec![],
             ),
-            Tensor::Reduce(op, c) => {
-                let axes = d(c[1]).shape_attr().ok_or("axes")?;
-                let axes: Option<Vec<usize>> =
-                    axes.iter().map(|p| usize::try_from(p.as_int()?).ok()).collect();
-                let keepdim = axis(c[2])? == 1;
-                (
-                    Op::Reduce {
-                        op: *op,
-                        axes: axes.ok_or("axes")?,
-                        keepdim,
-                    },
-                    vec![c[0]],
-                )
-            }
+            Tensor::Reduce(op, c) => (self.reduce(*op, c)?, vec![c[0]]),
             Tensor::MaskedFill(c) => (Op::MaskedFill, c.to_vec()),
             Tensor::Unary(op, c) => (Op::Unary(*op), c.to_vec()),
             Tensor::Binary(op, c) => (Op::Binary(*op), c.to_vec()),
@@ -449,14 +440,7 @@ impl Out<'_> {
             ),
             Tensor::Concat(c) => (Op::Concat(axis(c[1])?), vec![c[0]]),
             Tensor::Stack(c) => (Op::Stack(axis(c[1])?), vec![c[0]]),
-            Tensor::IndexCopy(c) => (
-                Op::IndexCopy {
-                    axis: axis(c[3])?,
-                    starts: d(c[4]).shape_attr().ok_or("starts")?.to_vec(),
-                    ends: d(c[5]).shape_attr().ok_or("ends")?.to_vec(),
-                },
-                c[..3].to_vec(),
-            ),
+            Tensor::IndexCopy(c) => (self.index_copy(c)?, c[..3].to_vec()),
             Tensor::Gemm(c) => (
                 Op::Gemm {
                     trans_a: flag(c[3])?,
@@ -495,6 +479,37 @@ impl Out<'_> {
             ),
             Tensor::Cat(c) => (Op::Cat(axis(c[0])?), c[1..].to_vec()),
             other => return Err(format!("`{other}` is not a value")),
+        })
+    }
+
+    /// `permute`'s axes, from its operand's rank and its axes leaf.
+    fn permute(&self, c: &[Id; 2]) -> Result<Op, String> {
+        let d = |i: Id| &self.eg[i].data;
+        let rank = d(c[0]).rank().ok_or("permute operand")?;
+        let axes = super::analysis::perm_of(d(c[1]).shape_attr().ok_or("axes")?, rank).ok_or("axes")?;
+        Ok(Op::Permute(axes))
+    }
+
+    /// A reduction's axes and `keepdim`, from their leaves.
+    fn reduce(&self, op: ReduceOp, c: &[Id; 3]) -> Result<Op, String> {
+        let d = |i: Id| &self.eg[i].data;
+        let axes = d(c[1]).shape_attr().ok_or("axes")?;
+        let axes: Option<Vec<usize>> = axes.iter().map(|p| usize::try_from(p.as_int()?).ok()).collect();
+        let keepdim = d(c[2]).axis().ok_or("keepdim")? == 1;
+        Ok(Op::Reduce {
+            op,
+            axes: axes.ok_or("axes")?,
+            keepdim,
+        })
+    }
+
+    /// An index copy's axis and window, from their leaves.
+    fn index_copy(&self, c: &[Id; 6]) -> Result<Op, String> {
+        let d = |i: Id| &self.eg[i].data;
+        Ok(Op::IndexCopy {
+            axis: d(c[3]).axis().ok_or("an axis")?,
+            starts: d(c[4]).shape_attr().ok_or("starts")?.to_vec(),
+            ends: d(c[5]).shape_attr().ok_or("ends")?.to_vec(),
         })
     }
 }

@@ -101,118 +101,53 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
     if data.load_time {
         return Cost::default();
     }
-    let kid = |i: usize| &eg[node.children()[i]].data;
-    let n = |d: &Data| numel(eg, d);
-    let out = n(data);
-    // Bytes of f32 values read and written.
-    let io = |reads: &[usize]| 4 * (reads.iter().map(|&i| n(kid(i))).sum::<u128>() + out);
+    let p = Pricing {
+        eg,
+        node,
+        out: numel(eg, data),
+    };
+    let (kid, n, out) = (|i: usize| p.kid(i), |d: &Data| numel(eg, d), p.out);
     let copy = Cost::kernel(0, 8 * out);
-    let unless = |cond: bool, extra: u128| if cond { 0 } else { extra };
     match node {
         Tensor::Reshape(_) if copies => copy,
         Tensor::Contiguous(_) | Tensor::Concat(_) | Tensor::Stack(_) | Tensor::Cat(_) => copy,
         // In place: the source's slices are read and written, nothing else moves.
         Tensor::IndexCopy(_) => Cost::kernel(0, 8 * n(kid(2))),
-        Tensor::Unary(..) | Tensor::Scale(_) => Cost::kernel(out, io(&[0])),
+        Tensor::Unary(..) | Tensor::Scale(_) => Cost::kernel(out, p.io(&[0])),
         Tensor::Binary(..)
         | Tensor::Eq(_)
         | Tensor::Ne(_)
         | Tensor::Lt(_)
         | Tensor::Le(_)
         | Tensor::Gt(_)
-        | Tensor::Ge(_) => Cost::kernel(out, io(&[0, 1])),
-        Tensor::MaskedFill(_) => Cost::kernel(out, io(&[0, 1])),
+        | Tensor::Ge(_) => Cost::kernel(out, p.io(&[0, 1])),
+        Tensor::MaskedFill(_) => Cost::kernel(out, p.io(&[0, 1])),
         // One FLOP more than `masked_softmax` without a mask, so a tie prints as the fused op.
-        Tensor::Softmax(_) => Cost::kernel(SOFTMAX * out + 1, io(&[0])),
-        Tensor::Where(_) => Cost::kernel(out, io(&[0, 1, 2])),
-        Tensor::Tri(_) => Cost::kernel(out, io(&[0])),
+        Tensor::Softmax(_) => Cost::kernel(SOFTMAX * out + 1, p.io(&[0])),
+        Tensor::Where(_) => Cost::kernel(out, p.io(&[0, 1, 2])),
+        Tensor::Tri(_) => Cost::kernel(out, p.io(&[0])),
         Tensor::Fill(_) => Cost::kernel(0, 4 * out),
         Tensor::Arange(_) => Cost::kernel(2 * out, 4 * out),
         Tensor::Reduce(..) => Cost::kernel(n(kid(0)), 4 * (n(kid(0)) + out)),
         Tensor::Linear(_) => {
-            let inner = kid(0).shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
+            let inner = kid(0).shape().and_then(|s| s.last()).map_or(1, |d| size(eg, d));
             let bias = !kid(2).is_none();
             let reads: &[usize] = if bias { &[0, 1, 2] } else { &[0, 1] };
-            Cost::kernel(2 * out * inner + unless(!bias, out), io(reads))
+            Cost::kernel(2 * out * inner + unless(!bias, out), p.io(reads))
         }
-        Tensor::MatMul(_) | Tensor::Gemm(_) => {
-            let (bias, alpha, trans_a) = match node {
-                Tensor::Gemm(c) => (
-                    !eg[c[2]].data.is_none(),
-                    eg[c[5]].data.float() != Some(1.0),
-                    eg[c[3]].data.int() == Some(1),
-                ),
-                _ => (false, false, false),
-            };
-            // The inner size: the last axis of `a`, or the one before it when transposed.
-            let a = kid(0).shape().unwrap_or(&[]);
-            let inner = a
-                .iter()
-                .rev()
-                .nth(usize::from(trans_a))
-                .map_or(1, |p| size(eg, p));
-            let reads: &[usize] = if bias { &[0, 1, 2] } else { &[0, 1] };
-            // A matmul is a GEMM without flags: one FLOP more, so a tie prints as `gemm`.
-            let plain = u128::from(matches!(node, Tensor::MatMul(_)));
-            Cost::kernel(
-                2 * out * inner + unless(!bias, out) + unless(!alpha, out) + plain,
-                io(reads),
-            )
-        }
+        Tensor::MatMul(_) | Tensor::Gemm(_) => p.gemm(),
         Tensor::MaskedSoftmax(c) => {
             let mask = !kid(1).is_none();
             let scaled = eg[c[2]].data.float() != Some(1.0);
             let reads: &[usize] = if mask { &[0, 1] } else { &[0] };
             Cost::kernel(
                 SOFTMAX * out + unless(!mask, out) + unless(!scaled, out),
-                io(reads),
+                p.io(reads),
             )
         }
-        Tensor::Sdpa(_) => {
-            let (q, k, v) = (kid(0), kid(1), kid(2));
-            let last = |d: &Data| d.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
-            let keys = k
-                .shape()
-                .and_then(|s| s.iter().rev().nth(1))
-                .map_or(1, |p| size(eg, p));
-            let scores = out / last(v).max(1) * keys;
-            let mask = !kid(4).is_none();
-            let flops = 2 * scores * (last(q) + last(v)) + SOFTMAX * scores + unless(!mask, scores);
-            let reads: &[usize] = if mask { &[0, 1, 2, 4] } else { &[0, 1, 2] };
-            Cost::kernel(flops, io(reads))
-        }
-        Tensor::Attention(c) => {
-            let (q, k, v) = (kid(0), kid(1), kid(2));
-            let last = |d: &Data| d.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
-            let rows = |d: &Data| {
-                d.shape()
-                    .and_then(|s| s.iter().rev().nth(1))
-                    .map_or(1, |p| size(eg, p))
-            };
-            // The scores: batch * n * m, never stored.
-            let scores = out / last(v).max(1) * rows(k);
-            let mask = !kid(3).is_none();
-            let scaled = eg[c[4]].data.float() != Some(1.0);
-            let flops = 2 * scores * (last(q) + last(v))
-                + SOFTMAX * scores
-                + unless(!mask, scores)
-                + unless(!scaled, scores);
-            let reads: &[usize] = if mask { &[0, 1, 2, 3] } else { &[0, 1, 2] };
-            Cost::kernel(flops, io(reads))
-        }
-        Tensor::ScoredAttention(c) => {
-            let (s, v) = (kid(0), kid(1));
-            let last = v.shape().and_then(|s| s.last()).map_or(1, |p| size(eg, p));
-            // The scores are read here (or computed in the kernel), the probabilities
-            // never stored: one kernel where the unfused form has two.
-            let scores = n(s);
-            let mask = !kid(2).is_none();
-            let scaled = eg[c[3]].data.float() != Some(1.0);
-            let flops =
-                2 * scores * last + SOFTMAX * scores + unless(!mask, scores) + unless(!scaled, scores);
-            let reads: &[usize] = if mask { &[0, 1, 2] } else { &[0, 1] };
-            Cost::kernel(flops, io(reads))
-        }
+        Tensor::Sdpa(_) => p.sdpa(),
+        Tensor::Attention(c) => p.attention(c),
+        Tensor::ScoredAttention(c) => p.scored_attention(c),
         // Views and leaves move no data: a strided view of their operand, or no value at
         // all. Listed rather than caught by `_`, so a new node must be priced here.
         Tensor::Reshape(_)
@@ -234,6 +169,112 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
         | Tensor::Float(_)
         | Tensor::Dim(_)
         | Tensor::Shape(_) => Cost::default(),
+    }
+}
+
+/// `extra` unless `cond` holds.
+fn unless(cond: bool, extra: u128) -> u128 {
+    if cond {
+        0
+    } else {
+        extra
+    }
+}
+
+/// What pricing one node needs: the e-graph, the node and the elements it writes.
+struct Pricing<'a> {
+    eg: &'a EG,
+    node: &'a Tensor,
+    out: u128,
+}
+
+impl Pricing<'_> {
+    fn kid(&self, i: usize) -> &Data {
+        &self.eg[self.node.children()[i]].data
+    }
+
+    /// Bytes of f32 values read (the operands `reads`) and written.
+    fn io(&self, reads: &[usize]) -> u128 {
+        4 * (reads.iter().map(|&i| numel(self.eg, self.kid(i))).sum::<u128>() + self.out)
+    }
+
+    fn size_of(&self, p: &Poly) -> u128 {
+        size(self.eg, p)
+    }
+
+    /// The last size of a value (1 for a scalar).
+    fn last(&self, d: &Data) -> u128 {
+        d.shape().and_then(|s| s.last()).map_or(1, |p| self.size_of(p))
+    }
+
+    /// The size before the last of a value (1 below rank 2).
+    fn rows(&self, d: &Data) -> u128 {
+        d.shape()
+            .and_then(|s| s.iter().rev().nth(1))
+            .map_or(1, |p| self.size_of(p))
+    }
+
+    /// A matmul, or a GEMM with its bias, scale and transposed `a`.
+    fn gemm(&self) -> Cost {
+        let (eg, node, out) = (self.eg, self.node, self.out);
+        let (bias, alpha, trans_a) = match node {
+            Tensor::Gemm(c) => (
+                !eg[c[2]].data.is_none(),
+                eg[c[5]].data.float() != Some(1.0),
+                eg[c[3]].data.int() == Some(1),
+            ),
+            _ => (false, false, false),
+        };
+        // The inner size: the last axis of `a`, or the one before it when transposed.
+        let a = self.kid(0).shape().unwrap_or(&[]);
+        let inner = a
+            .iter()
+            .rev()
+            .nth(usize::from(trans_a))
+            .map_or(1, |p| self.size_of(p));
+        let reads: &[usize] = if bias { &[0, 1, 2] } else { &[0, 1] };
+        // A matmul is a GEMM without flags: one FLOP more, so a tie prints as `gemm`.
+        let plain = u128::from(matches!(node, Tensor::MatMul(_)));
+        Cost::kernel(
+            2 * out * inner + unless(!bias, out) + unless(!alpha, out) + plain,
+            self.io(reads),
+        )
+    }
+
+    fn sdpa(&self) -> Cost {
+        let (q, k, v) = (self.kid(0), self.kid(1), self.kid(2));
+        let scores = self.out / self.last(v).max(1) * self.rows(k);
+        let mask = !self.kid(4).is_none();
+        let flops = 2 * scores * (self.last(q) + self.last(v)) + SOFTMAX * scores + unless(!mask, scores);
+        let reads: &[usize] = if mask { &[0, 1, 2, 4] } else { &[0, 1, 2] };
+        Cost::kernel(flops, self.io(reads))
+    }
+
+    fn attention(&self, c: &[Id]) -> Cost {
+        let (q, k, v) = (self.kid(0), self.kid(1), self.kid(2));
+        // The scores: batch * n * m, never stored.
+        let scores = self.out / self.last(v).max(1) * self.rows(k);
+        let mask = !self.kid(3).is_none();
+        let scaled = self.eg[c[4]].data.float() != Some(1.0);
+        let flops = 2 * scores * (self.last(q) + self.last(v))
+            + SOFTMAX * scores
+            + unless(!mask, scores)
+            + unless(!scaled, scores);
+        let reads: &[usize] = if mask { &[0, 1, 2, 3] } else { &[0, 1, 2] };
+        Cost::kernel(flops, self.io(reads))
+    }
+
+    fn scored_attention(&self, c: &[Id]) -> Cost {
+        let (s, v) = (self.kid(0), self.kid(1));
+        let last = self.last(v);
+        // The scores are read here (or computed in the kernel), the probabilities
+        // never stored: one kernel where the unfused form has two.
+        let scores = numel(self.eg, s);
+        let mask = !self.kid(2).is_none();
+        let scaled = self.eg[c[3]].data.float() != Some(1.0);
+        let flops = 2 * scores * last + SOFTMAX * scores + unless(!mask, scores) + unless(!scaled, scores);
+        let reads: &[usize] = if mask { &[0, 1, 2] } else { &[0, 1] };
+        Cost::kernel(flops, self.io(reads))
     }
 }
 

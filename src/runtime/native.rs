@@ -14,7 +14,7 @@
 //! length before it calls anything, and that the scratch is as large as the plan asks.
 
 use super::RunError;
-use crate::kernel::{BufferKind, KernelOp, Plan, Scatter};
+use crate::kernel::{BufferKind, Kernel, KernelOp, Plan, Scatter};
 use rayon::prelude::*;
 use std::sync::{Mutex, OnceLock};
 
@@ -322,48 +322,7 @@ pub fn execute(
     let mut body = || -> Result<(), Stop> {
         for (ki, (kernel, &f)) in kernels.iter().zip(&fns).enumerate() {
             let start = times.is_some().then(std::time::Instant::now);
-            let args = Args(
-                kernel
-                    .op
-                    .operands()
-                    .iter()
-                    .map(|(o, shape, _)| match shape.contains(&0) {
-                        // An empty operand is never dereferenced, and its offset may lie
-                        // past its buffer (a slice of an empty tensor): no `add` for it.
-                        true => bases.ptr(o.buf).wrapping_add(o.offset),
-                        // SAFETY: the offset is the operand's first element, inside its
-                        // buffer (validated for every operand whose shape is not empty),
-                        // and the base points to that buffer (the kernel uses it).
-                        false => unsafe { bases.ptr(o.buf).add(o.offset) },
-                    })
-                    .collect(),
-            );
-            if let KernelOp::Scatter(s) = &kernel.op {
-                // SAFETY: `args` holds the operands of `s` in `operands` order, each a
-                // pointer into a buffer that holds every element its strides reach over its
-                // shape (validated); the output's buffer is written by no other kernel while
-                // this one runs, and its window is a different buffer from the others.
-                unsafe { scatter(s, &args.0) }.map_err(Stop::Value)?;
-            } else {
-                let tasks = kernel.op.tasks() as i64;
-                let run = |begin: i64, end: i64| {
-                    let slot =
-                        rayon::current_thread_index().map_or(scratch.len() - 1, |i| i.min(scratch.len() - 1));
-                    let mut s = scratch[slot].lock().unwrap_or_else(|e| e.into_inner());
-                    // SAFETY: the module's invariant: the plan is valid, `f` is its compiled
-                    // kernel, `args` holds a pointer into a buffer of the plan's length for each
-                    // operand, and `s` is this thread's scratch of `scratch_len` floats (checked
-                    // above). Concurrent calls take different task ranges, whose writes
-                    // `validate` proved disjoint and never read by another task: no race.
-                    unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
-                };
-                let parallel = !inline && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
-                if parallel {
-                    (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
-                } else if tasks > 0 {
-                    run(0, tasks);
-                }
-            }
+            run_kernel(kernel, f, &bases, scratch, inline)?;
             if let (Some(times), Some(start)) = (times.as_deref_mut(), start) {
                 times[ki] += start.elapsed().as_secs_f64();
             }
@@ -374,6 +333,59 @@ pub fn execute(
         true => body(),
         false => pool.install(&mut body),
     }
+}
+
+/// Runs one kernel of a plan: a scatter on the calling thread, any other kernel's tasks
+/// over the pool (or on the calling thread where `inline`).
+fn run_kernel(
+    kernel: &Kernel,
+    f: KernelFn,
+    bases: &Args,
+    scratch: &[Mutex<Vec<f32>>],
+    inline: bool,
+) -> Result<(), Stop> {
+    let args = Args(
+        kernel
+            .op
+            .operands()
+            .iter()
+            .map(|(o, shape, _)| match shape.contains(&0) {
+                // An empty operand is never dereferenced, and its offset may lie
+                // past its buffer (a slice of an empty tensor): no `add` for it.
+                true => bases.ptr(o.buf).wrapping_add(o.offset),
+                // SAFETY: the offset is the operand's first element, inside its
+                // buffer (validated for every operand whose shape is not empty),
+                // and the base points to that buffer (the kernel uses it).
+                false => unsafe { bases.ptr(o.buf).add(o.offset) },
+            })
+            .collect(),
+    );
+    if let KernelOp::Scatter(s) = &kernel.op {
+        // SAFETY: `args` holds the operands of `s` in `operands` order, each a
+        // pointer into a buffer that holds every element its strides reach over its
+        // shape (validated); the output's buffer is written by no other kernel while
+        // this one runs, and its window is a different buffer from the others.
+        unsafe { scatter(s, &args.0) }.map_err(Stop::Value)?;
+    } else {
+        let tasks = kernel.op.tasks() as i64;
+        let run = |begin: i64, end: i64| {
+            let slot = rayon::current_thread_index().map_or(scratch.len() - 1, |i| i.min(scratch.len() - 1));
+            let mut s = scratch[slot].lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the module's invariant: the plan is valid, `f` is its compiled
+            // kernel, `args` holds a pointer into a buffer of the plan's length for each
+            // operand, and `s` is this thread's scratch of `scratch_len` floats (checked
+            // in `execute`). Concurrent calls take different task ranges, whose writes
+            // `validate` proved disjoint and never read by another task: no race.
+            unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
+        };
+        let parallel = !inline && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
+        if parallel {
+            (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
+        } else if tasks > 0 {
+            run(0, tasks);
+        }
+    }
+    Ok(())
 }
 
 /// Runs a [`Scatter`] on the host: every position is read and checked against the window
