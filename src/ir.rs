@@ -358,6 +358,81 @@ impl Op {
         }
     }
 
+    /// The op's parameters, what `attnc ir` prints after its operands, given its operands'
+    /// types (a mask's fill is shown only where there is a mask, an index copy's window only
+    /// where it is not the whole operand). A loop's are in its header; a param's and an
+    /// input's are their index, which the text replaces by the declaration.
+    pub fn attrs(&self, operands: &[&TensorType]) -> Vec<Attr> {
+        let int = |a: usize| Attr::Int(a as i64);
+        let named = |name: &'static str, a: Attr| Attr::Named(name, Box::new(a));
+        let masked = |scale: f64, fill: f64, unmasked: usize| {
+            let mut attrs = vec![named("scale", Attr::Float(scale))];
+            if operands.len() > unmasked {
+                attrs.push(named("fill", Attr::Float(fill)));
+            }
+            attrs
+        };
+        match self {
+            Op::Param(i) | Op::Input(i) => vec![int(*i)],
+            Op::Literal(x) | Op::Fill(x) => vec![Attr::Float(*x)],
+            Op::DimValue(p) => vec![Attr::Dim(p.clone())],
+            Op::Transpose(a, b) => vec![int(*a), int(*b)],
+            Op::Permute(axes) => axes.iter().map(|&a| int(a)).collect(),
+            Op::View(s) | Op::Reshape(s) | Op::Expand(s) => vec![Attr::Shape(s.clone())],
+            Op::Unsqueeze(a) | Op::Squeeze(a) | Op::Softmax(a) | Op::Concat(a) | Op::Stack(a) | Op::Cat(a) => {
+                vec![int(*a)]
+            }
+            Op::Tri { diagonal, .. } => vec![Attr::Int(*diagonal)],
+            Op::Arange { start, step } => vec![Attr::Dim(start.clone()), named("step", Attr::Dim(step.clone()))],
+            Op::Reduce { axes, keepdim, .. } => {
+                vec![Attr::Axes(axes.clone()), named("keepdim", Attr::Bool(*keepdim))]
+            }
+            Op::Sdpa { causal, gqa } => vec![
+                named("is_causal", Attr::Bool(*causal)),
+                named("enable_gqa", Attr::Bool(*gqa)),
+            ],
+            Op::Slice { axis, start, end } => vec![int(*axis), Attr::Range(start.clone(), end.clone())],
+            Op::Select { axis, index } => vec![int(*axis), Attr::Dim(index.clone())],
+            Op::IndexCopy { axis, starts, ends } => {
+                let mut attrs = vec![int(*axis)];
+                // The window, where it is not the whole of the operand.
+                let whole = operands.first().map_or(&[][..], |x| &x.shape[..]);
+                let window = starts.iter().zip(ends).zip(whole);
+                if window.clone().any(|((s, e), n)| !s.is_zero() || e != n) {
+                    let ranges = window.map(|((s, e), _)| (s.clone(), e.clone())).collect();
+                    attrs.push(named("at", Attr::Ranges(ranges)));
+                }
+                attrs
+            }
+            Op::Gemm {
+                trans_a,
+                trans_b,
+                alpha,
+            } => {
+                let mut attrs = Vec::new();
+                attrs.extend(trans_a.then_some(Attr::Flag("trans_a")));
+                attrs.extend(trans_b.then_some(Attr::Flag("trans_b")));
+                if *alpha != 1.0 {
+                    attrs.push(named("alpha", Attr::Float(*alpha)));
+                }
+                attrs
+            }
+            Op::MaskedSoftmax { scale, fill } => masked(*scale, *fill, 1),
+            Op::Attention { scale, fill } => masked(*scale, *fill, 3),
+            Op::ScoredAttention { scale, fill } => masked(*scale, *fill, 2),
+            Op::Linear
+            | Op::MatMul
+            | Op::Contiguous
+            | Op::Where
+            | Op::MaskedFill
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Gather
+            | Op::For { .. } => vec![],
+        }
+    }
+
     /// Whether the op computes each element from the same element of its (broadcast)
     /// operands alone: what a backend fuses into one map.
     pub fn is_elementwise(&self) -> bool {
@@ -366,6 +441,29 @@ impl Op {
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::MaskedFill | Op::Where
         )
     }
+}
+
+/// One parameter of an op, in a form the IR text prints without knowing the op.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Attr {
+    /// An axis, a diagonal: `1`.
+    Int(i64),
+    /// `0.125`, as Rust prints an `f64` with `{:?}`.
+    Float(f64),
+    Bool(bool),
+    Dim(Poly),
+    /// Sizes: `[B, N, D]`.
+    Shape(Vec<Poly>),
+    /// Axes: `[0, 2]`.
+    Axes(Vec<usize>),
+    /// `start..end`.
+    Range(Poly, Poly),
+    /// One range per axis: `[0..B, 2..3]`.
+    Ranges(Vec<(Poly, Poly)>),
+    /// A word shown only where a flag holds: `trans_a`.
+    Flag(&'static str),
+    /// A parameter shown with its name: `keepdim=true`.
+    Named(&'static str, Box<Attr>),
 }
 
 /// One SSA value.

@@ -4,7 +4,7 @@
 //! only on the program, never on how the checker happened to allocate nodes. Strides are
 //! printed only where a value is not row-major.
 
-use super::{DType, Op, Program, TensorType, Type, ValueId};
+use super::{Attr, DType, Op, Program, TensorType, Type, ValueId};
 use crate::dims::{DimKind, Poly};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -156,106 +156,44 @@ impl Program {
     }
 
     /// The op name of a node that is not a `for`, and its attributes as text: what
-    /// follows its arguments in `%3 = transpose(%2, 1, 2)`.
+    /// follows its arguments in `%3 = transpose(%2, 1, 2)`. A param shows its name and key,
+    /// an input its name (a state input as `state`).
     pub(super) fn op_parts(&self, id: ValueId) -> (&'static str, Vec<String>) {
         let node = &self.nodes[id];
-        let d = |p: &Poly| self.dims.display(p);
         match &node.op {
             Op::Param(i) => {
                 let p = &self.params[*i];
-                ("param", vec![p.name.clone(), format!("{:?}", p.key)])
+                return ("param", vec![p.name.clone(), format!("{:?}", p.key)]);
             }
-            Op::Input(i) if self.inputs[*i].state => ("state", vec![self.inputs[*i].name.clone()]),
-            Op::Input(i) => ("input", vec![self.inputs[*i].name.clone()]),
-            Op::Literal(x) => ("literal", vec![format!("{x:?}")]),
-            Op::DimValue(p) => ("dim", vec![d(p)]),
-            Op::Linear => ("linear", vec![]),
-            Op::MatMul => ("matmul", vec![]),
-            Op::Transpose(a, b) => ("transpose", vec![a.to_string(), b.to_string()]),
-            Op::Permute(axes) => ("permute", axes.iter().map(|a| a.to_string()).collect()),
-            Op::View(s) => ("view", vec![self.shape_text(s)]),
-            Op::Reshape(s) => ("reshape", vec![self.shape_text(s)]),
-            Op::Contiguous => ("contiguous", vec![]),
-            Op::Expand(s) => ("expand", vec![self.shape_text(s)]),
-            Op::Unsqueeze(a) => ("unsqueeze", vec![a.to_string()]),
-            Op::Squeeze(a) => ("squeeze", vec![a.to_string()]),
-            Op::Softmax(a) => ("softmax", vec![a.to_string()]),
-            Op::Where => ("where", vec![]),
-            Op::Tri { upper, diagonal } => (if *upper { "triu" } else { "tril" }, vec![diagonal.to_string()]),
-            Op::Fill(v) => ("fill", vec![format!("{v:?}")]),
-            Op::Arange { start, step } => ("arange", vec![d(start), format!("step={}", d(step))]),
-            Op::Reduce { op, axes, keepdim } => {
+            Op::Input(i) if self.inputs[*i].state => return ("state", vec![self.inputs[*i].name.clone()]),
+            Op::Input(i) => return ("input", vec![self.inputs[*i].name.clone()]),
+            _ => {}
+        }
+        let operands: Vec<&TensorType> = node.args.iter().map(|&a| self.tensor_type(a)).collect();
+        let attrs = node.op.attrs(&operands);
+        (node.op.name(), attrs.iter().map(|a| self.attr_text(a)).collect())
+    }
+
+    fn attr_text(&self, attr: &Attr) -> String {
+        let d = |p: &Poly| self.dims.display(p);
+        match attr {
+            Attr::Int(i) => i.to_string(),
+            Attr::Float(x) => format!("{x:?}"),
+            Attr::Bool(b) => b.to_string(),
+            Attr::Dim(p) => d(p),
+            Attr::Shape(s) => self.shape_text(s),
+            Attr::Axes(axes) => {
                 let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
-                (
-                    op.name(),
-                    vec![format!("[{}]", axes.join(", ")), format!("keepdim={keepdim}")],
-                )
+                format!("[{}]", axes.join(", "))
             }
-            Op::MaskedFill => ("masked_fill", vec![]),
-            Op::Sdpa { causal, gqa } => (
-                "scaled_dot_product_attention",
-                vec![format!("is_causal={causal}"), format!("enable_gqa={gqa}")],
-            ),
-            Op::Unary(u) => (u.name(), vec![]),
-            Op::Binary(b) => (b.name(), vec![]),
-            Op::Compare(c) => (c.name(), vec![]),
-            Op::Slice { axis, start, end } => (
-                "slice",
-                vec![axis.to_string(), format!("{}..{}", d(start), d(end))],
-            ),
-            Op::Gather => ("gather", vec![]),
-            Op::Select { axis, index } => ("select", vec![axis.to_string(), d(index)]),
-            Op::For { .. } => ("for", vec![]),
-            Op::Concat(a) => ("concat", vec![a.to_string()]),
-            Op::Stack(a) => ("stack", vec![a.to_string()]),
-            Op::IndexCopy { axis, starts, ends } => {
-                let mut attrs = vec![axis.to_string()];
-                // The window, where it is not the whole of the operand.
-                let whole = &self.tensor_type(node.args[0]).shape;
-                let window = starts.iter().zip(ends).zip(whole);
-                if window.clone().any(|((s, e), n)| !s.is_zero() || e != n) {
-                    let ranges: Vec<String> =
-                        window.map(|((s, e), _)| format!("{}..{}", d(s), d(e))).collect();
-                    attrs.push(format!("at=[{}]", ranges.join(", ")));
-                }
-                ("index_copy", attrs)
+            Attr::Range(start, end) => format!("{}..{}", d(start), d(end)),
+            Attr::Ranges(ranges) => {
+                let ranges: Vec<String> = ranges.iter().map(|(s, e)| format!("{}..{}", d(s), d(e))).collect();
+                format!("[{}]", ranges.join(", "))
             }
-            Op::Gemm {
-                trans_a,
-                trans_b,
-                alpha,
-            } => {
-                let mut attrs = Vec::new();
-                if *trans_a {
-                    attrs.push("trans_a".to_string());
-                }
-                if *trans_b {
-                    attrs.push("trans_b".to_string());
-                }
-                if *alpha != 1.0 {
-                    attrs.push(format!("alpha={alpha:?}"));
-                }
-                ("gemm", attrs)
-            }
-            Op::MaskedSoftmax { scale, fill } => (
-                "masked_softmax",
-                softmax_attrs(*scale, *fill, node.args.len() > 1),
-            ),
-            Op::Attention { scale, fill } => ("attention", softmax_attrs(*scale, *fill, node.args.len() > 3)),
-            Op::ScoredAttention { scale, fill } => (
-                "scored_attention",
-                softmax_attrs(*scale, *fill, node.args.len() > 2),
-            ),
-            Op::Cat(a) => ("cat", vec![a.to_string()]),
+            Attr::Flag(word) => word.to_string(),
+            Attr::Named(name, value) => format!("{name}={}", self.attr_text(value)),
         }
     }
 }
 
-/// `scale=..`, and `fill=..` only where a mask makes it mean something.
-fn softmax_attrs(scale: f64, fill: f64, masked: bool) -> Vec<String> {
-    let mut attrs = vec![format!("scale={scale:?}")];
-    if masked {
-        attrs.push(format!("fill={fill:?}"));
-    }
-    attrs
-}
