@@ -379,11 +379,18 @@ impl Op {
             Op::Transpose(a, b) => vec![int(*a), int(*b)],
             Op::Permute(axes) => axes.iter().map(|&a| int(a)).collect(),
             Op::View(s) | Op::Reshape(s) | Op::Expand(s) => vec![Attr::Shape(s.clone())],
-            Op::Unsqueeze(a) | Op::Squeeze(a) | Op::Softmax(a) | Op::Concat(a) | Op::Stack(a) | Op::Cat(a) => {
+            Op::Unsqueeze(a)
+            | Op::Squeeze(a)
+            | Op::Softmax(a)
+            | Op::Concat(a)
+            | Op::Stack(a)
+            | Op::Cat(a) => {
                 vec![int(*a)]
             }
             Op::Tri { diagonal, .. } => vec![Attr::Int(*diagonal)],
-            Op::Arange { start, step } => vec![Attr::Dim(start.clone()), named("step", Attr::Dim(step.clone()))],
+            Op::Arange { start, step } => {
+                vec![Attr::Dim(start.clone()), named("step", Attr::Dim(step.clone()))]
+            }
             Op::Reduce { axes, keepdim, .. } => {
                 vec![Attr::Axes(axes.clone()), named("keepdim", Attr::Bool(*keepdim))]
             }

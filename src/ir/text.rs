@@ -188,7 +188,10 @@ impl Program {
             }
             Attr::Range(start, end) => format!("{}..{}", d(start), d(end)),
             Attr::Ranges(ranges) => {
-                let ranges: Vec<String> = ranges.iter().map(|(s, e)| format!("{}..{}", d(s), d(e))).collect();
+                let ranges: Vec<String> = ranges
+                    .iter()
+                    .map(|(s, e)| format!("{}..{}", d(s), d(e)))
+                    .collect();
                 format!("[{}]", ranges.join(", "))
             }
             Attr::Flag(word) => word.to_string(),
@@ -196,4 +199,3 @@ impl Program {
         }
     }
 }
-
