@@ -245,7 +245,7 @@ pub enum Op {
         result: ValueId,
     },
     /// Joins the items of a `For` along an existing axis: arg `[seq]`.
-    Concat(usize),
+    CatLoop(usize),
     /// Stacks the items of a `For` along a new axis: arg `[seq]`.
     Stack(usize),
     /// `x.index_copy(axis, index, source)` written through the window `starts..ends` of
@@ -347,7 +347,7 @@ impl Op {
             Op::Gather => "gather",
             Op::Select { .. } => "select",
             Op::For { .. } => "for",
-            Op::Concat(_) => "concat",
+            Op::CatLoop(_) => "cat_loop",
             Op::Stack(_) => "stack",
             Op::IndexCopy { .. } => "index_copy",
             Op::Gemm { .. } => "gemm",
@@ -382,7 +382,7 @@ impl Op {
             Op::Unsqueeze(a)
             | Op::Squeeze(a)
             | Op::Softmax(a)
-            | Op::Concat(a)
+            | Op::CatLoop(a)
             | Op::Stack(a)
             | Op::Cat(a) => {
                 vec![int(*a)]

@@ -350,7 +350,7 @@ impl<'p> Lowerer<'p> {
                 body,
                 result,
             } => self.for_loop(*var, (start, end), body, *result).map(Val::Seq),
-            Op::Concat(axis) => self.concat(id, arg(0), *axis, false).map(Val::Tensor),
+            Op::CatLoop(axis) => self.concat(id, arg(0), *axis, false).map(Val::Tensor),
             Op::Stack(axis) => self.concat(id, arg(0), *axis, true).map(Val::Tensor),
             Op::Gemm {
                 trans_a,

@@ -178,7 +178,7 @@ fn explain_names_the_rules_that_prove_the_result() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    for rule in ["lift-linear", "lift-gemm", "lift-concat", "fuse-attention"] {
+    for rule in ["lift-linear", "lift-gemm", "lift-cat-loop", "fuse-attention"] {
         assert!(out.contains(rule), "missing {rule} in:\n{out}");
     }
 }

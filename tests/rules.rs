@@ -158,9 +158,9 @@ runner = heads(),
 test_fn! { a_per_head_transpose_is_a_head_of_a_transpose, only(&["lift-transpose"]),
 runner = heads(),
 "(transpose (select (input 0 [2,3,5,6]) 1 #s0) 1 2)" => "(select (transpose (input 0 [2,3,5,6]) 2 3) 1 #s0)" }
-test_fn! { concat_over_all_heads_is_a_transpose_and_a_view, only(&["lift-concat"]),
+test_fn! { concat_over_all_heads_is_a_transpose_and_a_view, only(&["lift-cat-loop"]),
 runner = heads(),
-"(concat (for 0 #0 #3 (select (input 0 [2,3,5,4]) 1 #s0)) 2)"
+"(cat_loop (for 0 #0 #3 (select (input 0 [2,3,5,4]) 1 #s0)) 2)"
 => "(reshape (transpose (input 0 [2,3,5,4]) 1 2) [2,5,12])" }
 test_fn! { stack_over_all_heads_is_a_transpose, only(&["lift-stack"]),
 runner = heads(),

@@ -961,7 +961,7 @@ impl Checker {
             Op::Stack(d)
         } else {
             shape[d] = shape[d].mul(&len);
-            Op::Concat(d)
+            Op::CatLoop(d)
         };
         let laid = match stack {
             true => layout::stacked(&self.prog.dims, &[&item], d, &shape),

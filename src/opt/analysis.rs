@@ -472,14 +472,14 @@ impl Ctx {
                     len,
                 })
             }
-            T::Concat(_) | T::Stack(_) => {
+            T::CatLoop(_) | T::Stack(_) => {
                 let Kind::Seq { item, len } = &k[0].kind else {
                     return None;
                 };
                 let a = k[1].axis()?;
                 let mut t = item.clone();
                 match node {
-                    T::Concat(_) => {
+                    T::CatLoop(_) => {
                         (a < t.rank()).then_some(())?;
                         t.shape[a] = t.shape[a].mul(len);
                     }

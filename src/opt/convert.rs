@@ -158,7 +158,7 @@ impl Into<'_> {
                 let item = *self.ids.get(result).ok_or("a loop item before its value")?;
                 Tensor::For([self.int(*var), self.dim(start), self.dim(end), item])
             }
-            Op::Concat(d) => Tensor::Concat([a[0], self.int(*d)]),
+            Op::CatLoop(d) => Tensor::CatLoop([a[0], self.int(*d)]),
             Op::Stack(d) => Tensor::Stack([a[0], self.int(*d)]),
             Op::IndexCopy { axis, starts, ends } => {
                 let (axis, starts, ends) = (self.int(*axis), self.shape(starts), self.shape(ends));
@@ -438,7 +438,7 @@ impl Out<'_> {
                 },
                 vec![c[0]],
             ),
-            Tensor::Concat(c) => (Op::Concat(axis(c[1])?), vec![c[0]]),
+            Tensor::CatLoop(c) => (Op::CatLoop(axis(c[1])?), vec![c[0]]),
             Tensor::Stack(c) => (Op::Stack(axis(c[1])?), vec![c[0]]),
             Tensor::IndexCopy(c) => (self.index_copy(c)?, c[..3].to_vec()),
             Tensor::Gemm(c) => (

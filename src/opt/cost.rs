@@ -110,7 +110,7 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
     let copy = Cost::kernel(0, 8 * out);
     match node {
         Tensor::Reshape(_) if copies => copy,
-        Tensor::Contiguous(_) | Tensor::Concat(_) | Tensor::Stack(_) | Tensor::Cat(_) => copy,
+        Tensor::Contiguous(_) | Tensor::CatLoop(_) | Tensor::Stack(_) | Tensor::Cat(_) => copy,
         // In place: the source's slices are read and written, nothing else moves.
         Tensor::IndexCopy(_) => Cost::kernel(0, 8 * n(kid(2))),
         Tensor::Unary(..) | Tensor::Scale(_) => Cost::kernel(out, p.io(&[0])),

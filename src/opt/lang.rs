@@ -52,7 +52,7 @@ define_language! {
         "slice" = Slice([Id; 4]),            // x, axis, start, end
         "select" = Select([Id; 3]),          // x, axis, index
         "for" = For([Id; 4]),                // var (a dim's index), start, end, item
-        "concat" = Concat([Id; 2]),          // seq, axis
+        "cat_loop" = CatLoop([Id; 2]),       // seq, axis
         "stack" = Stack([Id; 2]),            // seq, axis
         // Opaque to every rule: a state's next version, which no rewrite may copy or move.
         "index_copy" = IndexCopy([Id; 6]),   // x, index, source, axis, starts, ends (shapes)

@@ -25,7 +25,7 @@ use fuse::{
     scale_gemm, scale_linear, scale_scale, slice_noop, slice_slice,
 };
 use heads::{
-    head_var, lift_concat, lift_gemm, lift_linear, lift_masked_fill, lift_slice, lift_softmax, lift_stack,
+    head_var, lift_cat_loop, lift_gemm, lift_linear, lift_masked_fill, lift_slice, lift_softmax, lift_stack,
     lift_transpose, merge_linear,
 };
 
@@ -104,7 +104,7 @@ pub fn rules() -> Vec<Rw> {
         rw!("lift-transpose";      "(transpose (select ?x ?a ?h) ?i ?j)"          => { Computed(lift_transpose) }),
         // concat over h of head h of X along axis c: X with its head axis moved before c,
         // merged into c (a transpose and a view); a stack is the move alone.
-        rw!("lift-concat";         "(concat (for ?v ?s ?e (select ?x ?a ?h)) ?c)" => { Computed(lift_concat) }),
+        rw!("lift-cat-loop";       "(cat_loop (for ?v ?s ?e (select ?x ?a ?h)) ?c)" => { Computed(lift_cat_loop) }),
         rw!("lift-stack";          "(stack (for ?v ?s ?e (select ?x ?a ?h)) ?c)"  => { Computed(lift_stack) }),
 
         // Merged projections: two projections of one input by load-time weights are one

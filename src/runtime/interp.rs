@@ -280,11 +280,11 @@ impl<'p> Interp<'p> {
             }),
             Op::Slice { axis, start, end } => arg(0)?.slice(*axis, self.size(start)?, self.size(end)?),
             Op::Select { axis, index } => arg(0)?.select(*axis, self.size(index)?),
-            Op::Concat(_) | Op::Stack(_) if items()?.is_empty() => {
+            Op::CatLoop(_) | Op::Stack(_) if items()?.is_empty() => {
                 let expected = expected()?;
                 Some(Tensor::new(expected.clone(), vec![0.0; numel(&expected)]).into())
             }
-            Op::Concat(axis) => ops::concat(items()?, *axis),
+            Op::CatLoop(axis) => ops::concat(items()?, *axis),
             Op::Stack(axis) => ops::stack(items()?, *axis),
             Op::Gemm {
                 trans_a,

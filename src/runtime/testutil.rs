@@ -350,7 +350,7 @@ pub fn mha_heads(d: i64, h: i64, mask: Mask) -> Program {
         b.node(Op::MatMul, &[p, v], &head)
     });
     let merged = vec![bb, n, dd];
-    let x = b.node(Op::Concat(2), &[heads], &merged);
+    let x = b.node(Op::CatLoop(2), &[heads], &merged);
     let out = b.node(Op::Linear, &[x, layers[3].0, layers[3].1], &merged);
     b.output("out", out);
     b.finish()

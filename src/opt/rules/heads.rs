@@ -116,7 +116,7 @@ pub(super) fn lift_transpose(m: &Match, r: &mut Rhs) -> Option<()> {
     Some(())
 }
 
-/// For `(concat|stack (for ?v ?s ?e (select ?x ?a ?h)) ?c)`: the head axis and the
+/// For `(cat_loop|stack (for ?v ?s ?e (select ?x ?a ?h)) ?c)`: the head axis and the
 /// batched rank, when the loop runs over every head of `?x` with `h` as its variable.
 fn whole_loop(m: &Match) -> Option<(usize, usize)> {
     let ctx = m.ctx();
@@ -129,7 +129,7 @@ fn whole_loop(m: &Match) -> Option<(usize, usize)> {
     (over_all && by_var && !x.depends_on(var)).then_some((a, x.rank()?))
 }
 
-pub(super) fn lift_concat(m: &Match, r: &mut Rhs) -> Option<()> {
+pub(super) fn lift_cat_loop(m: &Match, r: &mut Rhs) -> Option<()> {
     let (a, rank) = whole_loop(m)?;
     let c = m.data("?c").axis()?;
     let mut shape = m.data("?x").shape()?.to_vec();

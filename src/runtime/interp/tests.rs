@@ -85,7 +85,7 @@ fn a_loop_slices_with_its_variable_and_stacks_its_items() {
         let scale = b.scalar(Op::DimValue(h), &[]);
         b.node(Op::Binary(BinaryOp::Mul), &[cols, scale], &[2, 2])
     });
-    let joined = b.node(Op::Concat(1), &[items], &[2, 6]);
+    let joined = b.node(Op::CatLoop(1), &[items], &[2, 6]);
     let stacked = b.node(Op::Stack(0), &[items], &[3, 2, 2]);
     let first = b.node(
         Op::Select {
