@@ -562,6 +562,52 @@ output pooled = hidden.sum(1)
         }
     }
 
+    /// Layers that each write and read their own slice of a cache.
+    const CACHED: &str = r#"
+dim B = 2, N = 2, C = 4, D = 8, L = 3
+input x: [B, N, D]
+input pos: [N] int64
+state cache: [L, B, C, D]
+
+fn layer(h: [B, N, D], l) -> [B, N, D] {
+    param w: [D, D] = "layer.{l}.w"
+    cache[l].index_copy_(1, pos, linear(h, w))
+    h + softmax(h @ cache[l].transpose(-1, -2), dim=-1) @ cache[l]
+}
+
+let hidden = x * 2.0
+for l in 0..L {
+    hidden = layer(hidden, l)
+}
+output y = hidden.sum(1)
+"#;
+
+    #[test]
+    fn layers_that_differ_in_their_state_slice_are_optimized_once() {
+        let checked = crate::driver::check_source(CACHED, &[]).unwrap();
+        assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+        let prog = checked.program;
+        let layered = super::super::optimize(&prog);
+        let whole = super::super::optimize_whole(&prog);
+        let (s, w) = (&layered.stats, &whole.stats);
+        assert_eq!(s.pieces, Some((5, 3)), "prelude, three layers as one, epilogue");
+        assert_eq!(s.fallback, None);
+        assert_eq!((s.after.kernels, s.after.flops), (w.after.kernels, w.after.flops));
+        // Each layer writes and reads its own slice again: the outputs and the state are
+        // the source's.
+        let bound = bind(&prog, &RunOptions::default()).unwrap();
+        let want = interpret(&prog, &bound).unwrap();
+        let got = interpret(&layered.program, &bound).unwrap();
+        assert_eq!(got.len(), want.len());
+        for ((name, a), (_, b)) in got.iter().zip(&want) {
+            assert_eq!(a.shape, b.shape, "{name}");
+            assert!(b.data.iter().any(|&y| y != 0.0), "{name} is not all zeros");
+            for (x, y) in a.data.iter().zip(&b.data) {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}: {x} against {y}");
+            }
+        }
+    }
+
     fn with_layers(n: usize) -> crate::ir::Program {
         let src = MODEL.replace("L = 3", &format!("L = {n}"));
         crate::driver::check_source(&src, &[]).unwrap().program
