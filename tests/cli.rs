@@ -323,10 +323,15 @@ fn bench_profile_lists_every_kernel_with_its_share() {
         kernels,
         "a row per kernel, after the header:\n{text}"
     );
-    assert!(text
-        .lines()
-        .last()
-        .is_some_and(|l| l.starts_with("total") && l.ends_with("100.0%")));
+    let last: Vec<&str> = text.lines().rev().take(2).collect();
+    assert!(
+        last[1].starts_with("total") && last[1].ends_with("100.0%"),
+        "{text}"
+    );
+    assert!(
+        last[0].starts_with("call") && last[0].contains("of which the kernels are"),
+        "{text}"
+    );
     let compile = text
         .lines()
         .find(|l| l.starts_with("compile "))

@@ -12,7 +12,7 @@ use attnc::kernel::{BufferKind, KernelOp};
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::function::{Backend, Function, Input, Options, Weights};
 use attnc::runtime::Tensor;
-use common::{assert_close, example, program};
+use common::{assert_close, attnc, example, program, stderr, stdout};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -320,4 +320,98 @@ fn index_copy_is_checked_as_pytorch_checks_it() {
         assert_eq!(d.code.to_string(), code, "{src}: {}", d.message);
         assert!(d.message.contains(text), "{src}: {}", d.message);
     }
+}
+
+/// A call that fails at a later write leaves every state as the call before left it: the
+/// earlier writes of the failed call are undone, and the next call goes on from there.
+#[test]
+fn a_failed_call_leaves_no_state_half_written() {
+    // `b`'s window is two rows, `a`'s three: position 2 passes `a`'s write and fails
+    // `b`'s, which reads `a` after its write and so runs after it.
+    let src = "input pos: [1] int64\ninput s: [1, 2]\nstate a: [3, 2]\nstate b: [3, 2]\n\
+               a.index_copy_(0, pos, s)\nb[0:2].index_copy_(0, pos, s * a.sum())\n\
+               output total = b.sum()\n";
+    let (one, two) = (Tensor::new(vec![1], vec![1.0]), Tensor::new(vec![1], vec![2.0]));
+    let s = Tensor::new(vec![1, 2], vec![5.0, 6.0]);
+    for backend in [Backend::Interp, Backend::Jit] {
+        let f = small(src, backend);
+        run(&f, &[one.clone(), s.clone()]);
+        let before = (f.state("a").unwrap(), f.state("b").unwrap());
+        assert_eq!(before.0.data, [0.0, 0.0, 5.0, 6.0, 0.0, 0.0], "{backend:?}");
+        assert_eq!(before.1.data, [0.0, 0.0, 55.0, 66.0, 0.0, 0.0], "{backend:?}");
+        let given: Vec<Input> = [&two, &s]
+            .into_iter()
+            .map(|t| Input {
+                shape: &t.shape,
+                data: &t.data,
+            })
+            .collect();
+        let err = f.call(&given).unwrap_err().to_string();
+        assert!(
+            err.contains("E0306") && err.contains("holds 2 at [0]"),
+            "{backend:?}: {err}"
+        );
+        assert_eq!(f.state("a").unwrap().data, before.0.data, "{backend:?}: a");
+        assert_eq!(f.state("b").unwrap().data, before.1.data, "{backend:?}: b");
+        // The next call starts from the states the last good call left.
+        let out = run(&f, &[Tensor::new(vec![1], vec![0.0]), s.clone()]);
+        assert_eq!(
+            f.state("a").unwrap().data,
+            [5.0, 6.0, 5.0, 6.0, 0.0, 0.0],
+            "{backend:?}"
+        );
+        assert_eq!(out[0].1.data, [110.0 + 132.0 + 55.0 + 66.0], "{backend:?}");
+    }
+}
+
+/// `bench --profile` on a decode step accounts for the step by its kernels: a row for each
+/// kernel of the plan (the cache writes and the attention over the cache among them),
+/// whose times sum to the total it reports, timed inside the calls whose mean it gives
+/// beside it. Structure only: no speed is asserted.
+#[test]
+fn the_profile_of_a_decode_step_lists_every_kernel_within_the_call() {
+    let dims = ["--dim", "B=1", "--dim", "N=1", "--dim", "C=64"];
+    let mut args = vec!["ir", "examples/kv_cache_step.attn", "--stage", "kernels"];
+    args.extend(dims);
+    let o = attnc(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let plan = stdout(&o);
+    let kernels = plan.lines().filter(|l| l.starts_with("  k")).count();
+    assert!(kernels > 0, "{plan}");
+
+    let mut args = vec![
+        "bench",
+        "examples/kv_cache_step.attn",
+        "--profile",
+        "--format",
+        "json",
+    ];
+    args.extend(dims);
+    let o = attnc(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    let rows = v["profile"].as_array().expect("a profile array");
+    let mut names: Vec<&str> = rows.iter().map(|r| r["kernel"].as_str().unwrap()).collect();
+    names.sort_by_key(|n| n[1..].split(' ').next().unwrap().parse::<usize>().unwrap());
+    assert_eq!(names.len(), kernels, "{names:?}");
+    for (i, name) in names.iter().enumerate() {
+        assert!(
+            name.starts_with(&format!("k{i} ")),
+            "kernel {i} is listed once: {names:?}"
+        );
+    }
+    for kind in ["scatter", "attention", "gemm"] {
+        let n = names.iter().filter(|n| n.ends_with(kind)).count();
+        assert!(n > 0, "no {kind} kernel in {names:?}");
+    }
+    let (sum, total) = (
+        rows.iter().map(|r| r["ms"].as_f64().unwrap()).sum::<f64>(),
+        v["profile_kernels_ms"].as_f64().unwrap(),
+    );
+    assert!((sum - total).abs() <= 1e-9 * total, "{sum} against {total}");
+    let call = v["profile_step_ms"].as_f64().unwrap();
+    assert!(
+        0.0 < total && total <= call,
+        "kernels {total} ms in a call of {call} ms"
+    );
 }

@@ -214,9 +214,9 @@ pub fn bench(args: &BenchArgs) -> i32 {
                         m.threads,
                         m.prepare_ms
                     );
-                    if let Some(rows) = &m.profile {
+                    if let Some(p) = &m.profile {
                         outln!("{}", m.compile);
-                        out!("{}", profile_table(rows));
+                        out!("{}", profile_table(p));
                     }
                 }
             }
@@ -240,9 +240,12 @@ fn json(m: &Measured) -> serde_json::Value {
     for (phase, ms) in &m.compile_phases {
         v[format!("{phase}_ms")] = serde_json::json!(ms);
     }
-    if let Some(rows) = &m.profile {
-        let total: f64 = rows.iter().map(|r| r.ms).sum();
-        v["profile"] = rows
+    if let Some(p) = &m.profile {
+        let total = p.kernels_ms();
+        v["profile_step_ms"] = serde_json::json!(p.step_ms);
+        v["profile_kernels_ms"] = serde_json::json!(total);
+        v["profile"] = p
+            .kernels
             .iter()
             .map(|r| {
                 serde_json::json!({
@@ -253,6 +256,20 @@ fn json(m: &Measured) -> serde_json::Value {
             .collect();
     }
     v
+}
+
+/// The profiled calls: each kernel's mean time, and the mean time of a whole call, which
+/// holds the kernels' and what runs between them.
+struct Profile {
+    kernels: Vec<KernelTime>,
+    step_ms: f64,
+}
+
+impl Profile {
+    /// The kernels' time per call, summed.
+    fn kernels_ms(&self) -> f64 {
+        self.kernels.iter().map(|r| r.ms).sum()
+    }
 }
 
 /// One kernel's mean time per call, with what it computes and moves.
@@ -276,20 +293,22 @@ impl KernelTime {
     }
 }
 
-/// Each kernel's mean time over `iters` more calls.
+/// Each kernel's mean time, and a call's, over `iters` more calls.
 fn profile(
     exe: &Executable,
     (bound, prepared): (&Bound, &Prepared),
     pool: &rayon::ThreadPool,
     outputs: &mut Vec<(String, Tensor)>,
     iters: usize,
-) -> Result<Vec<KernelTime>, RunError> {
+) -> Result<Profile, RunError> {
     let mut times = vec![0.0; exe.plan().kernels.len()];
+    let start = Instant::now();
     for _ in 0..iters {
         exe.run_prepared(bound, prepared, pool, outputs, Some(&mut times))?;
     }
+    let step_ms = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
     let rows = exe.plan().kernels.iter().zip(&times).enumerate();
-    Ok(rows
+    let kernels = rows
         .map(|(i, (k, t))| KernelTime {
             name: format!("k{i} {}", k.op.kind()),
             label: k.label.clone(),
@@ -298,13 +317,15 @@ fn profile(
             bytes: k.op.bytes(),
             tasks: k.op.tasks(),
         })
-        .collect())
+        .collect();
+    Ok(Profile { kernels, step_ms })
 }
 
-/// The profile as a table, the slowest kernel first, with a total line.
-fn profile_table(rows: &[KernelTime]) -> String {
-    let total: f64 = rows.iter().map(|r| r.ms).sum();
-    let mut sorted: Vec<&KernelTime> = rows.iter().collect();
+/// The profile as a table, the slowest kernel first, with a total line and the whole call's
+/// time: what a call spends outside its kernels is the difference.
+fn profile_table(p: &Profile) -> String {
+    let total = p.kernels_ms();
+    let mut sorted: Vec<&KernelTime> = p.kernels.iter().collect();
     sorted.sort_by(|a, b| b.ms.total_cmp(&a.ms));
     let mut out = format!(
         "{:<16} {:>10} {:>7} {:>9} {:>8} {:>6}  computes\n",
@@ -324,6 +345,12 @@ fn profile_table(rows: &[KernelTime]) -> String {
         );
     }
     out += &format!("{:<16} {:>10.4} {:>6.1}%\n", "total", total, 100.0);
+    out += &format!(
+        "{:<16} {:>10.4}  a whole call, of which the kernels are {:.1}%\n",
+        "call",
+        p.step_ms,
+        100.0 * total / p.step_ms
+    );
     out
 }
 
@@ -340,7 +367,7 @@ struct Measured {
     kernels: usize,
     functions: usize,
     threads: usize,
-    profile: Option<Vec<KernelTime>>,
+    profile: Option<Profile>,
 }
 
 fn measure(

@@ -16,10 +16,13 @@
 //! Where a piece's boundary would not be row-major, the whole program is optimized as one.
 
 use super::{Optimized, Stats};
+use crate::dims::Sym;
 use crate::ir::{DType, InputDecl, Node, Op, OutputDecl, ParamDecl, Program, TensorType, Type, ValueId};
 use crate::source::Span;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
+
+mod slot;
 
 /// `prog` optimized piece by piece with `whole` (which optimizes one program), or `None`
 /// when it has fewer than two layers or a cut it cannot make.
@@ -58,6 +61,9 @@ struct Piece {
     writes: Vec<ValueId>,
     /// The piece's value for each whole-program value it holds.
     map: HashMap<ValueId, ValueId>,
+    /// The dim standing for the index at which the piece slices its states, and the index
+    /// (see [`slot`]).
+    layer: Option<(Sym, i64)>,
 }
 
 /// The pieces of `prog`, in order: before the first layer, each layer, after the last.
@@ -105,6 +111,7 @@ fn cut(prog: &Program) -> Option<Vec<Piece>> {
         }
         piece.writes = w;
     }
+    slot::generalize(prog, &mut pieces);
     Some(pieces)
 }
 
@@ -205,6 +212,7 @@ impl<'a> Extract<'a> {
             reads: self.reads,
             writes: Vec::new(),
             map: self.map,
+            layer: None,
         })
     }
 
@@ -355,7 +363,7 @@ fn splice<'p>(prog: &Program, pieces: &[Piece], optimized: impl Fn(usize) -> &'p
                 _ => None,
             };
         }
-        let body = graft(&mut out, o, &o.body, &mut local)?;
+        let body = graft(&mut out, o, &o.body, &mut local, piece.layer)?;
         out.body.extend(body);
         for (decl, &whole) in o.outputs.iter().zip(&piece.writes) {
             let (before, after) = (prog.tensor_type(whole), o.tensor_type(decl.value));
@@ -383,12 +391,14 @@ fn graft_leaf(out: &mut Program, op: Op, ty: TensorType) {
 }
 
 /// Copies the nodes of `body` (of the optimized piece `o`) into `out`, returning `out`'s
-/// list; `local` maps `o`'s values to `out`'s, its params and inputs already mapped.
+/// list; `local` maps `o`'s values to `out`'s, its params and inputs already mapped, and
+/// `layer` gives the piece's layer dim its value.
 fn graft(
     out: &mut Program,
     o: &Program,
     body: &[ValueId],
     local: &mut [Option<ValueId>],
+    layer: Option<(Sym, i64)>,
 ) -> Option<Vec<ValueId>> {
     let mut list = Vec::with_capacity(body.len());
     for &id in body {
@@ -404,7 +414,7 @@ fn graft(
                 body,
                 result,
             } => {
-                let inner = graft(out, o, body, local)?;
+                let inner = graft(out, o, body, local, layer)?;
                 Op::For {
                     var: *var,
                     start: start.clone(),
@@ -416,10 +426,15 @@ fn graft(
             op => op.clone(),
         };
         let args = node.args.iter().map(|&a| local[a]).collect::<Option<Vec<_>>>()?;
+        let (op, ty) = match layer {
+            Some((sym, index)) => slot::put_layer(&op, &node.ty, sym, index),
+            None => (op, node.ty.clone()),
+        };
         out.nodes.push(Node {
             op,
             args,
-            ..node.clone()
+            ty,
+            span: node.span,
         });
         let v = out.nodes.len() - 1;
         local[id] = Some(v);
@@ -544,6 +559,52 @@ output pooled = hidden.sum(1)
         assert_eq!(a.shape, b.shape);
         for (x, y) in a.data.iter().zip(&b.data) {
             assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{x} against {y}");
+        }
+    }
+
+    /// Layers that each write and read their own slice of a cache.
+    const CACHED: &str = r#"
+dim B = 2, N = 2, C = 4, D = 8, L = 3
+input x: [B, N, D]
+input pos: [N] int64
+state cache: [L, B, C, D]
+
+fn layer(h: [B, N, D], l) -> [B, N, D] {
+    param w: [D, D] = "layer.{l}.w"
+    cache[l].index_copy_(1, pos, linear(h, w))
+    h + softmax(h @ cache[l].transpose(-1, -2), dim=-1) @ cache[l]
+}
+
+let hidden = x * 2.0
+for l in 0..L {
+    hidden = layer(hidden, l)
+}
+output y = hidden.sum(1)
+"#;
+
+    #[test]
+    fn layers_that_differ_in_their_state_slice_are_optimized_once() {
+        let checked = crate::driver::check_source(CACHED, &[]).unwrap();
+        assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+        let prog = checked.program;
+        let layered = super::super::optimize(&prog);
+        let whole = super::super::optimize_whole(&prog);
+        let (s, w) = (&layered.stats, &whole.stats);
+        assert_eq!(s.pieces, Some((5, 3)), "prelude, three layers as one, epilogue");
+        assert_eq!(s.fallback, None);
+        assert_eq!((s.after.kernels, s.after.flops), (w.after.kernels, w.after.flops));
+        // Each layer writes and reads its own slice again: the outputs and the state are
+        // the source's.
+        let bound = bind(&prog, &RunOptions::default()).unwrap();
+        let want = interpret(&prog, &bound).unwrap();
+        let got = interpret(&layered.program, &bound).unwrap();
+        assert_eq!(got.len(), want.len());
+        for ((name, a), (_, b)) in got.iter().zip(&want) {
+            assert_eq!(a.shape, b.shape, "{name}");
+            assert!(b.data.iter().any(|&y| y != 0.0), "{name} is not all zeros");
+            for (x, y) in a.data.iter().zip(&b.data) {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}: {x} against {y}");
+            }
         }
     }
 

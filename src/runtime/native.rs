@@ -14,11 +14,12 @@
 //! length before it calls anything, and that the scratch is as large as the plan asks.
 
 use super::RunError;
-use crate::kernel::{BufferKind, Kernel, KernelOp, Plan, Scatter};
+use crate::kernel::{BufferKind, Kernel, KernelOp, Plan};
 use rayon::prelude::*;
 use std::sync::{Mutex, OnceLock};
 
 #[cfg(target_arch = "x86_64")]
+mod scatter;
 mod tile;
 
 /// Whether the AVX-512 tile product runs on this CPU (checked once).
@@ -320,9 +321,10 @@ pub fn execute(
     let work: f64 = kernels.iter().map(|k| k.op.work()).sum();
     let inline = pool.current_num_threads() == 1 || work < SMALL;
     let mut body = || -> Result<(), Stop> {
+        let mut written = scatter::Written::default();
         for (ki, (kernel, &f)) in kernels.iter().zip(&fns).enumerate() {
             let start = times.is_some().then(std::time::Instant::now);
-            run_kernel(kernel, f, &bases, scratch, inline)?;
+            run_kernel(kernel, f, &bases, scratch, inline, &mut written)?;
             if let (Some(times), Some(start)) = (times.as_deref_mut(), start) {
                 times[ki] += start.elapsed().as_secs_f64();
             }
@@ -335,7 +337,8 @@ pub fn execute(
     }
 }
 
-/// Runs one kernel of a plan: a scatter on the calling thread, any other kernel's tasks
+/// Runs one kernel of a plan: a scatter on the calling thread (undoing every write of the
+/// call so far where its positions are refused, see [`scatter::Written`]), any other kernel's tasks
 /// over the pool (or on the calling thread where `inline`).
 fn run_kernel(
     kernel: &Kernel,
@@ -343,6 +346,7 @@ fn run_kernel(
     bases: &Args,
     scratch: &[Mutex<Vec<f32>>],
     inline: bool,
+    written: &mut scatter::Written,
 ) -> Result<(), Stop> {
     let args = Args(
         kernel
@@ -364,8 +368,14 @@ fn run_kernel(
         // SAFETY: `args` holds the operands of `s` in `operands` order, each a
         // pointer into a buffer that holds every element its strides reach over its
         // shape (validated); the output's buffer is written by no other kernel while
-        // this one runs, and its window is a different buffer from the others.
-        unsafe { scatter(s, &args.0) }.map_err(Stop::Value)?;
+        // this one runs, and its window is a different buffer from the others. The
+        // buffers live until `execute` returns.
+        if let Err(e) = unsafe { written.run(s, &args.0) } {
+            // SAFETY: the windows written are the same live buffers, and no kernel runs
+            // any more.
+            unsafe { std::mem::take(written).undo() };
+            return Err(Stop::Value(e));
+        }
     } else {
         let tasks = kernel.op.tasks() as i64;
         let run = |begin: i64, end: i64| {
@@ -383,57 +393,6 @@ fn run_kernel(
             (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
         } else if tasks > 0 {
             run(0, tasks);
-        }
-    }
-    Ok(())
-}
-
-/// Runs a [`Scatter`] on the host: every position is read and checked against the window
-/// first (E0306 names the index, the position and the value), then each of the source's
-/// elements is copied to its place in the window.
-///
-/// # Safety
-/// `ptrs` are the operands of `s` in [`KernelOp::operands`] order (index, source, out),
-/// each pointing to its first element, with every element its strides reach over its
-/// operand shape inside its allocation, and nothing else reading or writing the window
-/// during the call.
-unsafe fn scatter(s: &Scatter, ptrs: &[*mut f32]) -> Result<(), RunError> {
-    let (index, source, out) = (ptrs[0], ptrs[1], ptrs[2]);
-    let n = s.shape[s.axis];
-    let mut rows = Vec::with_capacity(n);
-    for i in 0..n {
-        // SAFETY: `i < n`, the index operand's shape (the caller's contract).
-        let value = unsafe { *index.add(i * s.index.strides[0]) };
-        match super::gather::row(value, s.size) {
-            Some(row) => rows.push(row),
-            None => {
-                let (index, target) = &s.names;
-                let message = format!(
-                    "{index} holds {value} at [{i}], outside the {} positions of axis {} of {target}",
-                    s.size, s.axis
-                );
-                let hint = format!("give positions from 0 to {}", s.size.saturating_sub(1));
-                return Err(RunError::new(Some(crate::diagnostic::Code::E0306), message).with_hint(hint));
-            }
-        }
-    }
-    let total: usize = s.shape.iter().product();
-    let mut coords = vec![0usize; s.shape.len()];
-    for _ in 0..total {
-        let (mut from, mut to) = (0, 0);
-        for (a, &c) in coords.iter().enumerate() {
-            from += c * s.source.strides[a];
-            to += if a == s.axis { rows[c] } else { c } * s.out.strides[a];
-        }
-        // SAFETY: `coords` is inside the source's shape, and its place inside the window
-        // (`rows[c] < size` on the axis, checked above): both within their operands.
-        unsafe { *out.add(to) = *source.add(from) };
-        for a in (0..coords.len()).rev() {
-            coords[a] += 1;
-            if coords[a] < s.shape[a] {
-                break;
-            }
-            coords[a] = 0;
         }
     }
     Ok(())

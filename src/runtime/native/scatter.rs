@@ -1,0 +1,130 @@
+//! State writes ([`Scatter`] kernels), run on the host, and their undoing.
+//!
+//! A step writes each layer's new keys and values into the caches in place, one scatter
+//! after another. A position out of range stops the call at the scatter that reads it, when
+//! the scatters before it have written: so each scatter keeps the elements it overwrote,
+//! and a call that fails puts them back, newest first, leaving every state as it was
+//! before the call. What is kept is the size of what is written (the new rows), never
+//! the size of a state.
+
+use crate::diagnostic::Code;
+use crate::kernel::Scatter;
+use crate::runtime::RunError;
+
+/// The scatters a call has run, with what each overwrote.
+#[derive(Default)]
+pub struct Written {
+    done: Vec<Undo>,
+}
+
+/// One scatter's writes: its operands, its rows and the elements they replaced, in the
+/// order they were written.
+struct Undo {
+    scatter: Scatter,
+    ptrs: Vec<*mut f32>,
+    rows: Vec<usize>,
+    old: Vec<f32>,
+}
+
+impl Written {
+    /// Runs `s`: every position is read and checked against the window first (E0306 names
+    /// the index, the position and the value), then each of the source's elements is copied
+    /// to its place in the window, what it replaces kept.
+    ///
+    /// # Safety
+    /// `ptrs` are the operands of `s` in [`crate::kernel::KernelOp::operands`] order (index,
+    /// source, out), each pointing to its first element, with every element its strides
+    /// reach over its operand shape inside its allocation, and nothing else reading or
+    /// writing the window until the call that runs the scatters ends (when [`Written::undo`]
+    /// may write it again).
+    pub unsafe fn run(&mut self, s: &Scatter, ptrs: &[*mut f32]) -> Result<(), RunError> {
+        // SAFETY: the caller's contract.
+        let rows = unsafe { check(s, ptrs[0]) }?;
+        let (source, out) = (ptrs[1], ptrs[2]);
+        let mut old = Vec::with_capacity(s.shape.iter().product());
+        each_element(s, &rows, |from, to| {
+            // SAFETY: `from` is inside the source's shape, and `to` inside the window
+            // (`rows[c] < size` on the axis, checked above): both within their operands.
+            unsafe {
+                old.push(*out.add(to));
+                *out.add(to) = *source.add(from);
+            }
+        });
+        self.done.push(Undo {
+            scatter: s.clone(),
+            ptrs: ptrs.to_vec(),
+            rows,
+            old,
+        });
+        Ok(())
+    }
+
+    /// Puts back every element the scatters overwrote, the last scatter's first.
+    ///
+    /// # Safety
+    /// The windows the scatters wrote are still alive, and nothing else reads or writes them
+    /// during the call.
+    pub unsafe fn undo(self) {
+        for u in self.done.into_iter().rev() {
+            let out = u.ptrs[2];
+            let mut places = Vec::with_capacity(u.old.len());
+            each_element(&u.scatter, &u.rows, |_, to| places.push(to));
+            // Newest first: where two rows of one scatter named one position, the element
+            // from before the call is the one put back last.
+            for (&to, &x) in places.iter().zip(&u.old).rev() {
+                // SAFETY: `to` was written by `run`, inside the window (the caller's
+                // contract keeps it alive).
+                unsafe { *out.add(to) = x };
+            }
+        }
+    }
+}
+
+/// The row of the window each position of the index names: E0306 for the first out of
+/// range.
+///
+/// # Safety
+/// `index` points to the first of `s.shape[s.axis]` positions at its strides.
+unsafe fn check(s: &Scatter, index: *const f32) -> Result<Vec<usize>, RunError> {
+    let n = s.shape[s.axis];
+    let mut rows = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: `i < n`, the index operand's shape (the caller's contract).
+        let value = unsafe { *index.add(i * s.index.strides[0]) };
+        match crate::runtime::gather::row(value, s.size) {
+            Some(row) => rows.push(row),
+            None => {
+                let (index, target) = &s.names;
+                let message = format!(
+                    "{index} holds {value} at [{i}], outside the {} positions of axis {} of {target}",
+                    s.size, s.axis
+                );
+                let hint = format!("give positions from 0 to {}", s.size.saturating_sub(1));
+                return Err(RunError::new(Some(Code::E0306), message).with_hint(hint));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Calls `f(from, to)` for each element of the source, in row-major order: its offset in
+/// the source and that of its place in the window.
+fn each_element(s: &Scatter, rows: &[usize], mut f: impl FnMut(usize, usize)) {
+    let total: usize = s.shape.iter().product();
+    let mut coords = vec![0usize; s.shape.len()];
+    for _ in 0..total {
+        let (mut from, mut to) = (0, 0);
+        for (a, &c) in coords.iter().enumerate() {
+            from += c * s.source.strides[a];
+            to += if a == s.axis { rows[c] } else { c } * s.out.strides[a];
+        }
+        f(from, to);
+        for a in (0..coords.len()).rev() {
+            coords[a] += 1;
+            if coords[a] < s.shape[a] {
+                break;
+            }
+            coords[a] = 0;
+        }
+    }
+}
