@@ -13,275 +13,480 @@
 use super::emit::Emit;
 use super::math::eval;
 use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, Row};
-use crate::kernel::{Attention, Expr, Keep};
+use crate::kernel::{Attention, Expr, Keep, MaskFill};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, I32, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
+use cranelift_frontend::Variable;
 
 pub fn translate(e: &mut Emit, a: &Attention) {
-    let r = a.batch.len();
-    let (q_ptr, k_ptr, v_ptr, o_ptr) = (e.arg(0), e.arg(1), e.arg(2), e.arg(3));
-    let mask_ptr = a.mask.as_ref().map(|_| e.arg(4));
-    let first_score_arg = 4 + a.mask.is_some() as usize;
-    let score_inputs = a.score.as_ref().map_or(0, |s| s.inputs.len());
-    let score_ptrs: Vec<Value> = (0..score_inputs).map(|k| e.arg(first_score_arg + k)).collect();
-    let tail_ptrs = a.tail.as_ref().map(|_| {
-        let first = first_score_arg + score_inputs;
-        (e.arg(first), e.arg(first + 1))
-    });
-    let (br, bc) = a.block;
-    let nb = a.n.div_ceil(br);
-    let (qs, ks, vs) = (&a.q.strides, &a.k.strides, &a.v.strides);
-    // The output's strides over the batch, then its rows and columns: with a split, the
-    // chunk's axis sits between them.
-    let (os, o_chunk) = match a.split {
-        Some(_) => {
-            let s = &a.out.strides;
-            ([&s[..r], &s[r + 1..]].concat(), s[r])
-        }
-        None => (a.out.strides.clone(), 0),
-    };
-    // Scratch: the running maximum and sum of each row, then the scores tile [br, bc].
-    let max_row = e.scratch;
-    let (off1, off2) = (e.int(br as i64), e.int(2 * br as i64));
-    let sum_row = e.at(e.scratch, off1);
-    let tile = e.at(e.scratch, off2);
+    let args = Args::new(e, a);
+    let out_strides = OutStrides::new(a);
+    let scratch = Scratch::new(e, a.block.0);
     let (begin, end) = (e.begin, e.end);
-    let skip = a.skips_tiles();
-    e.for_range(begin, end, 1, |e, t| {
-        // With a split, the task is a chunk of the keys of a block of rows: its keys are
-        // [c0, c1).
-        let (t, chunk, keys) = match a.split {
-            Some(s) => {
-                let chunk = e.b.ins().urem_imm_u(t, s.chunks as i64);
-                let c0 = e.b.ins().imul_imm_s(chunk, s.len as i64);
-                let c1 = e.b.ins().iadd_imm_s(c0, s.len as i64);
-                let m = e.int(a.m as i64);
-                let c1 = e.min_usize(c1, m);
-                (e.b.ins().udiv_imm_u(t, s.chunks as i64), chunk, Some((c0, c1)))
-            }
-            None => (t, t, None),
-        };
-        let block = e.b.ins().urem_imm_u(t, nb as i64);
-        let bi = e.b.ins().udiv_imm_u(t, nb as i64);
-        let idx = e.unflatten(bi, &a.batch);
-        let i0 = e.b.ins().imul_imm_s(block, br as i64);
-        let n_all = e.int(a.n as i64);
-        let left = e.b.ins().isub(n_all, i0);
-        let br_v = e.int(br as i64);
-        let rows = e.min_usize(br_v, left);
-        let q = {
-            let o = e.dot(&idx, &qs[..r]);
-            let p = e.at(q_ptr, o);
-            e.step(p, i0, qs[r])
-        };
-        // The keys and values of this task's key/value head: `k`, `v`, then the tail's, each
-        // with its strides, the first key it holds and how many.
-        let kv_idx = kv_index(e, &idx, a.kv_group);
-        let mut segments = Vec::new();
-        let head_len = a.m - a.tail.as_ref().map_or(0, |t| t.len);
-        let mut parts = vec![(k_ptr, v_ptr, ks.as_slice(), vs.as_slice(), head_len)];
-        if let (Some(t), Some((tk, tv))) = (&a.tail, tail_ptrs) {
-            parts.push((tk, tv, t.k.strides.as_slice(), t.v.strides.as_slice(), t.len));
-        }
-        let mut start = 0;
-        for (k_ptr, v_ptr, ks, vs, len) in parts {
-            let k = {
-                let o = e.dot(&kv_idx, &ks[..r]);
-                e.at(k_ptr, o)
-            };
-            let v = {
-                let o = e.dot(&kv_idx, &vs[..r]);
-                e.at(v_ptr, o)
-            };
-            if len > 0 {
-                segments.push((k, v, ks, vs, start, len));
-            }
-            start += len;
-        }
-        let out = {
-            let o = e.dot(&idx, &os[..r]);
-            let p = e.at(o_ptr, o);
-            let p = e.step(p, chunk, o_chunk);
-            e.step(p, i0, os[r])
-        };
-        let mask = match (&a.mask, mask_ptr) {
-            (Some(m), Some(p)) => {
-                let o = e.dot(&idx, &m.mask.strides[..r]);
-                let p = e.at(p, o);
-                Some((e.step(p, i0, m.mask.strides[r]), m))
-            }
-            _ => None,
-        };
-        // Each score input at this task's batch index and first row.
-        let score_bases: Vec<Value> = a
-            .score
-            .iter()
-            .flat_map(|s| &s.inputs)
-            .zip(&score_ptrs)
-            .map(|(o, &p)| {
-                let off = e.dot(&idx, &o.strides[..r]);
-                let p = e.at(p, off);
-                e.step(p, i0, o.strides[r])
-            })
-            .collect();
-        let zero = e.int(0);
-        e.for_range(zero, rows, 1, |e, i| {
-            let ninf = e.f32(f32::NEG_INFINITY);
-            let at = e.step(max_row, i, 1);
-            e.store(ninf, at);
-            let z = e.f32(0.0);
-            let at = e.step(sum_row, i, 1);
-            e.store(z, at);
+    e.for_range(begin, end, 1, |e, t| task(e, a, &args, &out_strides, &scratch, t));
+}
+
+/// The kernel's arguments: `q`, `k`, `v` and the output, then the mask, the score inputs
+/// and the tail's keys and values, where the kernel has them.
+struct Args {
+    q: Value,
+    k: Value,
+    v: Value,
+    out: Value,
+    mask: Option<Value>,
+    score: Vec<Value>,
+    tail: Option<(Value, Value)>,
+}
+
+impl Args {
+    fn new(e: &mut Emit, a: &Attention) -> Args {
+        let mask = a.mask.as_ref().map(|_| e.arg(4));
+        let first_score_arg = 4 + a.mask.is_some() as usize;
+        let score_inputs = a.score.as_ref().map_or(0, |s| s.inputs.len());
+        let score = (0..score_inputs).map(|k| e.arg(first_score_arg + k)).collect();
+        let tail = a.tail.as_ref().map(|_| {
+            let first = first_score_arg + score_inputs;
+            (e.arg(first), e.arg(first + 1))
         });
-        // Whether a tile of this task was visited yet: the first one writes the output rows,
-        // later ones rescale and add to them.
-        let no = e.b.ins().iconst(I8, 0);
-        let started = e.var(I8, no);
-        for &(k, v, ks, vs, start, len) in &segments {
-            // The segment's keys within [c0, c1), counted from its start.
-            let len_v = e.int(len as i64);
-            let (lo, hi) = match keys {
-                Some((c0, c1)) => {
-                    let clamp = |e: &mut Emit, c: Value| {
-                        let x = e.b.ins().iadd_imm_s(c, -(start as i64));
-                        let x = e.b.ins().smax(x, zero);
-                        e.min_usize(x, len_v)
-                    };
-                    (clamp(e, c0), clamp(e, c1))
+        let (q, k, v, out) = (e.arg(0), e.arg(1), e.arg(2), e.arg(3));
+        Args {
+            q,
+            k,
+            v,
+            out,
+            mask,
+            score,
+            tail,
+        }
+    }
+}
+
+/// The output's strides over the batch, then its rows and columns, and the stride of a
+/// split's chunks: with a split, the chunk's axis sits between them.
+struct OutStrides {
+    strides: Vec<usize>,
+    chunk: usize,
+}
+
+impl OutStrides {
+    fn new(a: &Attention) -> OutStrides {
+        let r = a.batch.len();
+        match a.split {
+            Some(_) => {
+                let s = &a.out.strides;
+                OutStrides {
+                    strides: [&s[..r], &s[r + 1..]].concat(),
+                    chunk: s[r],
                 }
-                None => (zero, len_v),
-            };
-            e.for_range(lo, hi, bc as i64, |e, jl| {
-                // jl counts keys within the segment, j0 within all the keys.
-                let j0 = e.b.ins().iadd_imm_s(jl, start as i64);
-                let left = e.b.ins().isub(hi, jl);
-                let bc_v = e.int(bc as i64);
-                let cols = e.min_usize(bc_v, left);
-                let tile_truth = a.positions.as_ref().map(|p| {
-                    let last_i = e.b.ins().iadd(i0, rows);
-                    let last_i = e.b.ins().iadd_imm_s(last_i, -1);
-                    let last_j = e.b.ins().iadd(j0, cols);
-                    let last_j = e.b.ins().iadd_imm_s(last_j, -1);
-                    truth(e, &p.keep, (i0, last_i), (j0, last_j))
-                });
-                let mut visit = |e: &mut Emit| {
-                    // tile[i, j] = scale * Σ_p q[i, p] k[j0 + j, p]
-                    let kb = e.step(k, jl, ks[r]);
-                    let dk = e.int(a.dk as i64);
-                    let [t_rs, t_cs, q_rs, q_cs, k_rs, k_cs] =
-                        [bc, 1, qs[r], qs[r + 1], ks[r + 1], ks[r]].map(|s| e.int(s as i64));
-                    let scale = e.f32(a.scale);
-                    let no = e.b.ins().iconst(I32, 0);
-                    e.sgemm([
-                        rows, cols, dk, tile, t_rs, t_cs, q, q_rs, q_cs, kb, k_rs, k_cs, scale, no,
-                    ]);
-                    let later = e.b.use_var(started);
-                    let zero = e.int(0);
-                    e.for_range(zero, rows, 1, |e, i| {
-                        let trow = e.step(tile, i, bc);
-                        if let Some(score) = &a.score {
-                            let row_i = e.b.ins().iadd(i0, i);
-                            let inputs: Vec<(Value, usize)> = (score.inputs.iter().zip(&score_bases))
-                                .map(|(o, &base)| {
-                                    let p = e.step(base, i, o.strides[r]);
-                                    (e.step(p, j0, o.strides[r + 1]), o.strides[r + 1])
-                                })
-                                .collect();
-                            modify_scores(e, &score.expr, trow, cols, (row_i, j0), &inputs);
-                        }
-                        if let (Some(p), Some((all, _))) = (&a.positions, tile_truth) {
-                            let partial = e.b.ins().bxor_imm_u(all, 1);
-                            let row_i = e.b.ins().iadd(i0, i);
-                            e.when(partial, |e| {
-                                fill_removed(e, &p.keep, p.fill, trow, row_i, j0, cols)
-                            });
-                        }
-                        let mrow = mask.as_ref().map(|(p, m)| {
-                            let p = e.step(*p, i, m.mask.strides[r]);
-                            let p = e.step(p, j0, m.mask.strides[r + 1]);
-                            (p, m.mask.strides[r + 1], (*m).clone())
-                        });
-                        let row = Row {
-                            len: cols,
-                            src: trow,
-                            src_stride: 1,
-                            src_ro: false,
-                            dst: trow,
-                            dst_stride: 1,
-                            scale: 1.0,
-                            mask: mrow,
-                        };
-                        let row_max = scale_mask_max(e, &row);
-                        let m_at = e.step(max_row, i, 1);
-                        let s_at = e.step(sum_row, i, 1);
-                        let m_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), m_at, 0);
-                        let m_new = e.max(m_old, row_max);
-                        let ninf = e.f32(f32::NEG_INFINITY);
-                        let none_yet = e.cmp(FloatCC::Equal, m_new, ninf);
-                        let z = e.f32(0.0);
-                        let base = e.pick(none_yet, z, m_new);
-                        let sum = exp_sum(e, &row, base, false);
-                        let d = e.b.ins().fsub(m_old, base);
-                        let corr = e.exp1(d);
-                        let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
-                        let l_new = e.b.ins().fma(l_old, corr, sum);
-                        e.store(l_new, s_at);
-                        e.store(m_new, m_at);
-                        // A row whose maximum did not move keeps its outputs as they are:
-                        // a product by exactly 1 changes no bit, and most tiles after the
-                        // first few of a row do not raise its maximum.
-                        let one = e.f32(1.0);
-                        let moved = e.cmp(FloatCC::NotEqual, corr, one);
-                        let rescale = e.b.ins().band(later, moved);
-                        e.when(rescale, |e| {
-                            let orow = e.step(out, i, os[r]);
-                            let dv = e.int(a.dv as i64);
-                            scale_row(e, orow, dv, os[r + 1], corr);
-                        });
-                    });
-                    // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
-                    let vb = e.step(v, jl, vs[r]);
-                    let dv = e.int(a.dv as i64);
-                    let [o_rs, o_cs, t_rs, t_cs, v_rs, v_cs] =
-                        [os[r], os[r + 1], bc, 1, vs[r], vs[r + 1]].map(|s| e.int(s as i64));
-                    let one = e.f32(1.0);
-                    let acc = e.b.ins().uextend(I32, later);
-                    e.sgemm([
-                        rows, dv, cols, out, o_rs, o_cs, tile, t_rs, t_cs, vb, v_rs, v_cs, one, acc,
-                    ]);
-                    let yes = e.b.ins().iconst(I8, 1);
-                    e.b.def_var(started, yes);
-                };
-                match tile_truth.filter(|_| skip) {
-                    Some((_, none)) => {
-                        let some = e.b.ins().bxor_imm_u(none, 1);
-                        e.when(some, &mut visit);
-                    }
-                    None => visit(e),
-                }
+            }
+            None => OutStrides {
+                strides: a.out.strides.clone(),
+                chunk: 0,
+            },
+        }
+    }
+}
+
+/// Scratch: the running maximum and sum of each row, then the scores tile `[br, bc]`.
+struct Scratch {
+    max_row: Value,
+    sum_row: Value,
+    tile: Value,
+}
+
+impl Scratch {
+    fn new(e: &mut Emit, br: usize) -> Scratch {
+        let (off1, off2) = (e.int(br as i64), e.int(2 * br as i64));
+        Scratch {
+            max_row: e.scratch,
+            sum_row: e.at(e.scratch, off1),
+            tile: e.at(e.scratch, off2),
+        }
+    }
+}
+
+/// One task's rows: the first and how many, and the pointers at them of `q`, the output,
+/// the mask and each score input; `started` says whether a tile was visited yet (the first
+/// one writes the output rows, later ones rescale and add to them).
+struct Rows<'a> {
+    i0: Value,
+    rows: Value,
+    q: Value,
+    out: Value,
+    mask: Option<(Value, &'a MaskFill)>,
+    score: Vec<Value>,
+    started: Variable,
+}
+
+/// One segment of the keys (`k` and `v`, then the tail's): its pointers at this task's
+/// key/value head, their strides, its first key among all the keys and how many it holds.
+struct Segment<'a> {
+    k: Value,
+    v: Value,
+    ks: &'a [usize],
+    vs: &'a [usize],
+    start: usize,
+    len: usize,
+}
+
+/// Task `t`: a block of query rows of one batch index (with a split, one chunk of its
+/// keys), walked over its key segments block by block, then normalized (or, with a split,
+/// left for the merge).
+fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scratch, t: Value) {
+    let r = a.batch.len();
+    let (br, nb) = (a.block.0, a.n.div_ceil(a.block.0));
+    // With a split, the task is a chunk of the keys of a block of rows: its keys are
+    // [c0, c1).
+    let (t, chunk, keys) = match a.split {
+        Some(s) => {
+            let chunk = e.b.ins().urem_imm_u(t, s.chunks as i64);
+            let c0 = e.b.ins().imul_imm_s(chunk, s.len as i64);
+            let c1 = e.b.ins().iadd_imm_s(c0, s.len as i64);
+            let m = e.int(a.m as i64);
+            let c1 = e.min_usize(c1, m);
+            (e.b.ins().udiv_imm_u(t, s.chunks as i64), chunk, Some((c0, c1)))
+        }
+        None => (t, t, None),
+    };
+    let block = e.b.ins().urem_imm_u(t, nb as i64);
+    let bi = e.b.ins().udiv_imm_u(t, nb as i64);
+    let idx = e.unflatten(bi, &a.batch);
+    let i0 = e.b.ins().imul_imm_s(block, br as i64);
+    let n_all = e.int(a.n as i64);
+    let left = e.b.ins().isub(n_all, i0);
+    let br_v = e.int(br as i64);
+    let rows = e.min_usize(br_v, left);
+    let qs = &a.q.strides;
+    let q = {
+        let o = e.dot(&idx, &qs[..r]);
+        let p = e.at(args.q, o);
+        e.step(p, i0, qs[r])
+    };
+    let segments = segments(e, a, args, &idx);
+    let (out, mask, score) = rows_at(e, a, args, os, (&idx, chunk, i0));
+    let zero = e.int(0);
+    e.for_range(zero, rows, 1, |e, i| {
+        let ninf = e.f32(f32::NEG_INFINITY);
+        let at = e.step(scratch.max_row, i, 1);
+        e.store(ninf, at);
+        let z = e.f32(0.0);
+        let at = e.step(scratch.sum_row, i, 1);
+        e.store(z, at);
+    });
+    let no = e.b.ins().iconst(I8, 0);
+    let started = e.var(I8, no);
+    let task = Rows {
+        i0,
+        rows,
+        q,
+        out,
+        mask,
+        score,
+        started,
+    };
+    for segment in &segments {
+        walk_segment(e, a, (&task, segment), (keys, zero), &os.strides, scratch);
+    }
+    if a.split.is_some() {
+        let visited = e.b.use_var(started);
+        let (max_row, sum_row) = (scratch.max_row, scratch.sum_row);
+        finish_chunk(
+            e,
+            (out, &os.strides[r..]),
+            a.dv,
+            rows,
+            (max_row, sum_row),
+            visited,
+        );
+        return;
+    }
+    normalize(e, a, (out, &os.strides[r..]), (zero, rows), scratch.sum_row);
+}
+
+/// The pointers at the task's first row (row `i0` of batch index `idx`, chunk `chunk`) of
+/// the output, the mask and each score input.
+fn rows_at<'a>(
+    e: &mut Emit,
+    a: &'a Attention,
+    args: &Args,
+    os: &OutStrides,
+    (idx, chunk, i0): (&[Value], Value, Value),
+) -> (Value, Option<(Value, &'a MaskFill)>, Vec<Value>) {
+    let r = a.batch.len();
+    let out = {
+        let o = e.dot(idx, &os.strides[..r]);
+        let p = e.at(args.out, o);
+        let p = e.step(p, chunk, os.chunk);
+        e.step(p, i0, os.strides[r])
+    };
+    let mask = match (&a.mask, args.mask) {
+        (Some(m), Some(p)) => {
+            let o = e.dot(idx, &m.mask.strides[..r]);
+            let p = e.at(p, o);
+            Some((e.step(p, i0, m.mask.strides[r]), m))
+        }
+        _ => None,
+    };
+    // Each score input at this task's batch index and first row.
+    let score = a
+        .score
+        .iter()
+        .flat_map(|s| &s.inputs)
+        .zip(&args.score)
+        .map(|(o, &p)| {
+            let off = e.dot(idx, &o.strides[..r]);
+            let p = e.at(p, off);
+            e.step(p, i0, o.strides[r])
+        })
+        .collect();
+    (out, mask, score)
+}
+
+/// The keys and values of the task's key/value head: `k`, `v`, then the tail's.
+fn segments<'a>(e: &mut Emit, a: &'a Attention, args: &Args, idx: &[Value]) -> Vec<Segment<'a>> {
+    let r = a.batch.len();
+    let kv_idx = kv_index(e, idx, a.kv_group);
+    let head_len = a.m - a.tail.as_ref().map_or(0, |t| t.len);
+    let mut parts = vec![(
+        args.k,
+        args.v,
+        a.k.strides.as_slice(),
+        a.v.strides.as_slice(),
+        head_len,
+    )];
+    if let (Some(t), Some((tk, tv))) = (&a.tail, args.tail) {
+        parts.push((tk, tv, t.k.strides.as_slice(), t.v.strides.as_slice(), t.len));
+    }
+    let mut segments = Vec::new();
+    let mut start = 0;
+    for (k_ptr, v_ptr, ks, vs, len) in parts {
+        let k = {
+            let o = e.dot(&kv_idx, &ks[..r]);
+            e.at(k_ptr, o)
+        };
+        let v = {
+            let o = e.dot(&kv_idx, &vs[..r]);
+            e.at(v_ptr, o)
+        };
+        if len > 0 {
+            segments.push(Segment {
+                k,
+                v,
+                ks,
+                vs,
+                start,
+                len,
             });
         }
-        if a.split.is_some() {
-            let visited = e.b.use_var(started);
-            finish_chunk(e, (out, &os[r..]), a.dv, rows, (max_row, sum_row), visited);
-            return;
+        start += len;
+    }
+    segments
+}
+
+/// One tile of keys: its first key within the segment (`jl`) and among all the keys
+/// (`j0`), how many keys it has, and (with a mask of positions) whether the mask keeps all,
+/// and none, of the tile.
+struct Keys {
+    jl: Value,
+    j0: Value,
+    cols: Value,
+    truth: Option<(Value, Value)>,
+}
+
+/// The segment's keys within the task's `[c0, c1)` (all of them without a split; `zero` is
+/// the task's constant 0), a tile
+/// of `bc` keys at a time; a tile the mask of positions removes whole is not visited,
+/// where the kernel skips tiles.
+fn walk_segment(
+    e: &mut Emit,
+    a: &Attention,
+    (task, seg): (&Rows, &Segment),
+    (keys, zero): (Option<(Value, Value)>, Value),
+    os: &[usize],
+    scratch: &Scratch,
+) {
+    let bc = a.block.1;
+    // The segment's keys within [c0, c1), counted from its start.
+    let len_v = e.int(seg.len as i64);
+    let (lo, hi) = match keys {
+        Some((c0, c1)) => {
+            let clamp = |e: &mut Emit, c: Value| {
+                let x = e.b.ins().iadd_imm_s(c, -(seg.start as i64));
+                let x = e.b.ins().smax(x, zero);
+                e.min_usize(x, len_v)
+            };
+            (clamp(e, c0), clamp(e, c1))
         }
-        e.for_range(zero, rows, 1, |e, i| {
-            let s_at = e.step(sum_row, i, 1);
-            let l = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
-            let one = e.f32(1.0);
-            let mut inv = e.b.ins().fdiv(one, l);
-            if a.zero_empty_rows {
-                // Every score was -inf: the sum is exactly 0, and the row is 0, not NaN.
-                let z = e.f32(0.0);
-                let empty = e.cmp(FloatCC::Equal, l, z);
-                inv = e.pick(empty, z, inv);
-            }
-            let orow = e.step(out, i, os[r]);
-            let dv = e.int(a.dv as i64);
-            scale_row(e, orow, dv, os[r + 1], inv);
+        None => (zero, len_v),
+    };
+    let skip = a.skips_tiles();
+    e.for_range(lo, hi, bc as i64, |e, jl| {
+        // jl counts keys within the segment, j0 within all the keys.
+        let j0 = e.b.ins().iadd_imm_s(jl, seg.start as i64);
+        let left = e.b.ins().isub(hi, jl);
+        let bc_v = e.int(bc as i64);
+        let cols = e.min_usize(bc_v, left);
+        let truth = a.positions.as_ref().map(|p| {
+            let last_i = e.b.ins().iadd(task.i0, task.rows);
+            let last_i = e.b.ins().iadd_imm_s(last_i, -1);
+            let last_j = e.b.ins().iadd(j0, cols);
+            let last_j = e.b.ins().iadd_imm_s(last_j, -1);
+            self::truth(e, &p.keep, (task.i0, last_i), (j0, last_j))
         });
+        let tile = Keys { jl, j0, cols, truth };
+        let mut visit = |e: &mut Emit| visit(e, a, (task, seg, &tile), os, scratch);
+        match truth.filter(|_| skip) {
+            Some((_, none)) => {
+                let some = e.b.ins().bxor_imm_u(none, 1);
+                e.when(some, &mut visit);
+            }
+            None => visit(e),
+        }
+    });
+}
+
+/// One tile: the scores `scale · q kᵀ` into scratch, each row's update, then the tile
+/// times the values onto the output rows.
+fn visit(
+    e: &mut Emit,
+    a: &Attention,
+    (task, seg, keys): (&Rows, &Segment, &Keys),
+    os: &[usize],
+    scratch: &Scratch,
+) {
+    let r = a.batch.len();
+    let (bc, qs, ks, vs) = (a.block.1, &a.q.strides, seg.ks, seg.vs);
+    // tile[i, j] = scale * Σ_p q[i, p] k[j0 + j, p]
+    let kb = e.step(seg.k, keys.jl, ks[r]);
+    let dk = e.int(a.dk as i64);
+    let [t_rs, t_cs, q_rs, q_cs, k_rs, k_cs] =
+        [bc, 1, qs[r], qs[r + 1], ks[r + 1], ks[r]].map(|s| e.int(s as i64));
+    let scale = e.f32(a.scale);
+    let no = e.b.ins().iconst(I32, 0);
+    let (rows, cols, tile, q) = (task.rows, keys.cols, scratch.tile, task.q);
+    e.sgemm([
+        rows, cols, dk, tile, t_rs, t_cs, q, q_rs, q_cs, kb, k_rs, k_cs, scale, no,
+    ]);
+    let later = e.b.use_var(task.started);
+    let zero = e.int(0);
+    e.for_range(zero, rows, 1, |e, i| {
+        update_row(e, a, (task, keys), i, later, os, scratch)
+    });
+    // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
+    let vb = e.step(seg.v, keys.jl, vs[r]);
+    let dv = e.int(a.dv as i64);
+    let [o_rs, o_cs, t_rs, t_cs, v_rs, v_cs] =
+        [os[r], os[r + 1], bc, 1, vs[r], vs[r + 1]].map(|s| e.int(s as i64));
+    let one = e.f32(1.0);
+    let acc = e.b.ins().uextend(I32, later);
+    let out = task.out;
+    e.sgemm([
+        rows, dv, cols, out, o_rs, o_cs, tile, t_rs, t_cs, vb, v_rs, v_cs, one, acc,
+    ]);
+    let yes = e.b.ins().iconst(I8, 1);
+    e.b.def_var(task.started, yes);
+}
+
+/// Row `i` of a visited tile: the score change and both masks, then the row's running
+/// maximum and sum, and its output rescaled where the maximum moved (`later`: a tile was
+/// visited before this one).
+fn update_row(
+    e: &mut Emit,
+    a: &Attention,
+    (task, keys): (&Rows, &Keys),
+    i: Value,
+    later: Value,
+    os: &[usize],
+    scratch: &Scratch,
+) {
+    let r = a.batch.len();
+    let (j0, cols) = (keys.j0, keys.cols);
+    let trow = e.step(scratch.tile, i, a.block.1);
+    if let Some(score) = &a.score {
+        let row_i = e.b.ins().iadd(task.i0, i);
+        let inputs: Vec<(Value, usize)> = (score.inputs.iter().zip(&task.score))
+            .map(|(o, &base)| {
+                let p = e.step(base, i, o.strides[r]);
+                (e.step(p, j0, o.strides[r + 1]), o.strides[r + 1])
+            })
+            .collect();
+        modify_scores(e, &score.expr, trow, cols, (row_i, j0), &inputs);
+    }
+    if let (Some(p), Some((all, _))) = (&a.positions, keys.truth) {
+        let partial = e.b.ins().bxor_imm_u(all, 1);
+        let row_i = e.b.ins().iadd(task.i0, i);
+        e.when(partial, |e| {
+            fill_removed(e, &p.keep, p.fill, trow, row_i, j0, cols)
+        });
+    }
+    let mrow = task.mask.as_ref().map(|&(p, m)| {
+        let p = e.step(p, i, m.mask.strides[r]);
+        let p = e.step(p, j0, m.mask.strides[r + 1]);
+        (p, m.mask.strides[r + 1], m.clone())
+    });
+    let row = Row {
+        len: cols,
+        src: trow,
+        src_stride: 1,
+        src_ro: false,
+        dst: trow,
+        dst_stride: 1,
+        scale: 1.0,
+        mask: mrow,
+    };
+    let row_max = scale_mask_max(e, &row);
+    let m_at = e.step(scratch.max_row, i, 1);
+    let s_at = e.step(scratch.sum_row, i, 1);
+    let m_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), m_at, 0);
+    let m_new = e.max(m_old, row_max);
+    let ninf = e.f32(f32::NEG_INFINITY);
+    let none_yet = e.cmp(FloatCC::Equal, m_new, ninf);
+    let z = e.f32(0.0);
+    let base = e.pick(none_yet, z, m_new);
+    let sum = exp_sum(e, &row, base, false);
+    let d = e.b.ins().fsub(m_old, base);
+    let corr = e.exp1(d);
+    let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
+    let l_new = e.b.ins().fma(l_old, corr, sum);
+    e.store(l_new, s_at);
+    e.store(m_new, m_at);
+    // A row whose maximum did not move keeps its outputs as they are: a product by
+    // exactly 1 changes no bit, and most tiles after the first few of a row do not raise
+    // its maximum.
+    let one = e.f32(1.0);
+    let moved = e.cmp(FloatCC::NotEqual, corr, one);
+    let rescale = e.b.ins().band(later, moved);
+    e.when(rescale, |e| {
+        let orow = e.step(task.out, i, os[r]);
+        let dv = e.int(a.dv as i64);
+        scale_row(e, orow, dv, os[r + 1], corr);
+    });
+}
+
+/// Each of the task's rows divided by its sum (at `out`, with its row and column strides
+/// `os`); a row whose every score was `-inf` is 0 where the kernel says so, not NaN.
+fn normalize(
+    e: &mut Emit,
+    a: &Attention,
+    (out, os): (Value, &[usize]),
+    (zero, rows): (Value, Value),
+    sum_row: Value,
+) {
+    e.for_range(zero, rows, 1, |e, i| {
+        let s_at = e.step(sum_row, i, 1);
+        let l = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
+        let one = e.f32(1.0);
+        let mut inv = e.b.ins().fdiv(one, l);
+        if a.zero_empty_rows {
+            // Every score was -inf: the sum is exactly 0, and the row is 0, not NaN.
+            let z = e.f32(0.0);
+            let empty = e.cmp(FloatCC::Equal, l, z);
+            inv = e.pick(empty, z, inv);
+        }
+        let orow = e.step(out, i, os[0]);
+        let dv = e.int(a.dv as i64);
+        scale_row(e, orow, dv, os[1], inv);
     });
 }
 

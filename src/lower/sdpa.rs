@@ -8,7 +8,9 @@
 
 use super::{internal, tiling::attention_blocks, Lowerer, Masking, View};
 use crate::ir::{CmpOp, DType, ValueId};
-use crate::kernel::{Affine, Attention, BinaryOp, Expr, IndexMask, Keep, KeyTail, PlanError, ScoreMod};
+use crate::kernel::{
+    Affine, Attention, BinaryOp, Expr, IndexMask, Keep, KeyTail, MaskFill, PlanError, ScoreMod,
+};
 
 impl Lowerer<'_> {
     /// Node `id`, `Sdpa { causal, gqa }` of `args` `[q, k, v, scale]` (then the mask).
@@ -75,30 +77,11 @@ impl Lowerer<'_> {
         // in the kernel, not read.
         let keep = self.fusion.positions.get(&id).cloned();
         let scores = with(&batch, [n, m]);
-        let (mut mask, mut score) = (None, None);
-        if let Some(&mid) = args.get(4).filter(|_| keep.is_none()) {
-            match self.program.tensor_type(mid).dtype {
-                // A boolean mask keeps where it holds: the rest is filled with -inf.
-                DType::Bool => {
-                    let masking = Masking {
-                        mask: mid,
-                        op: CmpOp::Eq,
-                        rhs: 0.0,
-                        fill: f32::NEG_INFINITY,
-                    };
-                    mask = self
-                        .mask_fill(Some(masking), &scores)?
-                        .map(|(view, mp)| mp.kernel(view.operand()));
-                }
-                DType::F32 | DType::I64 => {
-                    let added = self.view(mid)?.expand(&scores).ok_or_else(bad)?;
-                    score = Some(ScoreMod {
-                        inputs: vec![added.operand()],
-                        expr: vec![Expr::Input(0), Expr::Input(3), Expr::Binary(BinaryOp::Add, 0, 1)],
-                    });
-                }
-            }
-        }
+        let read_mask = args.get(4).filter(|_| keep.is_none());
+        let (mask, score) = match read_mask {
+            Some(&mid) => self.sdpa_mask(id, mid, &scores)?,
+            None => (None, None),
+        };
         // `is_causal` keeps j <= i: i - j >= 0.
         let causal = causal.then_some(Keep::Atom(Affine { ci: 1, cj: -1, c: 0 }));
         let keep = match (causal, keep) {
@@ -138,5 +121,40 @@ impl Lowerer<'_> {
         };
         self.attention_kernel(self.label(id), a);
         Ok(out)
+    }
+
+    /// The mask `mid` node `id`'s SDPA reads (one that is not a mask of positions), over `scores`: a
+    /// boolean mask keeps where it holds (the rest is filled with -inf) and is the kernel's
+    /// mask fill; a float or integer one is added to the scores. `Err` where it does not
+    /// broadcast to them.
+    fn sdpa_mask(
+        &mut self,
+        id: ValueId,
+        mid: ValueId,
+        scores: &[usize],
+    ) -> Result<(Option<MaskFill>, Option<ScoreMod>), PlanError> {
+        Ok(match self.program.tensor_type(mid).dtype {
+            DType::Bool => {
+                let masking = Masking {
+                    mask: mid,
+                    op: CmpOp::Eq,
+                    rhs: 0.0,
+                    fill: f32::NEG_INFINITY,
+                };
+                let mask = self
+                    .mask_fill(Some(masking), scores)?
+                    .map(|(view, mp)| mp.kernel(view.operand()));
+                (mask, None)
+            }
+            DType::F32 | DType::I64 => {
+                let bad = || internal(format!("node {id}: attention operands do not fit"));
+                let added = self.view(mid)?.expand(scores).ok_or_else(bad)?;
+                let score = ScoreMod {
+                    inputs: vec![added.operand()],
+                    expr: vec![Expr::Input(0), Expr::Input(3), Expr::Binary(BinaryOp::Add, 0, 1)],
+                };
+                (None, Some(score))
+            }
+        })
     }
 }

@@ -21,13 +21,21 @@ pub fn fold_batch_into_rows(g: &mut Gemm) {
     }
 }
 
+/// Bytes of `b` above which one task's block is worth a thread of its own however little
+/// arithmetic it carries: a product of few rows (a decode step's one token, a short
+/// sentence) does about one multiply-add per weight it reads, so its time is the time to
+/// stream its block of `b` from memory, and one thread streams about half of what two do
+/// (see BENCHMARKS.md).
+const STREAMED: usize = 512 << 10;
+
 /// Tiles of the result, chosen from the shape alone (never from the thread count, so that
-/// every thread count computes the same bits): while there are fewer than 4 tasks of more
-/// than 16 MFLOP each, halve the columns (down to 128) or the rows (down to 256). The
-/// `gemm` crate packs its operands on every call, so small tiles lose much of its speed
-/// (see BENCHMARKS.md): tiles stay large and few. A column block is a multiple of 64, so
-/// that a task's columns hold whole heads of 64 (or 128, where the halves allow) for an
-/// epilogue that works per head (RoPE); rows are halved to multiples of 16.
+/// every thread count computes the same bits): while there are fewer than 4 tasks, each of
+/// more than 16 MFLOP or reading more than [`STREAMED`] bytes of `b`, halve the columns
+/// (down to 128) or the rows (down to 256). The `gemm` crate packs its operands on every
+/// call, so small tiles lose much of its speed (see BENCHMARKS.md): tiles stay large and
+/// few. A column block is a multiple of 64, so that a task's columns hold whole heads of
+/// 64 (or 128, where the halves allow) for an epilogue that works per head (RoPE); rows
+/// are halved to multiples of 16.
 pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
     let batch: usize = g.batch.iter().product();
     let (mut rb, mut cb) = (g.m.max(1), g.n.max(1));
@@ -35,7 +43,8 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
     loop {
         let tasks = batch * g.m.div_ceil(rb) * g.n.div_ceil(cb);
         let flops = 2.0 * (rb * cb * g.k) as f64;
-        if tasks >= 4 || flops < 16e6 {
+        let streamed = 4 * cb * g.k;
+        if tasks >= 4 || (flops < 16e6 && streamed <= STREAMED) {
             return (rb, cb);
         }
         if cb > 256 && cb * 4 >= rb {
@@ -108,6 +117,16 @@ mod tests {
             assert!(cb == n || cb % 64 == 0, "{m}x{n}x{k}: column block {cb}");
         }
         assert_eq!(gemm_blocks(&gemm(1024, 1440, 2048)).1, 384);
+    }
+
+    #[test]
+    fn products_of_few_rows_split_the_weights_they_stream() {
+        // A decode step's projection: 1.1 MFLOP, but 2.2 MB of weights to read.
+        let (rb, cb) = gemm_blocks(&gemm(1, 960, 576));
+        assert_eq!(rb, 1);
+        assert!(960usize.div_ceil(cb) >= 4, "column block {cb}");
+        // A product whose weights sit in cache stays one task.
+        assert_eq!(gemm_blocks(&gemm(1, 256, 256)), (1, 256));
     }
 
     #[test]
