@@ -225,6 +225,15 @@ pub enum Op {
         start: Poly,
         end: Poly,
     },
+    /// `x[.., start : end : step, ..]` on `axis` with `step > 1`: `len` elements
+    /// (`ceil((end - start) / step)`) from `start`, every `step`-th; a view whose stride on
+    /// `axis` is `step` times `x`'s, as PyTorch's. Arg `[x]`.
+    StepSlice {
+        axis: usize,
+        start: Poly,
+        step: i64,
+        len: Poly,
+    },
     /// `table[index]` (`embedding(index, table)`): the rows of `table` along axis 0 that
     /// the int64 tensor `index` names, args `[table, index]`; result
     /// `index.shape ++ table.shape[1..]`. An index outside `0..table.shape[0]` is a
@@ -344,6 +353,7 @@ impl Op {
             Op::Binary(b) => b.name(),
             Op::Compare(c) => c.name(),
             Op::Slice { .. } => "slice",
+            Op::StepSlice { .. } => "step_slice",
             Op::Gather => "gather",
             Op::Select { .. } => "select",
             Op::For { .. } => "for",

@@ -4,7 +4,7 @@
 //! optimizer and the backends see only those.
 
 use super::layout;
-use super::ops::{is_none, scalar};
+use super::ops::{is_none, scalar, SliceRange};
 use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::{Code, Diagnostic};
@@ -763,7 +763,12 @@ impl Checker {
         let mut items = Vec::new();
         for s in sizes {
             let end = start.add(s);
-            let (id, _) = self.slice(x, axis, Some(start.clone()), Some(end.clone()), ixspan, span)?;
+            let range = SliceRange {
+                start: Some(start.clone()),
+                end: Some(end.clone()),
+                step: 1,
+            };
+            let (id, _) = self.slice(x, axis, range, ixspan, span)?;
             items.push(Value::Tensor(id));
             start = end;
         }

@@ -203,6 +203,15 @@ impl Program {
                 "slice",
                 vec![axis.to_string(), format!("{}..{}", d(start), d(end))],
             ),
+            Op::StepSlice {
+                axis,
+                start,
+                step,
+                len,
+            } => (
+                "step_slice",
+                vec![axis.to_string(), d(start), step.to_string(), d(len)],
+            ),
             Op::Gather => ("gather", vec![]),
             Op::Select { axis, index } => ("select", vec![axis.to_string(), d(index)]),
             Op::For { .. } => ("for", vec![]),

@@ -234,6 +234,15 @@ impl<'p> Interp<'p> {
                 f32::from(u8::from(ops::holds(*op, a, b)))
             }),
             Op::Slice { axis, start, end } => arg(0)?.slice(*axis, self.size(start)?, self.size(end)?),
+            Op::StepSlice {
+                axis,
+                start,
+                step,
+                len,
+            } => {
+                let step = usize::try_from(*step).ok()?;
+                arg(0)?.step(*axis, self.size(start)?, step, self.size(len)?)
+            }
             Op::Select { axis, index } => arg(0)?.select(*axis, self.size(index)?),
             Op::Concat(_) | Op::Stack(_) if items()?.is_empty() => {
                 Some(Tensor::new(expected.to_vec(), vec![0.0; numel(expected)]).into())
