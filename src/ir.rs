@@ -198,7 +198,8 @@ pub enum Op {
     /// `full`); no args.
     Fill(f64),
     /// `arange`: the rank-1 tensor `start + i * step` for `i` below its length (the
-    /// node's shape), in float32; no args.
+    /// node's shape), in the node's dtype (int64, or float32 after a float literal); no
+    /// args.
     Arange {
         start: Poly,
         step: Poly,

@@ -2,6 +2,7 @@
 //! on the interpreter and, typed and optimized, on the native backend, and every output
 //! must be PyTorch's (`tests/fixtures/make/make_section7.py`, NaN and infinities included).
 
+use attnc::ir::DType;
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, interpret, RunOptions, Tensor};
@@ -197,4 +198,32 @@ fn a_slice_with_a_step_has_pytorchs_strides() {
     assert_eq!(strides("flat"), [24, 2]);
     assert_eq!(strides("split"), [24, 8, 4, 2]);
     assert_eq!(strides("rows"), [24, 16, 1]);
+}
+
+#[test]
+fn arange_is_int64_and_promotes_as_in_pytorch() {
+    let src = "dim P, D = 8, C = 6\ninput arange_pos: [P] int64\n\
+               output inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2) / D))\n\
+               output mask = torch.arange(C)[None, :] <= arange_pos[:, None]\n\
+               output ints = arange(5) * 3 - 7\n\
+               output half = arange(5) * 0.5\n\
+               output f = arange(0.0, 5)\n\
+               output sum = arange(1, 11, 2).sum()\n";
+    matches_pytorch("arange", src);
+    let program = common::program(src, &[]);
+    let dtype = |name: &str| {
+        let out = program.outputs.iter().find(|o| o.name == name).unwrap();
+        program.tensor_type(out.value).dtype
+    };
+    // PyTorch's dtypes of the same expressions
+    let want = [
+        ("inv", DType::F32),
+        ("mask", DType::Bool),
+        ("ints", DType::I64),
+        ("half", DType::F32),
+        ("f", DType::F32),
+    ];
+    for (name, dt) in want {
+        assert_eq!(dtype(name), dt, "{name}");
+    }
 }
