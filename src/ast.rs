@@ -273,8 +273,9 @@ pub enum ExprKind {
     /// `~e`
     Not(Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
-    /// `a : b`; inside `[ ]` either end may be left out (`x[:, 2:]`), a bare `:` is both.
-    Range(Option<Box<Expr>>, Option<Box<Expr>>),
+    /// `a : b`; inside `[ ]` either end may be left out (`x[:, 2:]`), a bare `:` is both,
+    /// and a third part is the step (`x[..., 1::2]`).
+    Range(Option<Box<Expr>>, Option<Box<Expr>>, Option<Box<Expr>>),
     /// `f(args)`
     Call {
         func: Ident,

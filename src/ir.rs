@@ -198,7 +198,8 @@ pub enum Op {
     /// `full`); no args.
     Fill(f64),
     /// `arange`: the rank-1 tensor `start + i * step` for `i` below its length (the
-    /// node's shape), in float32; no args.
+    /// node's shape), in the node's dtype (int64, or float32 after a float literal); no
+    /// args.
     Arange {
         start: Poly,
         step: Poly,
@@ -224,6 +225,15 @@ pub enum Op {
         axis: usize,
         start: Poly,
         end: Poly,
+    },
+    /// `x[.., start : end : step, ..]` on `axis` with `step > 1`: `len` elements
+    /// (`ceil((end - start) / step)`) from `start`, every `step`-th; a view whose stride on
+    /// `axis` is `step` times `x`'s, as PyTorch's. Arg `[x]`.
+    StepSlice {
+        axis: usize,
+        start: Poly,
+        step: i64,
+        len: Poly,
     },
     /// `table[index]` (`embedding(index, table)`): the rows of `table` along axis 0 that
     /// the int64 tensor `index` names, args `[table, index]`; result
@@ -344,6 +354,7 @@ impl Op {
             Op::Binary(b) => b.name(),
             Op::Compare(c) => c.name(),
             Op::Slice { .. } => "slice",
+            Op::StepSlice { .. } => "step_slice",
             Op::Gather => "gather",
             Op::Select { .. } => "select",
             Op::For { .. } => "for",
@@ -399,6 +410,17 @@ impl Op {
                 named("enable_gqa", Attr::Bool(*gqa)),
             ],
             Op::Slice { axis, start, end } => vec![int(*axis), Attr::Range(start.clone(), end.clone())],
+            Op::StepSlice {
+                axis,
+                start,
+                step,
+                len,
+            } => vec![
+                int(*axis),
+                Attr::Dim(start.clone()),
+                Attr::Int(*step),
+                Attr::Dim(len.clone()),
+            ],
             Op::Select { axis, index } => vec![int(*axis), Attr::Dim(index.clone())],
             Op::IndexCopy { axis, starts, ends } => {
                 let mut attrs = vec![int(*axis)];

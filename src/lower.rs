@@ -322,6 +322,16 @@ impl<'p> Lowerer<'p> {
                 let (s, e) = (self.size(start)?, self.size(end)?);
                 tensor(self.view(arg(0))?.slice(*axis, s, e))
             }
+            Op::StepSlice {
+                axis,
+                start,
+                step,
+                len,
+            } => {
+                let (s, n) = (self.size(start)?, self.size(len)?);
+                let step = usize::try_from(*step).map_err(|_| bad())?;
+                tensor(self.view(arg(0))?.step(*axis, s, step, n))
+            }
             Op::Select { axis, index } => {
                 let i = self.size(index)?;
                 tensor(self.view(arg(0))?.select(*axis, i))

@@ -125,11 +125,20 @@ pub fn sizes(prog: &Program, shape: &[crate::dims::Poly]) -> Option<Vec<i64>> {
 /// second line with the sizes where every dim has a value.
 pub fn tensor_text(prog: &Program, t: &crate::ir::TensorType) -> String {
     let layout = prog.layout_text(t);
-    let mut text = format!("{}  {layout}", prog.shape_text(&t.shape));
+    let mut text = format!("{}  {layout}", shape_and_dtype(prog, t));
     if let Some(sizes) = sizes(prog, &t.shape) {
         text.push_str(&format!("\nsizes {sizes:?}"));
     }
     text
+}
+
+/// `[B, N] int64`: the shape, and the dtype beside it unless it is float32 (PyTorch's
+/// default, which it does not print either).
+fn shape_and_dtype(prog: &Program, t: &crate::ir::TensorType) -> String {
+    match t.dtype {
+        DType::F32 => prog.shape_text(&t.shape),
+        other => format!("{} {}", prog.shape_text(&t.shape), other.name()),
+    }
 }
 
 /// The binding table of `attnc check`: kind, name, shape, layout and sizes, aligned.
@@ -144,10 +153,7 @@ pub fn bindings_text(prog: &Program) -> String {
             [
                 kind_name(b.kind).to_string(),
                 b.name.clone(),
-                match t.dtype {
-                    DType::F32 => prog.shape_text(&t.shape),
-                    other => format!("{} {}", prog.shape_text(&t.shape), other.name()),
-                },
+                shape_and_dtype(prog, t),
                 layout,
                 sizes,
             ]

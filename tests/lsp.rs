@@ -399,3 +399,21 @@ fn a_syntax_error_does_not_hide_the_other_lines() {
     assert!(x.contains("x: [B, N, D]"), "{x}");
     close(client);
 }
+
+/// A value that is not float32 shows its dtype beside its shape, as `attnc check` does.
+#[test]
+fn hover_shows_the_dtype_beside_the_shape() {
+    let text = "dim B, N\ninput ids: [B, N] int64\nlet pos = arange(N)\n\
+                let keep = pos[None, :] <= ids\nlet x = keep.float()\n\
+                output o = x\n";
+    let mut client = open(text);
+    let ids = hover(&mut client, at(text, "ids:", 0, 0));
+    assert!(ids.contains("ids: [B, N] int64  contiguous"), "{ids}");
+    let pos = hover(&mut client, at(text, "let pos", 0, 4));
+    assert!(pos.contains("pos: [N] int64  contiguous"), "{pos}");
+    let keep = hover(&mut client, at(text, "let keep", 0, 4));
+    assert!(keep.contains("keep: [B, N] bool  contiguous"), "{keep}");
+    let x = hover(&mut client, at(text, "let x", 0, 4));
+    assert!(x.contains("x: [B, N]  contiguous"), "{x}");
+    close(client);
+}

@@ -2,6 +2,7 @@
 //! on the interpreter and, typed and optimized, on the native backend, and every output
 //! must be PyTorch's (`tests/fixtures/make/make_section7.py`, NaN and infinities included).
 
+use attnc::ir::DType;
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, interpret, RunOptions, Tensor};
@@ -152,4 +153,77 @@ fn a_shape_unpacks_into_dims() {
          output s = unpack_x.sum(-1) / d\n\
          output t = unpack_x.view(b, h * w)\n",
     );
+}
+
+#[test]
+fn a_slice_with_a_step_is_a_strided_view() {
+    matches_pytorch(
+        "step",
+        "dim B, N, D, M\ninput step_x: [B, N, D]\ninput step_v: [M]\n\
+         assert D % 2 == 0\nassert M >= 7\n\
+         let even = step_x[..., 0::2]\n\
+         let odd = step_x[..., 1::2]\n\
+         output even = even\n\
+         output odd = odd\n\
+         output rot = stack((-odd, even), dim=-1).flatten(-2)\n\
+         output flat = even.view(B, N * (D / 2))\n\
+         output gram = even @ odd.transpose(-1, -2)\n\
+         output rows = step_x[:, 1::2].sum(-1)\n\
+         output a = step_v[1:7:3]\n\
+         output b = step_v[0:7:3]\n\
+         output c = step_v[1::4]\n\
+         output d = step_v[::4]\n",
+    );
+}
+
+/// The strides of `[2, 3, 8]` sliced with a step and viewed, as PyTorch returns them.
+#[test]
+fn a_slice_with_a_step_has_pytorchs_strides() {
+    let src = "dim B, N, D\ninput x: [B, N, D]\nassert D % 4 == 0\n\
+               let even = x[..., 0::2]\n\
+               output even = even\n\
+               output odd = x[..., 1::2]\n\
+               output flat = even.view(B, N * (D / 2))\n\
+               output split = even.view(B, N, 2, D / 4)\n\
+               output rows = x[:, 0::2]\n";
+    let program = common::program(src, &[("B", 2), ("N", 3), ("D", 8)]);
+    let strides = |name: &str| -> Vec<i64> {
+        let out = program.outputs.iter().find(|o| o.name == name).unwrap();
+        let t = program.tensor_type(out.value);
+        t.strides.iter().map(|p| program.dims.value(p).unwrap()).collect()
+    };
+    // torch.randn(2, 3, 8)[..., 0::2].stride() and so on
+    assert_eq!(strides("even"), [24, 8, 2]);
+    assert_eq!(strides("odd"), [24, 8, 2]);
+    assert_eq!(strides("flat"), [24, 2]);
+    assert_eq!(strides("split"), [24, 8, 4, 2]);
+    assert_eq!(strides("rows"), [24, 16, 1]);
+}
+
+#[test]
+fn arange_is_int64_and_promotes_as_in_pytorch() {
+    let src = "dim P, D = 8, C = 6\ninput arange_pos: [P] int64\n\
+               output inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2) / D))\n\
+               output mask = torch.arange(C)[None, :] <= arange_pos[:, None]\n\
+               output ints = arange(5) * 3 - 7\n\
+               output half = arange(5) * 0.5\n\
+               output f = arange(0.0, 5)\n\
+               output sum = arange(1, 11, 2).sum()\n";
+    matches_pytorch("arange", src);
+    let program = common::program(src, &[]);
+    let dtype = |name: &str| {
+        let out = program.outputs.iter().find(|o| o.name == name).unwrap();
+        program.tensor_type(out.value).dtype
+    };
+    // PyTorch's dtypes of the same expressions
+    let want = [
+        ("inv", DType::F32),
+        ("mask", DType::Bool),
+        ("ints", DType::I64),
+        ("half", DType::F32),
+        ("f", DType::F32),
+    ];
+    for (name, dt) in want {
+        assert_eq!(dtype(name), dt, "{name}");
+    }
 }

@@ -315,6 +315,7 @@ fn mark_mask_inputs(prog: &mut Program) {
                 | Op::Expand(_)
                 | Op::Squeeze(_)
                 | Op::Slice { .. }
+                | Op::StepSlice { .. }
                 | Op::Select { .. } => only_masks(prog, users, u),
                 _ => false,
             })

@@ -7,7 +7,7 @@ use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::DimTable;
-use crate::dims::Poly;
+use crate::dims::{Poly, Ratio};
 use crate::ir::{BinaryOp, CmpOp, DType, Op, TensorType, UnaryOp, ValueId};
 use crate::ops::table::{self, OpDef, Rule};
 use crate::source::Span;
@@ -29,7 +29,7 @@ impl Checker {
                 }
             }
             ExprKind::Binary(op, a, b) => self.binary(*op, a, b, e.span),
-            ExprKind::Range(Some(a), Some(b)) => match (self.dim_expr(a), self.dim_expr(b)) {
+            ExprKind::Range(Some(a), Some(b), None) => match (self.dim_expr(a), self.dim_expr(b)) {
                 (Some(a), Some(b)) => Value::Range(a, b),
                 _ => Value::Error,
             },
@@ -1017,7 +1017,14 @@ impl Checker {
                 _ => {}
             }
             let next = match self.index_kind(ix) {
-                Some(IndexKind::Slice(a, b)) => self.slice(x, axis, a, b, ix.span, span),
+                Some(IndexKind::Slice(a, b, step)) => {
+                    let range = SliceRange {
+                        start: a,
+                        end: b,
+                        step,
+                    };
+                    self.slice(x, axis, range, ix.span, span)
+                }
                 Some(IndexKind::Select(i)) => self.select(x, axis, i, ix.span, span),
                 None => None,
             };
@@ -1068,7 +1075,7 @@ impl Checker {
 
     fn index_kind(&mut self, ix: &Expr) -> Option<IndexKind> {
         match &ix.kind {
-            ExprKind::Range(a, b) => {
+            ExprKind::Range(a, b, step) => {
                 let a = match a {
                     Some(a) => Some(self.dim_expr(a)?),
                     None => None,
@@ -1077,11 +1084,15 @@ impl Checker {
                     Some(b) => Some(self.dim_expr(b)?),
                     None => None,
                 };
-                Some(IndexKind::Slice(a, b))
+                let step = match step {
+                    Some(step) => self.slice_step(step)?,
+                    None => 1,
+                };
+                Some(IndexKind::Slice(a, b, step))
             }
             ExprKind::Name(n) => match self.lookup(n) {
                 Some(Entry::Value(Value::Range(a, b))) => {
-                    Some(IndexKind::Slice(Some(a.clone()), Some(b.clone())))
+                    Some(IndexKind::Slice(Some(a.clone()), Some(b.clone()), 1))
                 }
                 _ => Some(IndexKind::Select(self.dim_expr(ix)?)),
             },
@@ -1089,13 +1100,27 @@ impl Checker {
         }
     }
 
-    /// Slice `axis` of `x`; the node and whether the axis is kept (always).
+    /// The step of `x[a : b : step]`: a constant positive integer, with PyTorch's messages
+    /// for zero and negative steps.
+    fn slice_step(&mut self, e: &Expr) -> Option<i64> {
+        let p = self.dim_expr(e)?;
+        let msg = match self.prog.dims.with_consts(&p).as_int() {
+            Some(n) if n > 0 => return Some(n),
+            Some(0) => "slice step cannot be zero",
+            Some(_) => "step must be greater than zero",
+            None => "a slice's step must be a constant integer",
+        };
+        self.error(Code::E0208, e.span, msg);
+        None
+    }
+
+    /// Slice `axis` of `x`; the node and whether the axis is kept (always). A step above 1
+    /// is a view with the axis's stride times the step, as in PyTorch.
     pub(super) fn slice(
         &mut self,
         x: ValueId,
         axis: usize,
-        a: Option<Poly>,
-        b: Option<Poly>,
+        range: SliceRange,
         ixspan: Span,
         span: Span,
     ) -> Option<(ValueId, bool)> {
@@ -1106,8 +1131,8 @@ impl Checker {
             Some(n) if n < 0 => size.add(&Poly::int(n)),
             _ => p,
         };
-        let start = from_end(a.unwrap_or_else(|| Poly::int(0)), &self.prog.dims);
-        let end = from_end(b.unwrap_or_else(|| size.clone()), &self.prog.dims);
+        let start = from_end(range.start.unwrap_or_else(|| Poly::int(0)), &self.prog.dims);
+        let end = from_end(range.end.unwrap_or_else(|| size.clone()), &self.prog.dims);
         let dims = &self.prog.dims;
         let unproved = [
             (&start, Poly::int(0)),
@@ -1134,9 +1159,34 @@ impl Checker {
             self.report(d);
             return None;
         }
-        let mut out = t;
-        out.shape[axis] = self.prog.dims.simplify(&end.sub(&start));
-        let op = Op::Slice { axis, start, end };
+        let len = self.prog.dims.simplify(&end.sub(&start));
+        let (op, out) = match range.step {
+            1 => {
+                let mut out = t;
+                out.shape[axis] = len;
+                (Op::Slice { axis, start, end }, out)
+            }
+            step => {
+                let len = self.prog.dims.simplify(&ceil_div(&self.prog.dims, &len, step));
+                let laid = Layout::moved(&self.prog.dims, &t, |old| {
+                    let mut strides = old.to_vec();
+                    strides[axis] = strides[axis].mul(&Poly::int(step));
+                    strides
+                });
+                let mut shape = t.shape.clone();
+                shape[axis] = len.clone();
+                let out = laid.with(shape, t.dtype);
+                (
+                    Op::StepSlice {
+                        axis,
+                        start,
+                        step,
+                        len,
+                    },
+                    out,
+                )
+            }
+        };
         let Value::Tensor(id) = self.push(op, vec![x], out, span) else {
             unreachable!("push makes a tensor")
         };
@@ -1179,8 +1229,37 @@ impl Checker {
 }
 
 enum IndexKind {
-    Slice(Option<Poly>, Option<Poly>),
+    /// Start, end (either absent: the axis's own) and step.
+    Slice(Option<Poly>, Option<Poly>, i64),
     Select(Poly),
+}
+
+/// The bounds of `x[start : end : step]` on one axis, as written.
+pub(super) struct SliceRange {
+    pub start: Option<Poly>,
+    pub end: Option<Poly>,
+    pub step: i64,
+}
+
+/// `ceil(len / step)`, the length of a slice with a step: the exact quotient where the dims
+/// prove it (`D / 2` under `assert D % 2 == 0`), a constant where they are known, and
+/// otherwise `(len + step - 1 - (len + step - 1) % step) / step`, evaluated once the dims
+/// have values.
+fn ceil_div(dims: &DimTable, len: &Poly, step: i64) -> Poly {
+    let by = Poly::int(step);
+    if let Ok(q) = dims.div(len, &by) {
+        return q;
+    }
+    if let Some(n) = dims.with_consts(len).as_int() {
+        return Poly::int((n + step - 1).div_euclid(step));
+    }
+    let up = len.add(&Poly::int(step - 1));
+    let whole = match dims.rem(&up, &by) {
+        Ok(r) => up.sub(&r),
+        Err(_) => up.sub(&Poly::rem_atom(&up, &by)),
+    };
+    dims.div(&whole, &by)
+        .unwrap_or_else(|_| whole.mul(&Poly::term(Ratio::new(1, i128::from(step)), &[])))
 }
 
 /// A rank-0 float: what numbers and dims are in value position.

@@ -4,7 +4,7 @@
 //! optimizer and the backends see only those.
 
 use super::layout;
-use super::ops::{is_none, scalar};
+use super::ops::{is_none, scalar, SliceRange};
 use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::{Code, Diagnostic};
@@ -579,10 +579,12 @@ impl Checker {
         Some(self.fill(sizes, value, span))
     }
 
-    /// `arange(end)` or `arange(start, end, step=1)`: the float32 values `start + i * step`.
-    /// Bounds and step are dim expressions; the step must be positive, the length
-    /// `(end - start) / step` proved exact (E0205) and never negative, so the result's
-    /// size is a dim like any other (`arange(N)` is `[N]`).
+    /// `arange(end)` or `arange(start, end, step=1)`: the values `start + i * step`, int64
+    /// as PyTorch's, or float32 where an argument is a float literal (`arange(0.0, N)`).
+    /// Bounds and step are dim expressions (a float literal with an integer value counts);
+    /// the step must be positive, the length `(end - start) / step` proved exact (E0205)
+    /// and never negative, so the result's size is a dim like any other (`arange(N)` is
+    /// `[N]`).
     pub(crate) fn arange(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let (start, end) = match (given(args, 0), given(args, 1)) {
             (Some(end), None) | (None, Some(end)) => (None, end),
@@ -592,14 +594,19 @@ impl Checker {
                 return None;
             }
         };
+        let step_expr = given(args, 2);
+        let floats = [start, Some(end), step_expr]
+            .into_iter()
+            .flatten()
+            .any(is_float_literal);
+        let dtype = if floats { DType::F32 } else { DType::I64 };
         let start_dim = match start {
-            Some(e) => self.dim_expr(e)?,
+            Some(e) => self.arange_bound(e)?,
             None => Poly::int(0),
         };
-        let end_dim = self.dim_expr(end)?;
-        let step_expr = given(args, 2);
+        let end_dim = self.arange_bound(end)?;
         let step = match step_expr {
-            Some(e) => self.dim_expr(e)?,
+            Some(e) => self.arange_bound(e)?,
             None => Poly::int(1),
         };
         let step_span = step_expr.map_or(span, |e| e.span);
@@ -634,7 +641,31 @@ impl Checker {
             start: start_dim,
             step,
         };
-        Some(self.push(op, vec![], TensorType::row_major(vec![len], DType::F32), span))
+        Some(self.push(op, vec![], TensorType::row_major(vec![len], dtype), span))
+    }
+
+    /// A bound or step of `arange`: a dim expression, or a float literal with an integer
+    /// value (which only makes the result float32).
+    fn arange_bound(&mut self, e: &Expr) -> Option<Poly> {
+        let value = match &e.kind {
+            ExprKind::Float(x) => Some(*x),
+            ExprKind::Neg(inner) => match inner.kind {
+                ExprKind::Float(x) => Some(-x),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(x) = value else {
+            return self.dim_expr(e);
+        };
+        if x.fract() != 0.0 || x.abs() > f64::from(1u32 << 24) {
+            let msg = format!("`arange` takes integer bounds and steps here, found `{x}`");
+            let d = Diagnostic::error(Code::E0208, e.span, msg)
+                .with_hint("scale an integer `arange` instead (`arange(0, 2 * N) * 0.5`)");
+            self.report(d);
+            return None;
+        }
+        Some(Poly::int(x as i64))
     }
 
     pub(crate) fn tril(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
@@ -763,7 +794,12 @@ impl Checker {
         let mut items = Vec::new();
         for s in sizes {
             let end = start.add(s);
-            let (id, _) = self.slice(x, axis, Some(start.clone()), Some(end.clone()), ixspan, span)?;
+            let range = SliceRange {
+                start: Some(start.clone()),
+                end: Some(end.clone()),
+                step: 1,
+            };
+            let (id, _) = self.slice(x, axis, range, ixspan, span)?;
             items.push(Value::Tensor(id));
             start = end;
         }
@@ -782,5 +818,14 @@ impl Checker {
         };
         let p = self.size_of(args[0], d)?;
         Some(Value::Tensor(self.dim_id(p, span)))
+    }
+}
+
+/// Whether `e` is a float literal, or minus one (`arange(-1.0, N)`).
+fn is_float_literal(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Float(_) => true,
+        ExprKind::Neg(x) => matches!(x.kind, ExprKind::Float(_)),
+        _ => false,
     }
 }

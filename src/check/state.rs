@@ -167,6 +167,7 @@ impl Checker {
             match node.op {
                 Op::Select { .. }
                 | Op::Slice { .. }
+                | Op::StepSlice { .. }
                 | Op::Transpose(..)
                 | Op::Permute(_)
                 | Op::View(_)

@@ -120,6 +120,7 @@ fn is_view(op: &Op) -> bool {
         op,
         Op::Select { .. }
             | Op::Slice { .. }
+            | Op::StepSlice { .. }
             | Op::Transpose(..)
             | Op::Permute(_)
             | Op::View(_)

@@ -110,6 +110,24 @@ impl View {
         Some(v)
     }
 
+    /// `len` elements of `axis` from `start`, every `step`-th: the axis's stride times `step`.
+    pub fn step(&self, axis: usize, start: usize, step: usize, len: usize) -> Option<View> {
+        let last = match len {
+            0 => start,
+            _ => start.checked_add(step.checked_mul(len - 1)?)?,
+        };
+        if step == 0 || start > *self.shape.get(axis)? || (len > 0 && last >= self.shape[axis]) {
+            return None;
+        }
+        let mut v = self.clone();
+        if len > 0 {
+            v.offset += start * self.strides[axis];
+        }
+        v.shape[axis] = len;
+        v.strides[axis] *= step;
+        Some(v)
+    }
+
     pub fn select(&self, axis: usize, index: usize) -> Option<View> {
         if index >= *self.shape.get(axis)? {
             return None;

@@ -429,8 +429,8 @@ impl Defs<'_> {
                 self.expr(a);
                 self.expr(b);
             }
-            ExprKind::Range(a, b) => {
-                for x in [a, b].into_iter().flatten() {
+            ExprKind::Range(a, b, c) => {
+                for x in [a, b, c].into_iter().flatten() {
                     self.expr(x);
                 }
             }

@@ -456,6 +456,15 @@ impl Ctx {
                 t.shape[a] = end.sub(start);
                 Some(Kind::Value(t))
             }
+            T::StepSlice(_) => {
+                let mut t = ty(0)?.clone();
+                let a = k[1].axis()?;
+                k[2].dim()?;
+                (k[3].int()? > 0).then_some(())?;
+                (a < t.rank()).then_some(())?;
+                t.shape[a] = k[4].dim()?.clone();
+                Some(Kind::Value(t))
+            }
             T::Select(_) => {
                 let mut t = ty(0)?.clone();
                 let a = k[1].axis()?;

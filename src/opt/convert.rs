@@ -147,6 +147,16 @@ impl Into<'_> {
             Op::Slice { axis, start, end } => {
                 Tensor::Slice([a[0], self.int(*axis), self.dim(start), self.dim(end)])
             }
+            Op::StepSlice {
+                axis,
+                start,
+                step,
+                len,
+            } => {
+                let (axis, start) = (self.int(*axis), self.dim(start));
+                let step = self.leaf(Tensor::Int(*step));
+                Tensor::StepSlice([a[0], axis, start, step, self.dim(len)])
+            }
             Op::Select { axis, index } => Tensor::Select([a[0], self.int(*axis), self.dim(index)]),
             Op::For {
                 var,
@@ -428,6 +438,15 @@ impl Out<'_> {
                     axis: axis(c[1])?,
                     start: dim(c[2])?,
                     end: dim(c[3])?,
+                },
+                vec![c[0]],
+            ),
+            Tensor::StepSlice(c) => (
+                Op::StepSlice {
+                    axis: axis(c[1])?,
+                    start: dim(c[2])?,
+                    step: d(c[3]).int().ok_or("a step")?,
+                    len: dim(c[4])?,
                 },
                 vec![c[0]],
             ),

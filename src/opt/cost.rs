@@ -157,6 +157,7 @@ pub fn node_cost(eg: &EG, data: &Data, node: &Tensor, copies: bool) -> Cost {
         | Tensor::Unsqueeze(_)
         | Tensor::Squeeze(_)
         | Tensor::Slice(_)
+        | Tensor::StepSlice(_)
         | Tensor::Select(_)
         | Tensor::For(_)
         | Tensor::Outputs(_)

@@ -50,6 +50,7 @@ define_language! {
         "gt" = Gt([Id; 2]),
         "ge" = Ge([Id; 2]),
         "slice" = Slice([Id; 4]),            // x, axis, start, end
+        "step_slice" = StepSlice([Id; 5]),   // x, axis, start, step (an int), len
         "select" = Select([Id; 3]),          // x, axis, index
         "for" = For([Id; 4]),                // var (a dim's index), start, end, item
         "cat_loop" = CatLoop([Id; 2]),       // seq, axis

@@ -93,6 +93,14 @@ pub fn lay_out(
             }
         }
         Tensor::Slice(_) => Layout::moved(dims, kid(0)?, <[Poly]>::to_vec),
+        Tensor::StepSlice(_) => {
+            let (axis, step) = (attrs.get(1)?.axis()?, Poly::int(attrs.get(3)?.int()?));
+            Layout::moved(dims, kid(0)?, |old| {
+                let mut strides = old.to_vec();
+                strides[axis] = strides[axis].mul(&step);
+                strides
+            })
+        }
         Tensor::Select(_) => strides_of(layout::without_axis(dims, kid(0)?, attrs.get(1)?.axis()?)),
         // `mul(x, literal)` for `Scale`: the literal, of rank 0, decides nothing.
         Tensor::Unary(..) | Tensor::Scale(_) => {

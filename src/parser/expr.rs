@@ -55,13 +55,14 @@ impl Parser<'_> {
         }
         let end = self.expect_comparison();
         let span = start.span.to(end.span);
-        let kind = ExprKind::Range(Some(boxed(start)), Some(boxed(end)));
+        let kind = ExprKind::Range(Some(boxed(start)), Some(boxed(end)), None);
         Some(Expr { kind, span })
     }
 
-    /// slice = comparison [ ":" [ comparison ] ] | ":" [ comparison ]
+    /// slice = [ comparison ] ":" [ comparison ] [ ":" [ comparison ] ] | comparison
     ///
-    /// Only inside `[ ]`, where either end of a range may be left out.
+    /// Only inside `[ ]`, where either end of a range may be left out and a second `:`
+    /// gives a step, as in Python (`x[..., 1::2]`).
     fn expect_slice(&mut self) -> Expr {
         let start = match self.at(Colon) {
             true => None,
@@ -70,14 +71,23 @@ impl Parser<'_> {
         let Some(colon) = self.maybe_one(Colon) else {
             return start.unwrap_or_else(|| self.missing("expression"));
         };
-        let end = match self.peek() {
-            Comma | RightSquare => None,
-            _ => Some(self.expect_comparison()),
+        let end = self.slice_part();
+        let step = match self.maybe_one(Colon) {
+            Some(_) => self.slice_part(),
+            None => None,
         };
         let from = start.as_ref().map_or(colon, |e| e.span);
-        let span = from.to(end.as_ref().map_or(colon, |e| e.span));
-        let kind = ExprKind::Range(start.map(boxed), end.map(boxed));
+        let span = from.to(self.last);
+        let kind = ExprKind::Range(start.map(boxed), end.map(boxed), step.map(boxed));
         Expr { kind, span }
+    }
+
+    /// The end or step of a slice, absent before `:`, `,` or `]`.
+    fn slice_part(&mut self) -> Option<Expr> {
+        match self.peek() {
+            Colon | Comma | RightSquare => None,
+            _ => Some(self.expect_comparison()),
+        }
     }
 
     /// comparison = sum [ ( "==" | "!=" | "<" | "<=" | ">" | ">=" ) sum ]

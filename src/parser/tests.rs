@@ -158,7 +158,8 @@ fn show(e: &Expr) -> String {
         ExprKind::Name(name) => name.clone(),
         ExprKind::Neg(x) => format!("(- {})", show(x)),
         ExprKind::Binary(op, a, b) => format!("({} {} {})", op.symbol(), show(a), show(b)),
-        ExprKind::Range(a, b) => format!("(: {} {})", opt(a), opt(b)),
+        ExprKind::Range(a, b, None) => format!("(: {} {})", opt(a), opt(b)),
+        ExprKind::Range(a, b, Some(c)) => format!("(: {} {} {})", opt(a), opt(b), show(c)),
         ExprKind::Call { func, args, kwargs } => list(func.name.clone(), &with_kwargs(args, kwargs)),
         ExprKind::Method {
             receiver,
@@ -363,6 +364,15 @@ fn slices() {
     assert_eq!(value("x[:, a : b]"), "([] x (: _ _) (: a b))");
     assert_eq!(value("x[2:]"), "([] x (: 2 _))");
     assert_eq!(value("x[:n, 0]"), "([] x (: _ n) 0)");
+}
+
+#[test]
+fn slices_with_a_step() {
+    assert_eq!(value("x[..., 0::2]"), "([] x ... (: 0 _ 2))");
+    assert_eq!(value("x[1:7:3]"), "([] x (: 1 7 3))");
+    assert_eq!(value("x[::n]"), "([] x (: _ _ n))");
+    assert_eq!(value("x[a:b:]"), "([] x (: a b))");
+    assert_eq!(value("x[:5:2, 1]"), "([] x (: _ 5 2) 1)");
 }
 
 #[test]

@@ -518,6 +518,7 @@ fn needed_syms(program: &Program) -> Vec<Sym> {
         }
         match &node.op {
             Op::DimValue(p) | Op::Select { index: p, .. } => polys.push(p),
+            Op::StepSlice { start, len, .. } => polys.extend([start, len]),
             Op::View(sizes) | Op::Reshape(sizes) | Op::Expand(sizes) => polys.extend(sizes),
             Op::Slice { start, end, .. } | Op::For { start, end, .. } => polys.extend([start, end]),
             _ => {}

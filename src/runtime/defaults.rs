@@ -117,6 +117,7 @@ fn root_param(program: &Program, mut id: ValueId) -> Option<usize> {
         match node.op {
             Op::Param(i) => return Some(i),
             Op::Slice { .. }
+            | Op::StepSlice { .. }
             | Op::Select { .. }
             | Op::View(_)
             | Op::Reshape(_)

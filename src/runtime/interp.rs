@@ -279,6 +279,15 @@ impl<'p> Interp<'p> {
                 f32::from(u8::from(ops::holds(*op, a, b)))
             }),
             Op::Slice { axis, start, end } => arg(0)?.slice(*axis, self.size(start)?, self.size(end)?),
+            Op::StepSlice {
+                axis,
+                start,
+                step,
+                len,
+            } => {
+                let step = usize::try_from(*step).ok()?;
+                arg(0)?.step(*axis, self.size(start)?, step, self.size(len)?)
+            }
             Op::Select { axis, index } => arg(0)?.select(*axis, self.size(index)?),
             Op::CatLoop(_) | Op::Stack(_) if items()?.is_empty() => {
                 let expected = expected()?;

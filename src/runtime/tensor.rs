@@ -192,6 +192,25 @@ impl Strided {
         Some(v)
     }
 
+    /// `len` elements of `axis` from `start`, every `step`-th (`x[start::step]`): the
+    /// axis's stride times `step`.
+    pub fn step(&self, axis: usize, start: usize, step: usize, len: usize) -> Option<Strided> {
+        let last = match len {
+            0 => start,
+            _ => start.checked_add(step.checked_mul(len - 1)?)?,
+        };
+        if step == 0 || start > *self.shape.get(axis)? || (len > 0 && last >= self.shape[axis]) {
+            return None;
+        }
+        let mut v = self.clone();
+        if len > 0 {
+            v.offset += start * v.strides[axis];
+        }
+        v.shape[axis] = len;
+        v.strides[axis] *= step;
+        Some(v)
+    }
+
     /// Index `index` of `axis`, which is dropped.
     pub fn select(&self, axis: usize, index: usize) -> Option<Strided> {
         let mut v = self.slice(axis, index, index + 1)?;
@@ -277,6 +296,19 @@ mod tests {
         assert_eq!(t.slice(1, 1, 3).unwrap().to_vec(), [1., 2., 5., 6., 9., 10.]);
         assert_eq!(t.select(0, 2).unwrap().to_vec(), [8., 9., 10., 11.]);
         assert!(t.slice(1, 2, 5).is_none());
+    }
+
+    #[test]
+    fn a_step_is_a_larger_stride() {
+        let t = iota(&[2, 5]);
+        let odd = t.step(1, 1, 2, 2).unwrap();
+        assert_eq!(
+            (odd.to_vec(), odd.strides.clone()),
+            (vec![1., 3., 6., 8.], vec![5, 2])
+        );
+        assert_eq!(t.step(1, 0, 3, 2).unwrap().to_vec(), [0., 3., 5., 8.]);
+        assert!(t.step(1, 1, 2, 3).is_none());
+        assert!(t.step(1, 0, 0, 1).is_none());
     }
 
     #[test]

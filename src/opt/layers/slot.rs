@@ -154,6 +154,17 @@ fn map_polys(op: &Op, f: &dyn Fn(&Poly) -> Poly) -> Op {
             start: f(start),
             end: f(end),
         },
+        Op::StepSlice {
+            axis,
+            start,
+            step,
+            len,
+        } => Op::StepSlice {
+            axis: *axis,
+            start: f(start),
+            step: *step,
+            len: f(len),
+        },
         Op::Select { axis, index } => Op::Select {
             axis: *axis,
             index: f(index),
