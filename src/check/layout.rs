@@ -623,12 +623,13 @@ impl Walk<'_> {
             return false;
         }
         let as_one = !dims.never_one(size) && self.from(rest, None, first.clone());
-        as_one || (!dims.is_one(size) && {
-            let below = min.is_some_and(|m| dims.provably_positive(&m.sub(stride)));
-            let zero = d == 1 && dims.with_consts(stride).is_zero();
-            let first = if d == 1 { Some(stride.clone()) } else { first };
-            !below && !zero && self.from(rest, Some(stride.mul(size)), first)
-        })
+        as_one
+            || (!dims.is_one(size) && {
+                let below = min.is_some_and(|m| dims.provably_positive(&m.sub(stride)));
+                let zero = d == 1 && dims.with_consts(stride).is_zero();
+                let first = if d == 1 { Some(stride.clone()) } else { first };
+                !below && !zero && self.from(rest, Some(stride.mul(size)), first)
+            })
     }
 }
 
