@@ -402,6 +402,22 @@ impl Poly {
         self.0.iter().map(|(m, c)| (m, *c))
     }
 
+    /// The largest integer that divides `self` for every value of its dims: the gcd of its
+    /// coefficients where each is an integer and each term a product of dims with positive
+    /// exponents (so an integer), else 1.
+    fn integer_factor(&self) -> u128 {
+        let integral = self.0.iter().all(|(m, c)| {
+            c.as_int().is_some() && m.0.iter().all(|(a, e)| *e > 0 && matches!(a, Atom::Sym(_)))
+        });
+        match integral {
+            true => self
+                .0
+                .iter()
+                .fold(0, |g, (_, c)| gcd(g, c.numer().unsigned_abs())),
+            false => 1,
+        }
+    }
+
     /// `(a, b)` with `self == a * s + b`, when `s` appears only to the first power and
     /// outside opaque atoms.
     fn split_linear(&self, s: Sym) -> Option<(Poly, Poly)> {
@@ -605,9 +621,12 @@ impl DimTable {
     }
 
     /// Whether `p`, a size, is 1 for no value of the free dims: provably at least 2
-    /// (`12 * B * N`), or provably at most 0.
+    /// (`12 * B * N`), provably at most 0, or a multiple of an integer at least 2
+    /// (`2 * N - 2`, which is 0 or at least 2).
     pub fn never_one(&self, p: &Poly) -> bool {
-        self.provably_nonneg(&p.sub(&Poly::int(2))) || self.provably_nonneg(&p.neg())
+        self.provably_nonneg(&p.sub(&Poly::int(2)))
+            || self.provably_nonneg(&p.neg())
+            || self.with_consts(p).integer_factor() >= 2
     }
 
     /// Whether `p` is at least 1 for every value of the free dims: a size that is never 0.
