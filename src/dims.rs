@@ -401,6 +401,22 @@ impl Poly {
         self.0.iter().map(|(m, c)| (m, *c))
     }
 
+    /// The largest integer that divides `self` for every value of its dims: the gcd of its
+    /// coefficients where each is an integer and each term a product of dims with positive
+    /// exponents (so an integer), else 1.
+    fn integer_factor(&self) -> u128 {
+        let integral = self.0.iter().all(|(m, c)| {
+            c.as_int().is_some() && m.0.iter().all(|(a, e)| *e > 0 && matches!(a, Atom::Sym(_)))
+        });
+        match integral {
+            true => self
+                .0
+                .iter()
+                .fold(0, |g, (_, c)| gcd(g, c.numer().unsigned_abs())),
+            false => 1,
+        }
+    }
+
     /// `(a, b)` with `self == a * s + b`, when `s` appears only to the first power and
     /// outside opaque atoms.
     fn split_linear(&self, s: Sym) -> Option<(Poly, Poly)> {

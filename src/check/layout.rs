@@ -551,38 +551,86 @@ pub fn contiguous_as_suggested(dims: &DimTable, operands: &[&TensorType], shape:
     })
 }
 
-/// Whether PyTorch's `suggest_memory_format` may call `t` channels-last where that gives a
-/// result of `shape` (4-d or 5-d) other strides than row-major on its axes not of size 1.
-/// Channels-last needs axis 1 innermost: it is ruled out where the last axis's stride is
-/// smaller than axis 1's, or the strides are row-major, on axes never of size 1; or where
-/// the last axis is never of size 1 and has stride 1 and axis 1 is never of size 1, for
-/// then axis 1's stride times its size exceeds the last axis's. Where axis 1 is 1 in the
-/// result wherever it is in `t`, the two layouts agree anyway. Being contiguous rules out
-/// nothing: the stride of an axis of size 1 is whatever a view made it (`[1, 2, 1, 1]`
-/// with strides `[2, 1, 2, 2]` is contiguous and channels-last, and `cat` of it along the
-/// last axis is laid out so).
+/// Whether PyTorch's `suggest_memory_format` may call `t` channels-last at sizes where that
+/// gives a result of `shape` (4-d or 5-d) other strides than row-major on its axes not of
+/// size 1. Each of `t`'s lists of strides is tried in each size-1 scenario of the free dims
+/// (the others at 2 or more); where more free dims occur than are tried exhaustively, or
+/// `t` may have any strides, channels-last is not ruled out.
 fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> bool {
     if !matches!(shape.len(), 4 | 5) {
         return false;
     }
-    if t.rank() != shape.len() || t.varies() {
+    let Some(layouts) = t.layouts().filter(|_| t.rank() == shape.len()) else {
+        return true;
+    };
+    let free = free_dims(dims, t.shape.iter().chain(&t.strides).chain(shape));
+    if free.len() > ONES_TRIED_EXHAUSTIVELY {
         return true;
     }
-    let last = t.rank() - 1;
-    // `suggest_memory_format` takes axis 1 innermost, so a last axis with a smaller
-    // stride rules it out, whatever the sizes; and it calls a tensor with row-major
-    // strides on every axis contiguous. Both read strides that are PyTorch's only on axes
-    // never of size 1 (on an axis of size 1, PyTorch keeps what a view or `expand` left).
-    let real = |a: usize| dims.never_one(&t.shape[a]);
-    let row_major = row_major_strides(&t.shape);
-    let smaller_last = real(1) && real(last) && dims.provably_positive(&t.strides[1].sub(&t.strides[last]));
-    let all_row_major = (0..t.rank()).all(|a| real(a) && dims.equal(&t.strides[a], &row_major[a]));
-    if smaller_last || all_row_major {
-        return false;
+    let mut sets = subsets(&free);
+    sets.push(Vec::new());
+    sets.iter().any(|ones| {
+        let at = |ps: &[Poly]| -> Vec<Poly> { ps.iter().map(|p| with_ones(p, ones, &free, 1)).collect() };
+        let result = at(shape);
+        let row_major = row_major_strides(&result);
+        let differs = channels_last(&result)
+            .iter()
+            .zip(&row_major)
+            .zip(&result)
+            .any(|((c, r), size)| !dims.is_one(size) && !dims.equal(c, r));
+        let t_shape = at(&t.shape);
+        differs
+            && layouts
+                .iter()
+                .any(|strides| strides_like_channels_last(dims, &t_shape, &at(strides)))
+    })
+}
+
+/// Whether c10's `is_channels_last_strides_2d_s4` (`_3d_s5`) may hold for `strides` of
+/// `shape` at some sizes. The walk takes axis 1 innermost, then the last axes from the
+/// right, then axis 0: a stride of 0 on axis 1, an empty axis, a stride below the extent of
+/// the axes before it, or axis 0 reached by axis 1's extent alone (an `N111` tensor, taken
+/// as contiguous) says no. Each test that says no is taken where it provably does. The
+/// strides are PyTorch's only on axes not of size 1 (on one of size 1, PyTorch keeps what a
+/// view, `expand` or `contiguous` left), so those of axes of size 1 are unknown, and an
+/// axis that may be 1 or not is followed both ways.
+fn strides_like_channels_last(dims: &DimTable, shape: &[Poly], strides: &[Poly]) -> bool {
+    let mut order = vec![1];
+    order.extend((2..shape.len()).rev());
+    order.push(0);
+    let walk = Walk { dims, shape, strides };
+    walk.from(&order, None, None)
+}
+
+/// The state of [`strides_like_channels_last`]'s walk over a tensor.
+struct Walk<'a> {
+    dims: &'a DimTable,
+    shape: &'a [Poly],
+    strides: &'a [Poly],
+}
+
+impl Walk<'_> {
+    /// Whether the walk may pass the axes `order`, with `min` the extent of those before
+    /// (unknown after an axis of size 1) and `first` axis 1's stride where it is known.
+    fn from(&self, order: &[usize], min: Option<Poly>, first: Option<Poly>) -> bool {
+        let Some((&d, rest)) = order.split_first() else {
+            return true;
+        };
+        let dims = self.dims;
+        let (size, stride) = (&self.shape[d], &self.strides[d]);
+        let n111 = d == 0 && matches!((&min, &first), (Some(m), Some(f)) if dims.equal(m, f));
+        if dims.with_consts(size).is_zero() || n111 {
+            return false;
+        }
+        let as_one = !dims.never_one(size) && self.from(rest, None, first.clone());
+        as_one
+            || (!dims.is_one(size) && {
+                let below = min.is_some_and(|m| dims.provably_positive(&m.sub(stride)));
+                let zero = d == 1 && dims.with_consts(stride).is_zero();
+                let first = if d == 1 { Some(stride.clone()) } else { first };
+                !below && !zero && self.from(rest, Some(stride.mul(size)), first)
+            })
     }
-    let inner = dims.is_one(&t.strides[last]) && dims.never_one(&t.shape[last]);
-    let channels = dims.never_one(&t.shape[1]) || dims.equal(&t.shape[1], &shape[1]);
-    !(inner && channels)
 }
 
 /// `x.reshape(shape)`: a view where PyTorch's `view` succeeds, a row-major copy where it
@@ -652,6 +700,16 @@ fn free_dims<'a>(dims: &DimTable, sizes: impl Iterator<Item = &'a Poly>) -> Vec<
     free
 }
 
+/// `p` in a size-1 scenario: the dims `ones` at 1, the other `free` dims `s` shifted to
+/// `s + by` (with `by = 1`, a dim at least 2 as `s + 1` with `s >= 1`; `-1` shifts back).
+fn with_ones(p: &Poly, ones: &[Sym], free: &[Sym], by: i64) -> Poly {
+    p.substitute(&|s| match ones.contains(&s) {
+        true => Some(Poly::int(1)),
+        false if free.contains(&s) => Some(Poly::sym(s).add(&Poly::int(by))),
+        false => None,
+    })
+}
+
 /// The strides of `x.view(shape)` where it succeeds for some sizes only, other than the
 /// copy's on the axes not of size 1. Tried with each combination of free dims at 1 and the
 /// others at 2 or more, where two axes that are apart in memory must stay apart for every
@@ -665,14 +723,7 @@ fn views_where_dims_are_one(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> 
     sets.push(Vec::new());
     let mut views = Vec::new();
     for ones in &sets {
-        // The dims not at 1 become `s + 1` with `s >= 1`, and back.
-        let shift = |p: &Poly, by: i64| {
-            p.substitute(&|s| match ones.contains(&s) {
-                true => Some(Poly::int(1)),
-                false if free.contains(&s) => Some(Poly::sym(s).add(&Poly::int(by))),
-                false => None,
-            })
-        };
+        let shift = |p: &Poly, by: i64| with_ones(p, ones, &free, by);
         let subs = |ps: &[Poly]| ps.iter().map(|p| shift(p, 1)).collect::<Vec<_>>();
         let at = TensorType {
             shape: subs(&x.shape),
