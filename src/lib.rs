@@ -1,7 +1,7 @@
 //! attnc: a compiler for `.attn`, a small tensor language for multi-head attention.
 //!
 //! The pipeline is the architecture, one module per stage, data flowing one way:
-//! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], shapes from [`dims`]) →
+//! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], shapes from [`dims`] and [`shape`]) →
 //! [`opt`] (e-graph) → [`lower`] ([`kernel`] plan) → [`codegen`] (Cranelift) → [`runtime`]
 //! (the JIT's executables, or the reference interpreter straight from the IR). Stages never
 //! print; they return values and [`diagnostic::Diagnostic`]s, which [`render`] turns into
@@ -13,6 +13,7 @@ pub mod lexer;
 pub mod ast;
 pub mod parser;
 pub mod dims;
+pub mod shape;
 pub mod size;
 pub mod ops;
 pub mod ir;
