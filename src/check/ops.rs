@@ -6,10 +6,10 @@ use super::layout::{self, view_strides, Layout};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
 use crate::diagnostic::{Code, Diagnostic};
-use crate::dims::DimTable;
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, TensorType, UnaryOp, ValueId};
 use crate::ops::table::{self, OpDef, Rule};
+use crate::shape::{self, CatError, LinearError, MatmulError, Mismatch};
 use crate::source::Span;
 
 impl Checker {
@@ -307,24 +307,21 @@ impl Checker {
 
     /// `parts` joined along `axis`, each written by `items`.
     fn cat_ids(&mut self, parts: &[ValueId], items: &[Expr], axis: usize, span: Span) -> Option<Value> {
-        let first = parts[0];
-        let t = self.ty(first).clone();
-        let mut shape = t.shape.clone();
-        for (&p, e) in parts.iter().zip(items).skip(1) {
-            let s = self.ty(p).shape.clone();
-            let fits = s.len() == t.rank()
-                && (0..s.len()).all(|i| i == axis || self.prog.dims.equal(&s[i], &t.shape[i]));
-            if !fits {
+        let t = self.ty(parts[0]).clone();
+        let shapes: Vec<&[Poly]> = parts.iter().map(|&p| self.ty(p).shape.as_slice()).collect();
+        let shape = match shape::cat(&self.prog.dims, axis, &shapes) {
+            Ok(shape) => shape,
+            Err(CatError::Part(i)) => {
                 let msg = format!(
                     "`cat` along axis {axis} of {} and {}: the other axes differ",
                     self.shape_text(&t.shape),
-                    self.shape_text(&s)
+                    self.shape_text(shapes[i])
                 );
-                self.error(Code::E0201, e.span, msg);
+                self.error(Code::E0201, items[i].span, msg);
                 return None;
             }
-            shape[axis] = shape[axis].add(&s[axis]);
-        }
+            Err(CatError::Axis) => unreachable!("`axis` is an axis of the first part"),
+        };
         let ty = self.laid_out(layout::joined, parts, shape, t.dtype);
         Some(self.push(Op::Cat(axis), parts.to_vec(), ty, span))
     }
@@ -498,31 +495,20 @@ impl Checker {
 
     /// The broadcast shape of two shapes.
     pub(super) fn broadcast_shapes(&mut self, a: &[Poly], b: &[Poly], span: Span) -> Option<Vec<Poly>> {
-        let n = a.len().max(b.len());
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let da = (i + a.len()).checked_sub(n).map(|j| &a[j]);
-            let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
-            let d = match (da, db) {
-                (Some(p), None) | (None, Some(p)) => p.clone(),
-                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, q, p) => p.clone(),
-                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, p, q) => q.clone(),
-                (Some(p), Some(q)) => {
-                    let msg = format!(
-                        "cannot broadcast {} with {}: `{}` vs `{}` on axis {i} of the result",
-                        self.shape_text(a),
-                        self.shape_text(b),
-                        self.dim_text(p),
-                        self.dim_text(q)
-                    );
-                    self.error(Code::E0201, span, msg);
-                    return None;
-                }
-                (None, None) => unreachable!("i < n"),
-            };
-            out.push(d);
+        match shape::broadcast(&self.prog.dims, a, b) {
+            Ok(out) => Some(out),
+            Err(Mismatch { axis, left, right }) => {
+                let msg = format!(
+                    "cannot broadcast {} with {}: `{}` vs `{}` on axis {axis} of the result",
+                    self.shape_text(a),
+                    self.shape_text(b),
+                    self.dim_text(&left),
+                    self.dim_text(&right)
+                );
+                self.error(Code::E0201, span, msg);
+                None
+            }
         }
-        Some(out)
     }
 
     pub(crate) fn linear(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
@@ -533,49 +519,60 @@ impl Checker {
             None => None,
         };
         let (x, w) = (x?, w?);
-        let (tx, tw) = (self.ty(x).clone(), self.ty(w).clone());
-        if tw.rank() != 2 {
-            let msg = format!(
-                "the weight of `linear` must be [out, in], found {}",
-                self.shape_text(&tw.shape)
-            );
-            self.error(Code::E0201, args[1].span, msg);
-            return None;
-        }
-        let Some(features) = tx.shape.last() else {
-            self.error(Code::E0201, args[0].span, "the input of `linear` is a scalar");
-            return None;
-        };
-        if !self.prog.dims.equal(features, &tw.shape[1]) {
-            let msg = format!(
-                "`linear` of {} by a weight {}: the input has `{}` features, the weight takes `{}`",
-                self.shape_text(&tx.shape),
-                self.shape_text(&tw.shape),
-                self.dim_text(features),
-                self.dim_text(&tw.shape[1])
-            );
-            let d = Diagnostic::error(Code::E0201, span, msg)
-                .with_hint("weights are in PyTorch's [out, in] layout: `y = x W^T + b`");
-            self.report(d);
-            return None;
-        }
-        if let Some(b) = b {
-            let tb = self.ty(b).clone();
-            if tb.rank() != 1 || !self.prog.dims.equal(&tb.shape[0], &tw.shape[0]) {
-                let msg = format!(
-                    "the bias of `linear` is {}, but the weight {} has `{}` outputs",
-                    self.shape_text(&tb.shape),
-                    self.shape_text(&tw.shape),
-                    self.dim_text(&tw.shape[0])
-                );
-                self.error(Code::E0201, args[2].span, msg);
+        let (tx, tw) = (self.ty(x).shape.clone(), self.ty(w).shape.clone());
+        let tb = b.map(|b| self.ty(b).shape.clone());
+        let shape = match shape::linear(&self.prog.dims, &tx, &tw, tb.as_deref()) {
+            Ok(shape) => shape,
+            Err(e) => {
+                self.report(self.linear_error(e, args, &tx, &tw, tb.as_deref().unwrap_or_default(), span));
                 return None;
             }
-        }
-        let mut shape = tx.shape[..tx.rank() - 1].to_vec();
-        shape.push(tw.shape[0].clone());
+        };
         let ins = [Some(x), Some(w), b].into_iter().flatten().collect();
         Some(self.push(Op::Linear, ins, TensorType::row_major(shape, DType::F32), span))
+    }
+
+    fn linear_error(
+        &self,
+        e: LinearError,
+        args: &[&Expr],
+        tx: &[Poly],
+        tw: &[Poly],
+        tb: &[Poly],
+        span: Span,
+    ) -> Diagnostic {
+        match e {
+            LinearError::WeightRank => {
+                let msg = format!(
+                    "the weight of `linear` must be [out, in], found {}",
+                    self.shape_text(tw)
+                );
+                Diagnostic::error(Code::E0201, args[1].span, msg)
+            }
+            LinearError::ScalarInput => {
+                Diagnostic::error(Code::E0201, args[0].span, "the input of `linear` is a scalar")
+            }
+            LinearError::Features => {
+                let msg = format!(
+                    "`linear` of {} by a weight {}: the input has `{}` features, the weight takes `{}`",
+                    self.shape_text(tx),
+                    self.shape_text(tw),
+                    self.dim_text(&tx[tx.len() - 1]),
+                    self.dim_text(&tw[1])
+                );
+                Diagnostic::error(Code::E0201, span, msg)
+                    .with_hint("weights are in PyTorch's [out, in] layout: `y = x W^T + b`")
+            }
+            LinearError::Bias => {
+                let msg = format!(
+                    "the bias of `linear` is {}, but the weight {} has `{}` outputs",
+                    self.shape_text(tb),
+                    self.shape_text(tw),
+                    self.dim_text(&tw[0])
+                );
+                Diagnostic::error(Code::E0201, args[2].span, msg)
+            }
+        }
     }
 
     /// `torch.matmul`: vectors are promoted and their axis removed again, batch dims
@@ -585,48 +582,13 @@ impl Checker {
         let y = self.expect_tensor(b, bspan, "an operand of `@`");
         let (x, y) = (x?, y?);
         let (ta, tb) = (self.ty(x).shape.clone(), self.ty(y).shape.clone());
-        if ta.is_empty() || tb.is_empty() {
-            self.error(
-                Code::E0201,
-                span,
-                "`@` needs tensors of rank 1 or more, found a scalar",
-            );
-            return None;
-        }
-        let one = Poly::int(1);
-        let pa = if ta.len() == 1 {
-            vec![one.clone(), ta[0].clone()]
-        } else {
-            ta.clone()
+        let shape = match shape::matmul(&self.prog.dims, &ta, &tb) {
+            Ok(shape) => shape,
+            Err(e) => {
+                self.report(self.matmul_error(e, &ta, &tb, span));
+                return None;
+            }
         };
-        let pb = if tb.len() == 1 {
-            vec![tb[0].clone(), one.clone()]
-        } else {
-            tb.clone()
-        };
-        let (k1, k2) = (&pa[pa.len() - 1], &pb[pb.len() - 2]);
-        if !self.prog.dims.equal(k1, k2) {
-            let msg = format!(
-                "matmul inner dims differ: {} @ {} (`{}` vs `{}`)",
-                self.shape_text(&ta),
-                self.shape_text(&tb),
-                self.dim_text(k1),
-                self.dim_text(k2)
-            );
-            let d = Diagnostic::error(Code::E0201, span, msg).with_hint(
-                "the last axis of the left operand must equal the second-to-last of the right; a `.transpose(-2, -1)` may be missing",
-            );
-            self.report(d);
-            return None;
-        }
-        let batch = self.broadcast_batch(&pa[..pa.len() - 2], &pb[..pb.len() - 2], &ta, &tb, span)?;
-        let mut shape = batch;
-        if ta.len() > 1 {
-            shape.push(pa[pa.len() - 2].clone());
-        }
-        if tb.len() > 1 {
-            shape.push(pb[pb.len() - 1].clone());
-        }
         Some(self.push(
             Op::MatMul,
             vec![x, y],
@@ -635,38 +597,36 @@ impl Checker {
         ))
     }
 
-    fn broadcast_batch(
-        &mut self,
-        a: &[Poly],
-        b: &[Poly],
-        ta: &[Poly],
-        tb: &[Poly],
-        span: Span,
-    ) -> Option<Vec<Poly>> {
-        let n = a.len().max(b.len());
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let da = (i + a.len()).checked_sub(n).map(|j| &a[j]);
-            let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
-            out.push(match (da, db) {
-                (Some(p), None) | (None, Some(p)) => p.clone(),
-                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, q, p) => p.clone(),
-                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, p, q) => q.clone(),
-                (Some(p), Some(q)) => {
-                    let msg = format!(
-                        "matmul batch dims do not broadcast: {} @ {} (`{}` vs `{}`)",
-                        self.shape_text(ta),
-                        self.shape_text(tb),
-                        self.dim_text(p),
-                        self.dim_text(q)
-                    );
-                    self.error(Code::E0201, span, msg);
-                    return None;
-                }
-                (None, None) => unreachable!("i < n"),
-            });
+    fn matmul_error(&self, e: MatmulError<Poly>, ta: &[Poly], tb: &[Poly], span: Span) -> Diagnostic {
+        match e {
+            MatmulError::Scalar => Diagnostic::error(
+                Code::E0201,
+                span,
+                "`@` needs tensors of rank 1 or more, found a scalar",
+            ),
+            MatmulError::Inner { left, right } => {
+                let msg = format!(
+                    "matmul inner dims differ: {} @ {} (`{}` vs `{}`)",
+                    self.shape_text(ta),
+                    self.shape_text(tb),
+                    self.dim_text(&left),
+                    self.dim_text(&right)
+                );
+                Diagnostic::error(Code::E0201, span, msg).with_hint(
+                    "the last axis of the left operand must equal the second-to-last of the right; a `.transpose(-2, -1)` may be missing",
+                )
+            }
+            MatmulError::Batch(Mismatch { left, right, .. }) => {
+                let msg = format!(
+                    "matmul batch dims do not broadcast: {} @ {} (`{}` vs `{}`)",
+                    self.shape_text(ta),
+                    self.shape_text(tb),
+                    self.dim_text(&left),
+                    self.dim_text(&right)
+                );
+                Diagnostic::error(Code::E0201, span, msg)
+            }
         }
-        Some(out)
     }
 
     pub(crate) fn transpose(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
@@ -675,8 +635,7 @@ impl Checker {
         let d0 = self.axis(args[1], t.rank(), false);
         let d1 = self.axis(args[2], t.rank(), false);
         let (d0, d1) = (d0?, d1?);
-        let mut shape = t.shape.clone();
-        shape.swap(d0, d1);
+        let shape = shape::transposed(&t.shape, d0, d1).expect("`axis` checked both axes");
         let laid = Layout::moved(&self.prog.dims, &t, |s| {
             let mut s = s.to_vec();
             s.swap(d0, d1);
@@ -691,11 +650,7 @@ impl Checker {
         let t = self.ty(x).clone();
         let axes: Option<Vec<usize>> = args[1..].iter().map(|a| self.axis(a, t.rank(), false)).collect();
         let axes = axes?;
-        let mut seen = vec![false; t.rank()];
-        for &a in &axes {
-            seen[a] = true;
-        }
-        if axes.len() != t.rank() || seen.iter().any(|s| !s) {
+        if !shape::is_permutation(&axes, t.rank()) {
             let list: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
             let msg = format!(
                 "`permute({})` is not a permutation of the {} axes of {}",
@@ -709,7 +664,7 @@ impl Checker {
         let laid = Layout::moved(&self.prog.dims, &t, |s| {
             axes.iter().map(|&a| s[a].clone()).collect()
         });
-        let out = laid.with(axes.iter().map(|&a| t.shape[a].clone()).collect(), t.dtype);
+        let out = laid.with(shape::permuted(&t.shape, &axes), t.dtype);
         Some(self.push(Op::Permute(axes), vec![x], out, span))
     }
 
@@ -955,14 +910,9 @@ impl Checker {
         };
         let stack = name == "stack";
         let d = self.axis(args[1], item.rank(), stack)?;
-        let mut shape = item.shape.clone();
-        let op = if stack {
-            shape.insert(d, len);
-            Op::Stack(d)
-        } else {
-            shape[d] = shape[d].mul(&len);
-            Op::Concat(d)
-        };
+        let shape = shape::joined(&self.prog.dims, &item.shape, &len, d, stack)
+            .expect("`axis` checked `d` against the item's rank");
+        let op = if stack { Op::Stack(d) } else { Op::Concat(d) };
         let laid = match stack {
             true => layout::stacked(&self.prog.dims, &[&item], d, &shape),
             false => layout::joined(&self.prog.dims, &[&item], &shape),
@@ -1197,11 +1147,6 @@ pub(super) fn is_none(e: &Expr) -> bool {
 
 pub(super) fn scalar() -> TensorType {
     TensorType::row_major(Vec::new(), DType::F32)
-}
-
-/// Whether an axis of size `from` broadcasts to `to`: equal, or provably 1.
-fn broadcasts_to(dims: &DimTable, from: &Poly, to: &Poly) -> bool {
-    dims.is_one(from) || dims.equal(from, to)
 }
 
 /// The literal `-1` of a view's sizes.
