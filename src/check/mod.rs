@@ -7,6 +7,7 @@
 //! are reported. Op shape rules live in `ops`, stride rules in `layout`, dim expressions in
 //! `dim_expr`, declarations and statements in `items`.
 
+mod apply;
 mod args;
 mod attention;
 mod dim_expr;

@@ -8,7 +8,7 @@ use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, TensorType, UnaryOp, ValueId};
-use crate::ops::table::{self, OpDef, Rule};
+use crate::ops::table;
 use crate::shape::{self, CatError, LinearError, MatmulError, Mismatch};
 use crate::source::Span;
 
@@ -217,34 +217,6 @@ impl Checker {
             d = d.with_hint(hint);
         }
         self.report(d);
-    }
-
-    /// Runs `def`'s rule on bound arguments. Trailing arguments that are `None` are left
-    /// out, so a rule sees an optional operand (a bias) as absent.
-    fn apply(&mut self, def: &OpDef, args: &[&Expr], span: Span) -> Option<Value> {
-        match def.rule {
-            Rule::Unary(op) => {
-                let x = self.expr(args[0]);
-                Some(self.unary(op, &x, args[0].span, span))
-            }
-            Rule::Binary(op) => {
-                let (a, b) = (self.expr(args[0]), self.expr(args[1]));
-                let x = self.expect_tensor(&a, args[0].span, "an operand of arithmetic");
-                let y = self.expect_tensor(&b, args[1].span, "an operand of arithmetic");
-                Some(Value::Tensor(self.elementwise(
-                    Op::Binary(op),
-                    DType::F32,
-                    x?,
-                    y?,
-                    span,
-                )?))
-            }
-            Rule::Reduce(op) => self.reduction(op, args, span),
-            Rule::Check(rule) => {
-                let present = args.len() - args.iter().rev().take_while(|e| is_none(e)).count();
-                rule(self, &args[..present], span)
-            }
-        }
     }
 
     pub(crate) fn matmul_op(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
