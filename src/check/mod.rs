@@ -10,10 +10,12 @@
 mod apply;
 mod args;
 mod attention;
+mod contraction;
 mod dim_expr;
 mod dtypes;
 mod gather;
 mod items;
+mod join;
 mod layers;
 mod movement;
 mod names;
@@ -21,6 +23,7 @@ pub(crate) mod layout;
 mod ops;
 mod rules;
 mod state;
+mod views;
 
 use crate::ast;
 use crate::diagnostic::{Code, Diagnostic};
