@@ -503,7 +503,7 @@ fn flag(d: &Data) -> Option<bool> {
 
 /// An optional operand: `Some(None)` when absent, `Some(Some(shape))` for a tensor,
 /// `None` for anything else.
-fn optional<'a>(d: &'a Data) -> Option<Option<&'a [Poly]>> {
+fn optional(d: &Data) -> Option<Option<&[Poly]>> {
     match d.is_none() {
         true => Some(None),
         false => Some(Some(d.shape()?)),
