@@ -1,9 +1,10 @@
 //! attnc: a compiler for `.attn`, a small tensor language for multi-head attention.
 //!
 //! The pipeline is the architecture, one module per stage, data flowing one way:
-//! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], shapes from [`dims`] and [`shape`]) →
-//! [`opt`] (e-graph) → [`lower`] ([`kernel`] plan) → [`codegen`] (Cranelift) → [`runtime`]
-//! (the JIT's executables, or the reference interpreter straight from the IR). Stages never
+//! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], sizes from [`dims`],
+//! shape rules from [`shape`]) → [`opt`] (e-graph) → [`lower`] ([`kernel`] plan) →
+//! [`codegen`] (Cranelift) → [`runtime`] (the JIT's executables, or the reference
+//! interpreter straight from the IR). Stages never
 //! print; they return values and [`diagnostic::Diagnostic`]s, which [`render`] turns into
 //! text or JSON for the CLI and the [`repl`].
 
