@@ -4,9 +4,9 @@
 //! source → [`lexer`] → [`parser`] ([`ast`]) → [`check`] ([`ir`], sizes from [`dims`],
 //! shape rules from [`shape`]) → [`opt`] (e-graph) → [`lower`] ([`kernel`] plan) →
 //! [`codegen`] (Cranelift) → [`runtime`] (the JIT's executables, or the reference
-//! interpreter straight from the IR). Stages never
-//! print; they return values and [`diagnostic::Diagnostic`]s, which [`render`] turns into
-//! text or JSON for the CLI and the [`repl`].
+//! interpreter straight from the IR). Stages never print; they return values and
+//! [`diagnostic::Diagnostic`]s, which [`render`] turns into text or JSON for the CLI and
+//! the [`repl`].
 
 pub mod source;
 pub mod diagnostic;
