@@ -10,6 +10,7 @@ use crate::ast::Expr;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, DType, Op, Program, TensorType, UnaryOp, ValueId};
+use crate::shape;
 use crate::source::Span;
 
 const SDPA: &str = "scaled_dot_product_attention";
@@ -188,7 +189,7 @@ impl Checker {
         }
         let (hq, hk) = (&tq[tq.len() - 3], &tk[tk.len() - 3]);
         let dims = &self.prog.dims;
-        if dims.equal(hq, hk) || dims.is_one(hq) || dims.is_one(hk) {
+        if shape::broadcasts_to(dims, hq, hk) || shape::broadcasts_to(dims, hk, hq) {
             return true;
         }
         let msg = format!(

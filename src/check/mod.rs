@@ -7,12 +7,15 @@
 //! are reported. Op shape rules live in `ops`, stride rules in `layout`, dim expressions in
 //! `dim_expr`, declarations and statements in `items`.
 
+mod apply;
 mod args;
 mod attention;
+mod contraction;
 mod dim_expr;
 mod dtypes;
 mod gather;
 mod items;
+mod join;
 mod layers;
 mod movement;
 mod names;
@@ -20,6 +23,7 @@ pub(crate) mod layout;
 mod ops;
 mod rules;
 mod state;
+mod views;
 
 use crate::ast;
 use crate::diagnostic::{Code, Diagnostic};

@@ -8,6 +8,7 @@ use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::Code;
 use crate::dims::Poly;
 use crate::ir::{Op, ValueId};
+use crate::shape;
 use crate::source::Span;
 
 impl Checker {
@@ -45,7 +46,7 @@ impl Checker {
             }
             if let Some(j) = i.checked_sub(pad) {
                 let dims = &self.prog.dims;
-                if !dims.equal(&t.shape[j], &size) && !dims.is_one(&t.shape[j]) {
+                if !shape::broadcasts_to(dims, &t.shape[j], &size) {
                     let msg = format!(
                         "cannot expand axis {j} of {} from `{}` to `{}`: only an axis of size 1 repeats, and `{}` is not provably 1 nor provably `{}`",
                         self.shape_text(&t.shape),

@@ -1,15 +1,18 @@
-//! Expressions and the shape rules of every op, with PyTorch's semantics.
+//! Expressions with PyTorch's semantics: names and literals, calls (applied by
+//! `apply.rs`), arithmetic with broadcasting, indexing, and the rules of the ops of one
+//! axis (`softmax`) or of a mask (`masked_fill`). Views, joins and contractions have
+//! rooms of their own.
 
 use super::dim_expr::size_query;
 use super::dtypes::module_root;
-use super::layout::{self, view_strides, Layout};
+use super::layout::{self, Layout};
 use super::{Checker, Entry, Value};
 use crate::ast::{BinOp, Expr, ExprKind, Ident, Kwarg};
 use crate::diagnostic::{Code, Diagnostic};
-use crate::dims::DimTable;
-use crate::dims::{Poly, Ratio};
+use crate::dims::{DimTable, Poly, Ratio};
 use crate::ir::{BinaryOp, CmpOp, DType, Op, TensorType, UnaryOp, ValueId};
-use crate::ops::table::{self, OpDef, Rule};
+use crate::ops::table;
+use crate::shape::{self, Mismatch};
 use crate::source::Span;
 
 impl Checker {
@@ -219,54 +222,6 @@ impl Checker {
         self.report(d);
     }
 
-    /// Runs `def`'s rule on bound arguments. Trailing arguments that are `None` are left
-    /// out, so a rule sees an optional operand (a bias) as absent.
-    fn apply(&mut self, def: &OpDef, args: &[&Expr], span: Span) -> Option<Value> {
-        match def.rule {
-            Rule::Unary(op) => {
-                let x = self.expr(args[0]);
-                Some(self.unary(op, &x, args[0].span, span))
-            }
-            Rule::Binary(op) => {
-                let (a, b) = (self.expr(args[0]), self.expr(args[1]));
-                let x = self.expect_tensor(&a, args[0].span, "an operand of arithmetic");
-                let y = self.expect_tensor(&b, args[1].span, "an operand of arithmetic");
-                Some(Value::Tensor(self.elementwise(
-                    Op::Binary(op),
-                    DType::F32,
-                    x?,
-                    y?,
-                    span,
-                )?))
-            }
-            Rule::Reduce(op) => self.reduction(op, args, span),
-            Rule::Check(rule) => {
-                let present = args.len() - args.iter().rev().take_while(|e| is_none(e)).count();
-                rule(self, &args[..present], span)
-            }
-        }
-    }
-
-    pub(crate) fn matmul_op(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let (a, b) = (self.expr(args[0]), self.expr(args[1]));
-        self.matmul(&a, &b, args[0].span, args[1].span, span)
-    }
-
-    pub(crate) fn view_op(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        self.view(args, span, false)
-    }
-
-    pub(crate) fn reshape_op(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        self.view(args, span, true)
-    }
-
-    pub(crate) fn contiguous(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let x = self.tensor_arg(args[0], "the argument of `contiguous`")?;
-        let t = self.ty(x).clone();
-        let ty = self.laid_out(layout::contiguous, &[x], t.shape, t.dtype);
-        Some(self.push(Op::Contiguous, vec![x], ty, span))
-    }
-
     /// Identity: the compiler targets inference.
     pub(crate) fn dropout(&mut self, args: &[&Expr], _span: Span) -> Option<Value> {
         let x = self.expr(args[0]);
@@ -274,101 +229,6 @@ impl Checker {
             self.float_param(p, "the probability of `dropout`")?;
         }
         Some(x)
-    }
-
-    pub(crate) fn concat(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        match &args[0].kind {
-            ExprKind::List(items) | ExprKind::Tuple(items) => self.cat_list(items, args[1], span),
-            _ => self.join("concat", args, span),
-        }
-    }
-
-    /// `cat([a, b, ..], dim)`: tensors of one rank that agree on every axis but `dim`; laid
-    /// out as `joined` says (row-major, or channels-last as PyTorch keeps it).
-    fn cat_list(&mut self, items: &[Expr], dim: &Expr, span: Span) -> Option<Value> {
-        let parts = self.list_parts("cat", items, span)?;
-        let axis = self.axis(dim, self.ty(parts[0]).rank(), false)?;
-        self.cat_ids(&parts, items, axis, span)
-    }
-
-    /// The tensors of a non-empty list argument of `op`.
-    fn list_parts(&mut self, op: &str, items: &[Expr], span: Span) -> Option<Vec<ValueId>> {
-        let mut parts = Vec::new();
-        for e in items {
-            parts.push(self.tensor_arg(e, &format!("a part of `{op}`")));
-        }
-        let parts: Vec<ValueId> = parts.into_iter().collect::<Option<_>>()?;
-        if parts.is_empty() {
-            self.error(Code::E0208, span, format!("`{op}` of an empty list"));
-            return None;
-        }
-        Some(parts)
-    }
-
-    /// `parts` joined along `axis`, each written by `items`.
-    fn cat_ids(&mut self, parts: &[ValueId], items: &[Expr], axis: usize, span: Span) -> Option<Value> {
-        let first = parts[0];
-        let t = self.ty(first).clone();
-        let mut shape = t.shape.clone();
-        for (&p, e) in parts.iter().zip(items).skip(1) {
-            let s = self.ty(p).shape.clone();
-            let fits = s.len() == t.rank()
-                && (0..s.len()).all(|i| i == axis || self.prog.dims.equal(&s[i], &t.shape[i]));
-            if !fits {
-                let msg = format!(
-                    "`cat` along axis {axis} of {} and {}: the other axes differ",
-                    self.shape_text(&t.shape),
-                    self.shape_text(&s)
-                );
-                self.error(Code::E0201, e.span, msg);
-                return None;
-            }
-            shape[axis] = shape[axis].add(&s[axis]);
-        }
-        let ty = self.laid_out(layout::joined, parts, shape, t.dtype);
-        Some(self.push(Op::Cat(axis), parts.to_vec(), ty, span))
-    }
-
-    /// `stack(tensors, dim)`: a `for` sequence, or a list of tensors of one shape joined
-    /// along a new axis `dim`: `cat` of each part unsqueezed at `dim` in the IR, laid out
-    /// as ATen's `stack` lays it out ([`layout::stacked`]: `cat` along `dim` and a view that
-    /// splits it, so 3-d parts never give a channels-last 4-d result).
-    pub(crate) fn stack(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let (ExprKind::List(items) | ExprKind::Tuple(items)) = &args[0].kind else {
-            return self.join("stack", args, span);
-        };
-        let parts = self.list_parts("stack", items, span)?;
-        let t = self.ty(parts[0]).clone();
-        for (&p, e) in parts.iter().zip(items).skip(1) {
-            let s = self.ty(p).shape.clone();
-            let same = s.len() == t.rank() && s.iter().zip(&t.shape).all(|(a, b)| self.prog.dims.equal(a, b));
-            if !same {
-                let msg = format!(
-                    "`stack` of {} and {}: every part has one shape",
-                    self.shape_text(&t.shape),
-                    self.shape_text(&s)
-                );
-                self.error(Code::E0201, e.span, msg);
-                return None;
-            }
-        }
-        let axis = self.axis(args[1], t.rank(), true)?;
-        let mut unsqueezed = Vec::new();
-        for &p in &parts {
-            let out = layout::unsqueezed(&self.prog.dims, self.ty(p), axis);
-            match self.push(Op::Unsqueeze(axis), vec![p], out, span) {
-                Value::Tensor(id) => unsqueezed.push(id),
-                _ => unreachable!("push makes a tensor"),
-            }
-        }
-        let joined = self.cat_ids(&unsqueezed, items, axis, span)?;
-        if let Value::Tensor(id) = joined {
-            let types: Vec<&TensorType> = parts.iter().map(|&p| self.ty(p)).collect();
-            let shape = self.ty(id).shape.clone();
-            let laid = layout::stacked(&self.prog.dims, &types, axis, &shape);
-            self.prog.nodes[id].ty = crate::ir::Type::Tensor(laid.with(shape, t.dtype));
-        }
-        Some(joined)
     }
 
     /// A unary primitive: `~` takes a boolean and gives one; `-` refuses a boolean (as
@@ -498,373 +358,20 @@ impl Checker {
 
     /// The broadcast shape of two shapes.
     pub(super) fn broadcast_shapes(&mut self, a: &[Poly], b: &[Poly], span: Span) -> Option<Vec<Poly>> {
-        let n = a.len().max(b.len());
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let da = (i + a.len()).checked_sub(n).map(|j| &a[j]);
-            let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
-            let d = match (da, db) {
-                (Some(p), None) | (None, Some(p)) => p.clone(),
-                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, q, p) => p.clone(),
-                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, p, q) => q.clone(),
-                (Some(p), Some(q)) => {
-                    let msg = format!(
-                        "cannot broadcast {} with {}: `{}` vs `{}` on axis {i} of the result",
-                        self.shape_text(a),
-                        self.shape_text(b),
-                        self.dim_text(p),
-                        self.dim_text(q)
-                    );
-                    self.error(Code::E0201, span, msg);
-                    return None;
-                }
-                (None, None) => unreachable!("i < n"),
-            };
-            out.push(d);
-        }
-        Some(out)
-    }
-
-    pub(crate) fn linear(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let x = self.tensor_arg(args[0], "the input of `linear`");
-        let w = self.tensor_arg(args[1], "the weight of `linear`");
-        let b = match args.get(2) {
-            Some(e) => Some(self.tensor_arg(e, "the bias of `linear`")?),
-            None => None,
-        };
-        let (x, w) = (x?, w?);
-        let (tx, tw) = (self.ty(x).clone(), self.ty(w).clone());
-        if tw.rank() != 2 {
-            let msg = format!(
-                "the weight of `linear` must be [out, in], found {}",
-                self.shape_text(&tw.shape)
-            );
-            self.error(Code::E0201, args[1].span, msg);
-            return None;
-        }
-        let Some(features) = tx.shape.last() else {
-            self.error(Code::E0201, args[0].span, "the input of `linear` is a scalar");
-            return None;
-        };
-        if !self.prog.dims.equal(features, &tw.shape[1]) {
-            let msg = format!(
-                "`linear` of {} by a weight {}: the input has `{}` features, the weight takes `{}`",
-                self.shape_text(&tx.shape),
-                self.shape_text(&tw.shape),
-                self.dim_text(features),
-                self.dim_text(&tw.shape[1])
-            );
-            let d = Diagnostic::error(Code::E0201, span, msg)
-                .with_hint("weights are in PyTorch's [out, in] layout: `y = x W^T + b`");
-            self.report(d);
-            return None;
-        }
-        if let Some(b) = b {
-            let tb = self.ty(b).clone();
-            if tb.rank() != 1 || !self.prog.dims.equal(&tb.shape[0], &tw.shape[0]) {
+        match shape::broadcast(&self.prog.dims, a, b) {
+            Ok(out) => Some(out),
+            Err(Mismatch { axis, left, right }) => {
                 let msg = format!(
-                    "the bias of `linear` is {}, but the weight {} has `{}` outputs",
-                    self.shape_text(&tb.shape),
-                    self.shape_text(&tw.shape),
-                    self.dim_text(&tw.shape[0])
+                    "cannot broadcast {} with {}: `{}` vs `{}` on axis {axis} of the result",
+                    self.shape_text(a),
+                    self.shape_text(b),
+                    self.dim_text(&left),
+                    self.dim_text(&right)
                 );
-                self.error(Code::E0201, args[2].span, msg);
-                return None;
+                self.error(Code::E0201, span, msg);
+                None
             }
         }
-        let mut shape = tx.shape[..tx.rank() - 1].to_vec();
-        shape.push(tw.shape[0].clone());
-        let ins = [Some(x), Some(w), b].into_iter().flatten().collect();
-        Some(self.push(Op::Linear, ins, TensorType::row_major(shape, DType::F32), span))
-    }
-
-    /// `torch.matmul`: vectors are promoted and their axis removed again, batch dims
-    /// broadcast.
-    fn matmul(&mut self, a: &Value, b: &Value, aspan: Span, bspan: Span, span: Span) -> Option<Value> {
-        let x = self.expect_tensor(a, aspan, "an operand of `@`");
-        let y = self.expect_tensor(b, bspan, "an operand of `@`");
-        let (x, y) = (x?, y?);
-        let (ta, tb) = (self.ty(x).shape.clone(), self.ty(y).shape.clone());
-        if ta.is_empty() || tb.is_empty() {
-            self.error(
-                Code::E0201,
-                span,
-                "`@` needs tensors of rank 1 or more, found a scalar",
-            );
-            return None;
-        }
-        let one = Poly::int(1);
-        let pa = if ta.len() == 1 {
-            vec![one.clone(), ta[0].clone()]
-        } else {
-            ta.clone()
-        };
-        let pb = if tb.len() == 1 {
-            vec![tb[0].clone(), one.clone()]
-        } else {
-            tb.clone()
-        };
-        let (k1, k2) = (&pa[pa.len() - 1], &pb[pb.len() - 2]);
-        if !self.prog.dims.equal(k1, k2) {
-            let msg = format!(
-                "matmul inner dims differ: {} @ {} (`{}` vs `{}`)",
-                self.shape_text(&ta),
-                self.shape_text(&tb),
-                self.dim_text(k1),
-                self.dim_text(k2)
-            );
-            let d = Diagnostic::error(Code::E0201, span, msg).with_hint(
-                "the last axis of the left operand must equal the second-to-last of the right; a `.transpose(-2, -1)` may be missing",
-            );
-            self.report(d);
-            return None;
-        }
-        let batch = self.broadcast_batch(&pa[..pa.len() - 2], &pb[..pb.len() - 2], &ta, &tb, span)?;
-        let mut shape = batch;
-        if ta.len() > 1 {
-            shape.push(pa[pa.len() - 2].clone());
-        }
-        if tb.len() > 1 {
-            shape.push(pb[pb.len() - 1].clone());
-        }
-        Some(self.push(
-            Op::MatMul,
-            vec![x, y],
-            TensorType::row_major(shape, DType::F32),
-            span,
-        ))
-    }
-
-    fn broadcast_batch(
-        &mut self,
-        a: &[Poly],
-        b: &[Poly],
-        ta: &[Poly],
-        tb: &[Poly],
-        span: Span,
-    ) -> Option<Vec<Poly>> {
-        let n = a.len().max(b.len());
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let da = (i + a.len()).checked_sub(n).map(|j| &a[j]);
-            let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
-            out.push(match (da, db) {
-                (Some(p), None) | (None, Some(p)) => p.clone(),
-                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, q, p) => p.clone(),
-                (Some(p), Some(q)) if broadcasts_to(&self.prog.dims, p, q) => q.clone(),
-                (Some(p), Some(q)) => {
-                    let msg = format!(
-                        "matmul batch dims do not broadcast: {} @ {} (`{}` vs `{}`)",
-                        self.shape_text(ta),
-                        self.shape_text(tb),
-                        self.dim_text(p),
-                        self.dim_text(q)
-                    );
-                    self.error(Code::E0201, span, msg);
-                    return None;
-                }
-                (None, None) => unreachable!("i < n"),
-            });
-        }
-        Some(out)
-    }
-
-    pub(crate) fn transpose(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let x = self.tensor_arg(args[0], "the argument of `transpose`")?;
-        let t = self.ty(x).clone();
-        let d0 = self.axis(args[1], t.rank(), false);
-        let d1 = self.axis(args[2], t.rank(), false);
-        let (d0, d1) = (d0?, d1?);
-        let mut shape = t.shape.clone();
-        shape.swap(d0, d1);
-        let laid = Layout::moved(&self.prog.dims, &t, |s| {
-            let mut s = s.to_vec();
-            s.swap(d0, d1);
-            s
-        });
-        let out = laid.with(shape, t.dtype);
-        Some(self.push(Op::Transpose(d0.min(d1), d0.max(d1)), vec![x], out, span))
-    }
-
-    pub(crate) fn permute(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let x = self.tensor_arg(args[0], "the argument of `permute`")?;
-        let t = self.ty(x).clone();
-        let axes: Option<Vec<usize>> = args[1..].iter().map(|a| self.axis(a, t.rank(), false)).collect();
-        let axes = axes?;
-        let mut seen = vec![false; t.rank()];
-        for &a in &axes {
-            seen[a] = true;
-        }
-        if axes.len() != t.rank() || seen.iter().any(|s| !s) {
-            let list: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
-            let msg = format!(
-                "`permute({})` is not a permutation of the {} axes of {}",
-                list.join(", "),
-                t.rank(),
-                self.shape_text(&t.shape)
-            );
-            self.error(Code::E0206, span, msg);
-            return None;
-        }
-        let laid = Layout::moved(&self.prog.dims, &t, |s| {
-            axes.iter().map(|&a| s[a].clone()).collect()
-        });
-        let out = laid.with(axes.iter().map(|&a| t.shape[a].clone()).collect(), t.dtype);
-        Some(self.push(Op::Permute(axes), vec![x], out, span))
-    }
-
-    fn view(&mut self, args: &[&Expr], span: Span, reshape: bool) -> Option<Value> {
-        let name = if reshape { "reshape" } else { "view" };
-        let x = self.tensor_arg(args[0], &format!("the argument of `{name}`"))?;
-        let t = self.ty(x).clone();
-        let shape = self.view_shape(&t, &args[1..], span)?;
-        let laid = match layout::view(&self.prog.dims, &t, &shape) {
-            _ if reshape => layout::reshape(&self.prog.dims, &t, &shape),
-            Some(laid) => laid,
-            None => {
-                self.report(self.view_error(&t, &shape, span));
-                return None;
-            }
-        };
-        let op = if reshape {
-            Op::Reshape(shape.clone())
-        } else {
-            Op::View(shape.clone())
-        };
-        Some(self.push(op, vec![x], laid.with(shape, t.dtype), span))
-    }
-
-    /// The sizes of a view, with its `-1` solved and the element count proved equal.
-    fn view_shape(&mut self, t: &TensorType, sizes: &[&Expr], span: Span) -> Option<Vec<Poly>> {
-        let holes: Vec<usize> = (0..sizes.len()).filter(|&i| is_minus_one(sizes[i])).collect();
-        if holes.len() > 1 {
-            self.error(
-                Code::E0202,
-                sizes[holes[1]].span,
-                "only one size of a view may be `-1`",
-            );
-            return None;
-        }
-        let mut shape = Vec::with_capacity(sizes.len());
-        for (i, e) in sizes.iter().enumerate() {
-            shape.push(if holes.contains(&i) {
-                Poly::int(1)
-            } else {
-                self.dim_expr(e)?
-            });
-        }
-        let numel = t.numel();
-        let known = shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d));
-        if let Some(&h) = holes.first() {
-            if !self.prog.dims.provably_positive(&known) {
-                let msg = format!(
-                    "cannot solve the `-1` of this view: the other sizes' product `{}` may be 0, and PyTorch refuses a `-1` beside a size of 0",
-                    self.dim_text(&known)
-                );
-                let d = Diagnostic::error(Code::E0202, sizes[h].span, msg)
-                    .with_hint("write the size in place of `-1`");
-                self.report(d);
-                return None;
-            }
-            match self.prog.dims.div(&numel, &known) {
-                Ok(q) => shape[h] = self.prog.dims.simplify(&q),
-                Err(_) => {
-                    let msg = format!(
-                        "cannot solve the `-1` of this view: `{}` elements do not split exactly into parts of `{}`",
-                        self.dim_text(&numel),
-                        self.dim_text(&known)
-                    );
-                    self.error(Code::E0202, sizes[h].span, msg);
-                    return None;
-                }
-            }
-        } else if !self.prog.dims.equal(&numel, &known) {
-            let msg = format!(
-                "a view of {} as {} changes the element count (`{}` vs `{}`)",
-                self.shape_text(&t.shape),
-                self.shape_text(&shape),
-                self.dim_text(&numel),
-                self.dim_text(&known)
-            );
-            self.error(Code::E0202, span, msg);
-            return None;
-        }
-        Some(shape)
-    }
-
-    fn view_error(&self, t: &TensorType, shape: &[Poly], span: Span) -> Diagnostic {
-        let dims = &self.prog.dims;
-        let refusing = t.layouts().and_then(|all| {
-            all.into_iter()
-                .find(|s| view_strides(dims, &t.exact(s), shape).is_none())
-        });
-        let message = match (t.varies(), refusing) {
-            (false, _) => format!(
-                "cannot view {} with strides {} as {}: the view would merge axes that are not adjacent in memory",
-                self.shape_text(&t.shape),
-                self.shape_text(&t.strides),
-                self.shape_text(shape)
-            ),
-            (true, Some(strides)) => format!(
-                "cannot view {} as {}: its strides depend on the sizes ({}), and with strides {} the view would merge axes that are not adjacent in memory",
-                self.shape_text(&t.shape),
-                self.shape_text(shape),
-                self.prog.strides_text(t),
-                self.shape_text(strides)
-            ),
-            (true, None) => format!(
-                "cannot view {} as {}: the view would merge axes, and this value may have any strides at some sizes (a `reshape` that is a view where sizes coincide, or more layouts than the checker follows)",
-                self.shape_text(&t.shape),
-                self.shape_text(shape)
-            ),
-        };
-        Diagnostic::error(Code::E0203, span, message)
-        .with_hint(format!(
-            "call `.contiguous()` before `.view(..)` (it copies `{}` elements), or use `.reshape(..)`, which copies only when it must",
-            self.dim_text(&t.numel())
-        ))
-    }
-
-    pub(crate) fn unsqueeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let x = self.tensor_arg(args[0], "the argument of `unsqueeze`")?;
-        let t = self.ty(x).clone();
-        let d = self.axis(args[1], t.rank(), true)?;
-        let out = layout::unsqueezed(&self.prog.dims, &t, d);
-        Some(self.push(Op::Unsqueeze(d), vec![x], out, span))
-    }
-
-    pub(crate) fn squeeze(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
-        let x = self.tensor_arg(args[0], "the argument of `squeeze`")?;
-        let mut t = self.ty(x).clone();
-        let axes: Vec<usize> = match args.get(1) {
-            Some(e) => vec![self.axis(e, t.rank(), false)?],
-            None => (0..t.rank()).collect(),
-        };
-        let mut value = Value::Tensor(x);
-        for &a in axes.iter().rev() {
-            let dims = &self.prog.dims;
-            let size = &t.shape[a];
-            match (dims.is_one(size), dims.never_one(size)) {
-                (true, _) => {
-                    t = layout::without_axis(dims, &t, a);
-                    let Value::Tensor(cur) = value else {
-                        unreachable!("squeeze keeps a tensor")
-                    };
-                    value = self.push(Op::Squeeze(a), vec![cur], t.clone(), span);
-                }
-                (false, true) => {}
-                (false, false) => {
-                    let msg = format!(
-                        "cannot squeeze axis {a} of {}: its size `{}` is 1 only for some values",
-                        self.shape_text(&t.shape),
-                        self.dim_text(&t.shape[a])
-                    );
-                    self.error(Code::E0201, span, msg);
-                    return None;
-                }
-            }
-        }
-        Some(value)
     }
 
     pub(crate) fn softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
@@ -934,41 +441,6 @@ impl Checker {
             return None;
         }
         Some(id)
-    }
-
-    /// `concat(seq, d)` and `stack(seq, d)` over the items of a `for`.
-    fn join(&mut self, name: &str, args: &[&Expr], span: Span) -> Option<Value> {
-        let seq = match self.expr(args[0]) {
-            Value::Seq(id) => id,
-            Value::Error => return None,
-            other => {
-                let msg = format!(
-                    "`{name}` needs a sequence (a `for` expression), found a {}",
-                    other.kind_name()
-                );
-                self.error(Code::E0208, args[0].span, msg);
-                return None;
-            }
-        };
-        let crate::ir::Type::Seq { item, len } = self.prog.nodes[seq].ty.clone() else {
-            unreachable!("a Seq value is a For node")
-        };
-        let stack = name == "stack";
-        let d = self.axis(args[1], item.rank(), stack)?;
-        let mut shape = item.shape.clone();
-        let op = if stack {
-            shape.insert(d, len);
-            Op::Stack(d)
-        } else {
-            shape[d] = shape[d].mul(&len);
-            Op::CatLoop(d)
-        };
-        let laid = match stack {
-            true => layout::stacked(&self.prog.dims, &[&item], d, &shape),
-            false => layout::joined(&self.prog.dims, &[&item], &shape),
-        };
-        let ty = laid.with(shape, item.dtype);
-        Some(self.push(op, vec![seq], ty, span))
     }
 
     /// `x[i, a : b, :]`: each index selects (drops the axis) or slices.
@@ -1276,11 +748,6 @@ pub(super) fn is_none(e: &Expr) -> bool {
 
 pub(super) fn scalar() -> TensorType {
     TensorType::row_major(Vec::new(), DType::F32)
-}
-
-/// Whether an axis of size `from` broadcasts to `to`: equal, or provably 1.
-fn broadcasts_to(dims: &DimTable, from: &Poly, to: &Poly) -> bool {
-    dims.is_one(from) || dims.equal(from, to)
 }
 
 /// The literal `-1` of a view's sizes.

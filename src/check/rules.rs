@@ -10,6 +10,7 @@ use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, CmpOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
+use crate::shape;
 use crate::source::Span;
 
 /// The argument at `i`, unless it is absent or `None`.
@@ -96,14 +97,7 @@ impl Checker {
         span: Span,
     ) -> ValueId {
         let axes = [axis];
-        let t = self.ty(x).clone();
-        let shape: Vec<Poly> = (0..t.rank())
-            .filter_map(|a| match (axes.contains(&a), keepdim) {
-                (false, _) => Some(t.shape[a].clone()),
-                (true, true) => Some(Poly::int(1)),
-                (true, false) => None,
-            })
-            .collect();
+        let shape = shape::reduced(&self.prog.dims, &self.ty(x).shape, &axes, keepdim);
         let node = Op::Reduce {
             op,
             axes: axes.to_vec(),

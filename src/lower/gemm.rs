@@ -3,9 +3,10 @@
 //! epilogue.
 
 use super::tiling::{fold_batch_into_rows, gemm_blocks};
-use super::{internal, view, Lowerer, Val, View};
+use super::{internal, Lowerer, Val, View};
 use crate::ir::{BinaryOp, ValueId};
 use crate::kernel::{Expr, Gemm, KernelOp, Operand, PlanError};
+use crate::shape::{self, Concrete};
 
 /// `g` (a GEMM whose columns are two halves of `half` columns each, no bias, no epilogue
 /// yet) as a GEMM over `half` columns with a last batch axis of 2 for the halves: the
@@ -201,7 +202,7 @@ impl Lowerer<'_> {
         if b.shape[rb - 2] != k {
             return Err(bad());
         }
-        let batch = view::broadcast(&a.shape[..ra - 2], &b.shape[..rb - 2]).ok_or_else(bad)?;
+        let batch = shape::broadcast(&Concrete, &a.shape[..ra - 2], &b.shape[..rb - 2]).map_err(|_| bad())?;
         let a = a.expand(&[batch.as_slice(), &[m, k]].concat()).ok_or_else(bad)?;
         let b = b.expand(&[batch.as_slice(), &[k, n]].concat()).ok_or_else(bad)?;
         let c = self.temp([batch.as_slice(), &[m, n]].concat());

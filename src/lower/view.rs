@@ -1,7 +1,9 @@
 //! Strided views with concrete sizes: what the view ops of the IR (`transpose`, `view`,
-//! `slice`, broadcasting, ..) do to a value without touching its elements.
+//! `slice`, broadcasting, ..) do to a value without touching its elements. Which sizes
+//! broadcast is the shape library's rule ([`crate::shape`]), applied to numbers.
 
 use crate::kernel::{BufId, Operand};
+use crate::shape::{self, Concrete};
 
 /// Element `[i0, i1, ..]` of the value is `buf[offset + Σ i·strides]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -150,11 +152,10 @@ impl View {
         let mut strides = vec![0; rank];
         for i in 0..self.shape.len() {
             let (n, t) = (self.shape[i], shape[pad + i]);
-            strides[pad + i] = match n == t {
-                true if n != 1 => self.strides[i],
-                _ if n == 1 => 0,
-                _ => return None,
-            };
+            if !shape::broadcasts_to(&Concrete, &n, &t) {
+                return None;
+            }
+            strides[pad + i] = if n == 1 { 0 } else { self.strides[i] };
         }
         Some(View {
             buf: self.buf,
@@ -212,19 +213,6 @@ fn view_strides(old: &[usize], old_strides: &[usize], new: &[usize]) -> Option<V
         }
     }
     (view_d == -1).then_some(out)
-}
-
-/// The shape two shapes broadcast to, as PyTorch does.
-pub fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let size = |s: &[usize], i: usize| (i + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
-    (0..rank)
-        .map(|i| match (size(a, i), size(b, i)) {
-            (x, y) if x == y || y == 1 => Some(x),
-            (1, y) => Some(y),
-            _ => None,
-        })
-        .collect()
 }
 
 #[cfg(test)]

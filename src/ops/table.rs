@@ -1,5 +1,5 @@
 //! Every op a program can call, described once: its names, PyTorch's parameters in
-//! PyTorch's order with their defaults, its class, and its shape rule.
+//! PyTorch's order with their defaults, and its rule.
 //!
 //! The checker binds a call's arguments against [`OpDef::params`] (positional first, then
 //! keywords; E0206 for an unknown, repeated or doubly given one), fills in the defaults, and
@@ -10,9 +10,6 @@
 //! (`linear`, `softmax`, ..).
 
 use super::prim::{BinaryOp, ReduceOp, UnaryOp};
-use crate::ast::Expr;
-use crate::check::{Checker, Value};
-use crate::source::Span;
 
 /// One op of the language.
 pub struct OpDef {
@@ -20,7 +17,6 @@ pub struct OpDef {
     /// Other names for the same op (`cat` for `concat`).
     pub aliases: &'static [&'static str],
     pub params: &'static [Param],
-    pub class: Class,
     pub(crate) rule: Rule,
 }
 
@@ -44,21 +40,6 @@ pub enum Default {
     Str(&'static str),
 }
 
-/// How the optimizer and the backend see an op, after the checker has built it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
-    /// One primitive map over its (broadcast) operands: fused into `Map` kernels.
-    Elementwise,
-    /// A reduction over axes, or ops built from reductions and maps (norms, `softmax`).
-    Reduction,
-    /// Strides only, or a copy (`view`, `transpose`, `cat`).
-    Layout,
-    /// A GEMM (`linear`, `matmul`).
-    Contraction,
-    /// Anything else (`dropout`, `masked_fill`'s mask handling).
-    Special,
-}
-
 /// How the checker builds an op.
 #[derive(Clone, Copy)]
 pub(crate) enum Rule {
@@ -68,9 +49,63 @@ pub(crate) enum Rule {
     Binary(BinaryOp),
     /// `op` over `dim` (params `input, dim, keepdim`).
     Reduce(ReduceOp),
-    /// Its own shape rule; the arguments come bound, one per parameter, defaults filled in,
-    /// then the variadic tail.
-    Check(fn(&mut Checker, &[&Expr], Span) -> Option<Value>),
+    /// Its own rule, which the checker applies to the arguments bound one per parameter,
+    /// defaults filled in, then the variadic tail.
+    Check(Own),
+}
+
+/// The ops with a rule of their own, by name: the table says which op has which, the
+/// checker maps each to the function that checks and builds it (`check/apply.rs`), so
+/// the table depends on nothing above it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Own {
+    Linear,
+    Matmul,
+    Transpose,
+    Permute,
+    View,
+    Reshape,
+    Contiguous,
+    Expand,
+    Flatten,
+    RepeatInterleave,
+    Unsqueeze,
+    Squeeze,
+    Concat,
+    Stack,
+    MaskedFill,
+    ScaledDotProductAttention,
+    IndexCopy,
+    IndexCopyInPlace,
+    Embedding,
+    Float,
+    Long,
+    Bool,
+    To,
+    TypeAs,
+    Normalize,
+    Dropout,
+    Relu,
+    Silu,
+    Gelu,
+    Clamp,
+    Where,
+    Size,
+    Ones,
+    Zeros,
+    Full,
+    Arange,
+    Tril,
+    Triu,
+    Split,
+    Chunk,
+    Mean,
+    Var,
+    Std,
+    Softmax,
+    LogSoftmax,
+    LayerNorm,
+    RmsNorm,
 }
 
 const fn p(name: &'static str) -> Param {
@@ -107,15 +142,14 @@ const VAR: &[Param] = &[
 ];
 
 macro_rules! op {
-    ($name:literal, $params:expr, $class:ident, $rule:expr) => {
-        op!($name, [], $params, $class, $rule)
+    ($name:literal, $params:expr, $rule:expr) => {
+        op!($name, [], $params, $rule)
     };
-    ($name:literal, [$($alias:literal),*], $params:expr, $class:ident, $rule:expr) => {
+    ($name:literal, [$($alias:literal),*], $params:expr, $rule:expr) => {
         OpDef {
             name: $name,
             aliases: &[$($alias),*],
             params: $params,
-            class: Class::$class,
             rule: $rule,
         }
     };
@@ -124,88 +158,89 @@ macro_rules! op {
 use Rule::{Binary, Check, Reduce, Unary};
 
 /// The table. To add an elementwise primitive: a line in [`super::prim`] and a line here;
-/// an op built from others: a line here and its rule in `check/rules.rs`.
+/// an op built from others: a line here, a variant of [`Own`], and its rule in
+/// `check/rules.rs` (the compiler points at the arm `check/apply.rs` still needs).
 #[rustfmt::skip]
 pub static OPS: &[OpDef] = &[
     // contractions
-    op!("linear",      &[p("input"), p("weight"), opt("bias", Default::None)], Contraction, Check(Checker::linear)),
-    op!("matmul",      &[p("input"), p("other")],                               Contraction, Check(Checker::matmul_op)),
+    op!("linear",      &[p("input"), p("weight"), opt("bias", Default::None)], Check(Own::Linear)),
+    op!("matmul",      &[p("input"), p("other")],                               Check(Own::Matmul)),
     // layout
-    op!("transpose",   &[p("input"), p("dim0"), p("dim1")],                     Layout, Check(Checker::transpose)),
-    op!("permute",     &[p("input"), rest("dims")],                             Layout, Check(Checker::permute)),
-    op!("view",        &[p("input"), rest("shape")],                             Layout, Check(Checker::view_op)),
-    op!("reshape",     &[p("input"), rest("shape")],                            Layout, Check(Checker::reshape_op)),
-    op!("contiguous",  INPUT,                                                   Layout, Check(Checker::contiguous)),
-    op!("expand",      &[p("input"), rest("size")],                             Layout, Check(Checker::expand)),
-    op!("flatten",     &[p("input"), opt("start_dim", Default::Int(0)), opt("end_dim", Default::Int(-1))], Layout, Check(Checker::flatten)),
-    op!("repeat_interleave", &[p("input"), p("repeats"), opt("dim", Default::None)], Layout, Check(Checker::repeat_interleave)),
-    op!("unsqueeze",   &[p("input"), p("dim")],                                 Layout, Check(Checker::unsqueeze)),
-    op!("squeeze",     &[p("input"), opt("dim", Default::None)],                Layout, Check(Checker::squeeze)),
-    op!("concat", ["cat"], &[p("tensors"), opt("dim", Default::Int(0))],        Layout, Check(Checker::concat)),
-    op!("stack",       &[p("tensors"), opt("dim", Default::Int(0))],            Layout, Check(Checker::stack)),
+    op!("transpose",   &[p("input"), p("dim0"), p("dim1")],                     Check(Own::Transpose)),
+    op!("permute",     &[p("input"), rest("dims")],                             Check(Own::Permute)),
+    op!("view",        &[p("input"), rest("shape")],                             Check(Own::View)),
+    op!("reshape",     &[p("input"), rest("shape")],                            Check(Own::Reshape)),
+    op!("contiguous",  INPUT,                                                   Check(Own::Contiguous)),
+    op!("expand",      &[p("input"), rest("size")],                             Check(Own::Expand)),
+    op!("flatten",     &[p("input"), opt("start_dim", Default::Int(0)), opt("end_dim", Default::Int(-1))], Check(Own::Flatten)),
+    op!("repeat_interleave", &[p("input"), p("repeats"), opt("dim", Default::None)], Check(Own::RepeatInterleave)),
+    op!("unsqueeze",   &[p("input"), p("dim")],                                 Check(Own::Unsqueeze)),
+    op!("squeeze",     &[p("input"), opt("dim", Default::None)],                Check(Own::Squeeze)),
+    op!("concat", ["cat"], &[p("tensors"), opt("dim", Default::Int(0))],        Check(Own::Concat)),
+    op!("stack",       &[p("tensors"), opt("dim", Default::Int(0))],            Check(Own::Stack)),
     // special
-    op!("masked_fill", &[p("input"), p("mask"), p("value")],                    Special, Check(Checker::masked_fill)),
+    op!("masked_fill", &[p("input"), p("mask"), p("value")],                    Check(Own::MaskedFill)),
     op!("scaled_dot_product_attention",
         &[p("query"), p("key"), p("value"), opt("attn_mask", Default::None), opt("dropout_p", Default::Float(0.0)),
           opt("is_causal", Default::Bool(false)), opt("scale", Default::None), opt("enable_gqa", Default::Bool(false))],
-                                                                                Special, Check(Checker::scaled_dot_product_attention)),
-    op!("index_copy",  &[p("input"), p("dim"), p("index"), p("source")],        Special, Check(Checker::index_copy)),
-    op!("index_copy_", &[p("input"), p("dim"), p("index"), p("source")],        Special, Check(Checker::index_copy_)),
-    op!("embedding",   &[p("input"), p("weight"), opt("padding_idx", Default::None)], Special, Check(Checker::embedding)),
-    op!("float",       INPUT,                                                   Special, Check(Checker::float_cast)),
-    op!("long",        ["int"], INPUT,                                          Special, Check(Checker::long_cast)),
-    op!("bool",        INPUT,                                                   Special, Check(Checker::bool_cast)),
-    op!("to",          &[p("input"), p("dtype")],                               Special, Check(Checker::convert_to)),
-    op!("type_as",     &[p("input"), p("other")],                               Special, Check(Checker::type_as)),
+                                                                                Check(Own::ScaledDotProductAttention)),
+    op!("index_copy",  &[p("input"), p("dim"), p("index"), p("source")],        Check(Own::IndexCopy)),
+    op!("index_copy_", &[p("input"), p("dim"), p("index"), p("source")],        Check(Own::IndexCopyInPlace)),
+    op!("embedding",   &[p("input"), p("weight"), opt("padding_idx", Default::None)], Check(Own::Embedding)),
+    op!("float",       INPUT,                                                   Check(Own::Float)),
+    op!("long",        ["int"], INPUT,                                          Check(Own::Long)),
+    op!("bool",        INPUT,                                                   Check(Own::Bool)),
+    op!("to",          &[p("input"), p("dtype")],                               Check(Own::To)),
+    op!("type_as",     &[p("input"), p("other")],                               Check(Own::TypeAs)),
     op!("normalize",   &[p("input"), opt("p", Default::Float(2.0)), opt("dim", Default::Int(1)), opt("eps", Default::Float(1e-12))],
-                                                                                Reduction, Check(Checker::normalize)),
-    op!("dropout",     &[p("input"), opt("p", Default::Float(0.5))],            Special, Check(Checker::dropout)),
+                                                                                Check(Own::Normalize)),
+    op!("dropout",     &[p("input"), opt("p", Default::Float(0.5))],            Check(Own::Dropout)),
     // elementwise primitives
-    op!("neg",         INPUT, Elementwise, Unary(UnaryOp::Neg)),
-    op!("abs",         INPUT, Elementwise, Unary(UnaryOp::Abs)),
-    op!("sqrt",        INPUT, Elementwise, Unary(UnaryOp::Sqrt)),
-    op!("rsqrt",       INPUT, Elementwise, Unary(UnaryOp::Rsqrt)),
-    op!("exp",         INPUT, Elementwise, Unary(UnaryOp::Exp)),
-    op!("log",         INPUT, Elementwise, Unary(UnaryOp::Log)),
-    op!("tanh",        INPUT, Elementwise, Unary(UnaryOp::Tanh)),
-    op!("sigmoid",     INPUT, Elementwise, Unary(UnaryOp::Sigmoid)),
-    op!("erf",         INPUT, Elementwise, Unary(UnaryOp::Erf)),
-    op!("sin",         INPUT, Elementwise, Unary(UnaryOp::Sin)),
-    op!("cos",         INPUT, Elementwise, Unary(UnaryOp::Cos)),
-    op!("pow",         &[p("input"), p("exponent")], Elementwise, Binary(BinaryOp::Pow)),
-    op!("maximum",     TWO, Elementwise, Binary(BinaryOp::Maximum)),
-    op!("minimum",     TWO, Elementwise, Binary(BinaryOp::Minimum)),
+    op!("neg",         INPUT, Unary(UnaryOp::Neg)),
+    op!("abs",         INPUT, Unary(UnaryOp::Abs)),
+    op!("sqrt",        INPUT, Unary(UnaryOp::Sqrt)),
+    op!("rsqrt",       INPUT, Unary(UnaryOp::Rsqrt)),
+    op!("exp",         INPUT, Unary(UnaryOp::Exp)),
+    op!("log",         INPUT, Unary(UnaryOp::Log)),
+    op!("tanh",        INPUT, Unary(UnaryOp::Tanh)),
+    op!("sigmoid",     INPUT, Unary(UnaryOp::Sigmoid)),
+    op!("erf",         INPUT, Unary(UnaryOp::Erf)),
+    op!("sin",         INPUT, Unary(UnaryOp::Sin)),
+    op!("cos",         INPUT, Unary(UnaryOp::Cos)),
+    op!("pow",         &[p("input"), p("exponent")], Binary(BinaryOp::Pow)),
+    op!("maximum",     TWO, Binary(BinaryOp::Maximum)),
+    op!("minimum",     TWO, Binary(BinaryOp::Minimum)),
     // elementwise, built from primitives
-    op!("relu",        INPUT, Elementwise, Check(Checker::relu)),
-    op!("silu",        INPUT, Elementwise, Check(Checker::silu)),
-    op!("gelu",        &[p("input"), opt("approximate", Default::Str("none"))], Elementwise, Check(Checker::gelu)),
-    op!("clamp",       &[p("input"), opt("min", Default::None), opt("max", Default::None)], Elementwise, Check(Checker::clamp)),
-    op!("where",       &[p("condition"), p("input"), p("other")],               Elementwise, Check(Checker::where_op)),
-    op!("size",        &[p("input"), opt("dim", Default::None)],                Special, Check(Checker::size)),
+    op!("relu",        INPUT, Check(Own::Relu)),
+    op!("silu",        INPUT, Check(Own::Silu)),
+    op!("gelu",        &[p("input"), opt("approximate", Default::Str("none"))], Check(Own::Gelu)),
+    op!("clamp",       &[p("input"), opt("min", Default::None), opt("max", Default::None)], Check(Own::Clamp)),
+    op!("where",       &[p("condition"), p("input"), p("other")],               Check(Own::Where)),
+    op!("size",        &[p("input"), opt("dim", Default::None)],                Check(Own::Size)),
     // made from sizes
-    op!("ones",        &[rest("size")],                                         Special, Check(Checker::ones)),
-    op!("zeros",       &[rest("size")],                                         Special, Check(Checker::zeros)),
-    op!("full",        &[p("size"), p("fill_value")],                           Special, Check(Checker::full)),
+    op!("ones",        &[rest("size")],                                         Check(Own::Ones)),
+    op!("zeros",       &[rest("size")],                                         Check(Own::Zeros)),
+    op!("full",        &[p("size"), p("fill_value")],                           Check(Own::Full)),
     op!("arange",      &[opt("start", Default::None), opt("end", Default::None), opt("step", Default::Int(1))],
-                                                                                Special, Check(Checker::arange)),
-    op!("tril",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::tril)),
-    op!("triu",        &[p("input"), opt("diagonal", Default::Int(0))],         Special, Check(Checker::triu)),
+                                                                                Check(Own::Arange)),
+    op!("tril",        &[p("input"), opt("diagonal", Default::Int(0))],         Check(Own::Tril)),
+    op!("triu",        &[p("input"), opt("diagonal", Default::Int(0))],         Check(Own::Triu)),
     // several results
-    op!("split",       &[p("tensor"), p("split_size_or_sections"), opt("dim", Default::Int(0))], Layout, Check(Checker::split)),
-    op!("chunk",       &[p("input"), p("chunks"), opt("dim", Default::Int(0))], Layout, Check(Checker::chunk)),
+    op!("split",       &[p("tensor"), p("split_size_or_sections"), opt("dim", Default::Int(0))], Check(Own::Split)),
+    op!("chunk",       &[p("input"), p("chunks"), opt("dim", Default::Int(0))], Check(Own::Chunk)),
     // reductions
-    op!("sum",         REDUCE, Reduction, Reduce(ReduceOp::Sum)),
-    op!("amax",        REDUCE, Reduction, Reduce(ReduceOp::Max)),
-    op!("amin",        REDUCE, Reduction, Reduce(ReduceOp::Min)),
-    op!("mean",        REDUCE, Reduction, Check(Checker::mean)),
-    op!("var",         VAR,    Reduction, Check(Checker::var)),
-    op!("std",         VAR,    Reduction, Check(Checker::std)),
-    op!("softmax",     &[p("input"), p("dim")],                                 Reduction, Check(Checker::softmax)),
-    op!("log_softmax", &[p("input"), p("dim")],                                 Reduction, Check(Checker::log_softmax)),
+    op!("sum",         REDUCE, Reduce(ReduceOp::Sum)),
+    op!("amax",        REDUCE, Reduce(ReduceOp::Max)),
+    op!("amin",        REDUCE, Reduce(ReduceOp::Min)),
+    op!("mean",        REDUCE, Check(Own::Mean)),
+    op!("var",         VAR,    Check(Own::Var)),
+    op!("std",         VAR,    Check(Own::Std)),
+    op!("softmax",     &[p("input"), p("dim")],                                 Check(Own::Softmax)),
+    op!("log_softmax", &[p("input"), p("dim")],                                 Check(Own::LogSoftmax)),
     op!("layer_norm",  &[p("input"), p("normalized_shape"), opt("weight", Default::None), opt("bias", Default::None), opt("eps", Default::Float(1e-5))],
-                                                                                Reduction, Check(Checker::layer_norm)),
+                                                                                Check(Own::LayerNorm)),
     op!("rms_norm",    &[p("input"), p("normalized_shape"), opt("weight", Default::None), opt("eps", Default::None)],
-                                                                                Reduction, Check(Checker::rms_norm)),
+                                                                                Check(Own::RmsNorm)),
 ];
 
 /// The op called `name` (or one of its aliases).

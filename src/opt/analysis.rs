@@ -15,6 +15,7 @@
 use super::lang::Tensor;
 use crate::dims::{DimKind, DimTable, Poly, Sym};
 use crate::ir::{BinaryOp, DType, UnaryOp};
+use crate::shape;
 use egg::{Analysis, DidMerge, EGraph, Id, Language};
 
 /// The egraph of the optimizer.
@@ -200,66 +201,9 @@ impl Ctx {
         p.syms().into_iter().filter(|&s| self.is_loop(s)).collect()
     }
 
-    /// PyTorch broadcasting: axes aligned from the right, equal or provably 1 (as the
-    /// checker decides it).
+    /// PyTorch broadcasting, as [`shape::broadcast`] with this analysis' proofs.
     pub fn broadcast(&self, a: &[Poly], b: &[Poly]) -> Option<Vec<Poly>> {
-        let n = a.len().max(b.len());
-        (0..n)
-            .map(|i| {
-                let da = (i + a.len()).checked_sub(n).map(|j| &a[j]);
-                let db = (i + b.len()).checked_sub(n).map(|j| &b[j]);
-                match (da, db) {
-                    (Some(p), None) | (None, Some(p)) => Some(p.clone()),
-                    (Some(p), Some(q)) if self.const_of(q) == Some(1) || self.equal(p, q) => Some(p.clone()),
-                    (Some(p), Some(q)) if self.const_of(p) == Some(1) => Some(q.clone()),
-                    _ => None,
-                }
-            })
-            .collect()
-    }
-
-    /// The shape of `torch.matmul(a, b)`, vectors promoted and their axis dropped.
-    pub fn matmul_shape(&self, a: &[Poly], b: &[Poly]) -> Option<Vec<Poly>> {
-        if a.is_empty() || b.is_empty() {
-            return None;
-        }
-        let one = Poly::int(1);
-        let pa = if a.len() == 1 {
-            vec![one.clone(), a[0].clone()]
-        } else {
-            a.to_vec()
-        };
-        let pb = if b.len() == 1 {
-            vec![b[0].clone(), one]
-        } else {
-            b.to_vec()
-        };
-        let (ra, rb) = (pa.len(), pb.len());
-        if !self.equal(&pa[ra - 1], &pb[rb - 2]) {
-            return None;
-        }
-        let mut shape = self.broadcast(&pa[..ra - 2], &pb[..rb - 2])?;
-        if a.len() > 1 {
-            shape.push(pa[ra - 2].clone());
-        }
-        if b.len() > 1 {
-            shape.push(pb[rb - 1].clone());
-        }
-        Some(shape)
-    }
-
-    /// The shape of a GEMM of `a` and `b` (rank 2 or more) after their transpose flags.
-    pub fn gemm_shape(&self, a: &[Poly], b: &[Poly], ta: bool, tb: bool) -> Option<Vec<Poly>> {
-        let flip = |s: &[Poly], t: bool| {
-            let mut s = s.to_vec();
-            let r = s.len();
-            if t && r >= 2 {
-                s.swap(r - 2, r - 1);
-            }
-            s
-        };
-        (a.len() >= 2 && b.len() >= 2).then_some(())?;
-        self.matmul_shape(&flip(a, ta), &flip(b, tb))
+        shape::broadcast(self, a, b).ok()
     }
 
     /// The product of a shape's sizes.
@@ -309,132 +253,53 @@ impl Ctx {
         }
     }
 
-    /// The kind of a node's value, or `None` when its operands do not fit it.
+    /// The kind of a node's value, or `None` when its operands do not fit it: one arm per
+    /// node, so a new node is a compile error here; each shape rule is
+    /// [`shape`]'s, as the checker applies it.
     fn kind(&self, node: &Tensor, k: &[&Data]) -> Option<Kind> {
         use Tensor as T;
-        let ty = |i: usize| k[i].ty();
         let shape = |i: usize| k[i].shape();
         let value = |shape: Vec<Poly>| Some(Kind::Value(Ty::f32(shape)));
         let same = |i: usize| Some(Kind::Value(Ty::f32(k[i].shape()?.to_vec())));
+        let keeps = |i: usize, shape: Vec<Poly>| {
+            Some(Kind::Value(Ty {
+                shape,
+                dtype: k[i].ty()?.dtype,
+            }))
+        };
         match node {
             T::None | T::Int(_) | T::Float(_) | T::Dim(_) | T::Shape(_) => Some(Kind::Attr(node.clone())),
-            T::Param(_) | T::Input(_) => {
-                k[0].int()?;
-                value(k[1].shape_attr()?.to_vec())
-            }
+            T::Param(_) | T::Input(_) => k[0].int().and_then(|_| value(k[1].shape_attr()?.to_vec())),
             T::Literal(_) => k[0].float().and_then(|_| value(vec![])),
             T::DimValue(_) => k[0].dim().and_then(|_| value(vec![])),
-            T::Linear(_) => {
-                let (x, w) = (shape(0)?, shape(1)?);
-                let (i, lead) = x.split_last()?;
-                let [o, wi] = w else { return None };
-                (self.equal(i, wi)).then_some(())?;
-                if !k[2].is_none() {
-                    let b = shape(2)?;
-                    (b.len() == 1 && self.equal(&b[0], o)).then_some(())?;
-                }
-                value([lead, std::slice::from_ref(o)].concat())
-            }
-            T::MatMul(_) => value(self.matmul_shape(shape(0)?, shape(1)?)?),
-            T::Transpose(_) => {
-                let mut s = shape(0)?.to_vec();
-                let (a, b) = (k[1].axis()?, k[2].axis()?);
-                (a < s.len() && b < s.len()).then_some(())?;
-                s.swap(a, b);
-                Some(Kind::Value(Ty {
-                    shape: s,
-                    dtype: ty(0)?.dtype,
-                }))
-            }
-            T::Permute(_) => {
-                let s = shape(0)?;
-                let axes = perm_of(k[1].shape_attr()?, s.len())?;
-                let shape = axes.iter().map(|&a| s[a].clone()).collect();
-                Some(Kind::Value(Ty {
-                    shape,
-                    dtype: ty(0)?.dtype,
-                }))
-            }
-            T::Reshape(_) => {
-                let (s, new) = (shape(0)?, k[1].shape_attr()?);
-                self.equal(&Ctx::numel(s), &Ctx::numel(new)).then_some(())?;
-                Some(Kind::Value(Ty {
-                    shape: new.to_vec(),
-                    dtype: ty(0)?.dtype,
-                }))
-            }
-            T::Contiguous(_) => Some(Kind::Value(ty(0)?.clone())),
-            T::Expand(_) => {
-                let (s, new) = (shape(0)?, k[1].shape_attr()?);
-                let pad = new.len().checked_sub(s.len())?;
-                let fits = |(a, b): (&Poly, &Poly)| self.equal(a, b) || self.const_of(a) == Some(1);
-                s.iter().zip(&new[pad..]).all(fits).then_some(())?;
-                Some(Kind::Value(Ty {
-                    shape: new.to_vec(),
-                    dtype: ty(0)?.dtype,
-                }))
-            }
-            T::Unsqueeze(_) => {
-                let mut t = ty(0)?.clone();
-                let a = k[1].axis()?;
-                (a <= t.rank()).then_some(())?;
-                t.shape.insert(a, Poly::int(1));
-                Some(Kind::Value(t))
-            }
-            T::Squeeze(_) => {
-                let mut t = ty(0)?.clone();
-                let a = k[1].axis()?;
-                if self.const_of(t.shape.get(a)?) == Some(1) {
-                    t.shape.remove(a);
-                }
-                Some(Kind::Value(t))
-            }
-            T::Where(_) => {
-                (ty(0)?.dtype == DType::Bool).then_some(())?;
-                let s = self.broadcast(shape(0)?, shape(1)?)?;
-                Some(Kind::Value(Ty {
-                    shape: self.broadcast(&s, shape(2)?)?,
-                    dtype: logical_dtype(ty(1)?.dtype == DType::Bool && ty(2)?.dtype == DType::Bool),
-                }))
-            }
-            T::Tri(_) => (shape(0)?.len() >= 2).then(|| Some(Kind::Value(ty(0)?.clone())))?,
-            T::Fill(_) => Some(Kind::Value(Ty {
-                shape: k[1].shape_attr()?.to_vec(),
-                dtype: DType::F32,
-            })),
+            T::Linear(_) => value(shape::linear(self, shape(0)?, shape(1)?, optional(k[2])?).ok()?),
+            T::MatMul(_) => value(shape::matmul(self, shape(0)?, shape(1)?).ok()?),
+            T::Transpose(_) => keeps(0, shape::transposed(shape(0)?, k[1].axis()?, k[2].axis()?)?),
+            T::Permute(_) => keeps(
+                0,
+                shape::permuted(shape(0)?, &perm_of(k[1].shape_attr()?, shape(0)?.len())?),
+            ),
+            T::Reshape(_) => self.reshape_kind(k),
+            T::Contiguous(_) => Some(Kind::Value(k[0].ty()?.clone())),
+            T::Expand(_) => self.expand_kind(k),
+            T::Unsqueeze(_) => keeps(0, shape::unsqueezed(self, shape(0)?, k[1].axis()?)?),
+            T::Squeeze(_) => self.squeeze_kind(k),
+            T::Where(_) => self.where_kind(k),
+            T::Tri(_) => (shape(0)?.len() >= 2).then(|| Some(Kind::Value(k[0].ty()?.clone())))?,
+            T::Fill(_) => value(k[1].shape_attr()?.to_vec()),
             T::Arange(_) => {
-                (k[0].dim().is_some() && k[1].dim().is_some()).then_some(())?;
-                value(k[2].shape_attr()?.to_vec())
+                (k[0].dim().is_some() && k[1].dim().is_some()).then(|| value(k[2].shape_attr()?.to_vec()))?
             }
-            T::Reduce(..) => {
-                let t = ty(0)?;
-                let axes = k[1].shape_attr()?;
-                let keepdim = k[2].int()? == 1;
-                let mut shape = Vec::new();
-                for (a, size) in t.shape.iter().enumerate() {
-                    let reduced = axes.iter().any(|p| p.as_int() == Some(a as i64));
-                    match (reduced, keepdim) {
-                        (false, _) => shape.push(size.clone()),
-                        (true, true) => shape.push(Poly::int(1)),
-                        (true, false) => {}
-                    }
-                }
-                Some(Kind::Value(Ty {
-                    shape,
-                    dtype: DType::F32,
-                }))
-            }
-            T::Softmax(_) => {
-                (k[1].axis()? < shape(0)?.len()).then_some(())?;
-                same(0)
-            }
+            T::Reduce(..) => value(shape::reduced(
+                self,
+                shape(0)?,
+                &axes_of(k[1].shape_attr()?),
+                k[2].int()? == 1,
+            )),
+            T::Softmax(_) => (k[1].axis()? < shape(0)?.len()).then(|| same(0))?,
             T::MaskedFill(_) => {
-                (ty(1)?.dtype == DType::Bool && shape(2)?.is_empty()).then_some(())?;
-                let s = self.broadcast(shape(0)?, shape(1)?)?;
-                Some(Kind::Value(Ty {
-                    shape: s,
-                    dtype: ty(0)?.dtype,
-                }))
+                (k[1].ty()?.dtype == DType::Bool && shape(2)?.is_empty()).then_some(())?;
+                keeps(0, self.broadcast(shape(0)?, shape(1)?)?)
             }
             T::Unary(op, _) => Some(Kind::Value(Ty {
                 shape: shape(0)?.to_vec(),
@@ -448,134 +313,163 @@ impl Ctx {
                 shape: self.broadcast(shape(0)?, shape(1)?)?,
                 dtype: DType::Bool,
             })),
-            T::Slice(_) => {
-                let mut t = ty(0)?.clone();
-                let a = k[1].axis()?;
-                let (start, end) = (k[2].dim()?, k[3].dim()?);
-                (a < t.rank()).then_some(())?;
-                t.shape[a] = end.sub(start);
-                Some(Kind::Value(t))
-            }
-            T::StepSlice(_) => {
-                let mut t = ty(0)?.clone();
-                let a = k[1].axis()?;
-                k[2].dim()?;
-                (k[3].int()? > 0).then_some(())?;
-                (a < t.rank()).then_some(())?;
-                t.shape[a] = k[4].dim()?.clone();
-                Some(Kind::Value(t))
-            }
+            T::Slice(_) => self.slice_kind(k),
+            T::StepSlice(_) => self.step_slice_kind(k),
             T::Select(_) => {
-                let mut t = ty(0)?.clone();
-                let a = k[1].axis()?;
-                k[2].dim()?;
-                (a < t.rank()).then_some(())?;
-                t.shape.remove(a);
+                let (mut t, a) = (k[0].ty()?.clone(), k[1].axis()?);
+                (k[2].dim().is_some() && a < t.rank()).then(|| t.shape.remove(a))?;
                 Some(Kind::Value(t))
             }
             T::For(_) => {
                 k[0].int()?;
                 let len = k[2].dim()?.sub(k[1].dim()?);
                 Some(Kind::Seq {
-                    item: ty(3)?.clone(),
+                    item: k[3].ty()?.clone(),
                     len,
                 })
             }
-            T::CatLoop(_) | T::Stack(_) => {
-                let Kind::Seq { item, len } = &k[0].kind else {
-                    return None;
-                };
-                let a = k[1].axis()?;
-                let mut t = item.clone();
-                match node {
-                    T::CatLoop(_) => {
-                        (a < t.rank()).then_some(())?;
-                        t.shape[a] = t.shape[a].mul(len);
-                    }
-                    _ => {
-                        (a <= t.rank()).then_some(())?;
-                        t.shape.insert(a, len.clone());
-                    }
-                }
-                Some(Kind::Value(t))
-            }
-            T::Scale(_) => {
-                k[1].float()?;
-                same(0)
-            }
-            T::IndexCopy(_) => {
-                let rank = shape(0)?.len();
-                (k[3].axis()? < rank && k[4].shape_attr()?.len() == rank).then_some(())?;
-                (k[5].shape_attr()?.len() == rank && shape(2)?.len() == rank).then_some(())?;
-                same(0)
-            }
-            T::Gemm(_) => {
-                let (ta, tb) = (flag(k[3])?, flag(k[4])?);
-                k[5].float()?;
-                let s = self.gemm_shape(shape(0)?, shape(1)?, ta, tb)?;
-                if !k[2].is_none() {
-                    let b = shape(2)?;
-                    (b.len() == 1 && self.equal(&b[0], s.last()?)).then_some(())?;
-                }
-                value(s)
-            }
-            T::MaskedSoftmax(_) => {
-                (k[2].float().is_some() && k[3].float().is_some()).then_some(())?;
-                let x = shape(0)?;
-                (!x.is_empty()).then_some(())?;
-                self.mask_fits(k[1], x)?;
-                same(0)
-            }
-            T::Attention(_) => {
-                (k[4].float().is_some() && k[5].float().is_some()).then_some(())?;
-                let scores = self.gemm_shape(shape(0)?, shape(1)?, false, true)?;
-                self.mask_fits(k[3], &scores)?;
-                value(self.gemm_shape(&scores, shape(2)?, false, false)?)
-            }
-            T::ScoredAttention(_) => {
-                (k[3].float().is_some() && k[4].float().is_some()).then_some(())?;
-                let scores = shape(0)?;
-                (scores.len() >= 2).then_some(())?;
-                self.mask_fits(k[2], scores)?;
-                value(self.gemm_shape(scores, shape(1)?, false, false)?)
-            }
-            T::Sdpa(_) => {
-                let gqa = k[6].int()? == 1;
-                k[5].int()?;
-                let (q, kk, v) = (shape(0)?, shape(1)?, shape(2)?);
-                let (rq, rk, rv) = (q.len(), kk.len(), v.len());
-                (rq >= 2 && rk >= 2 && rv >= 2 && shape(3)?.is_empty()).then_some(())?;
-                // Key and value heads as the query heads read them.
-                let seen = |x: &[Poly]| {
-                    let mut b = x[..x.len() - 2].to_vec();
-                    if gqa {
-                        *b.last_mut()? = q[rq - 3].clone();
-                    }
-                    Some(b)
-                };
-                let batch = self.broadcast(&q[..rq - 2], &seen(kk)?)?;
-                let batch = self.broadcast(&batch, &seen(v)?)?;
-                let mut out = batch;
-                out.extend([q[rq - 2].clone(), v[rv - 1].clone()]);
-                value(out)
-            }
+            T::CatLoop(_) => join_kind(self, k, false),
+            T::Stack(_) => join_kind(self, k, true),
+            T::Scale(_) => k[1].float().and_then(|_| same(0)),
+            T::IndexCopy(_) => self.index_copy_kind(k),
+            T::Gemm(_) => self.gemm_kind(k),
+            T::MaskedSoftmax(_) => self.masked_softmax_kind(k),
+            T::Attention(_) => self.attention_kind(k),
+            T::ScoredAttention(_) => self.scored_attention_kind(k),
+            T::Sdpa(_) => self.sdpa_kind(k),
             T::Cat(_) => {
-                let a = k[0].axis()?;
-                let first = ty(1)?;
-                let mut t = first.clone();
-                (a < t.rank()).then_some(())?;
-                t.shape[a] = Poly::int(0);
-                for part in &k[1..] {
-                    let p = part.ty()?;
-                    let fits = p.rank() == first.rank()
-                        && (0..p.rank()).all(|i| i == a || self.equal(&p.shape[i], &first.shape[i]));
-                    fits.then_some(())?;
-                    t.shape[a] = t.shape[a].add(&p.shape[a]);
-                }
-                Some(Kind::Value(t))
+                let parts: Option<Vec<&[Poly]>> = k[1..].iter().map(|d| d.shape()).collect();
+                keeps(1, shape::cat(self, k[0].axis()?, &parts?).ok()?)
             }
             T::Outputs(_) => k.iter().all(|d| d.ty().is_some()).then_some(Kind::Outputs),
         }
+    }
+
+    /// `reshape(x, shape)`: the element count kept.
+    fn reshape_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let (t, new) = (k[0].ty()?, k[1].shape_attr()?);
+        self.equal(&Ctx::numel(&t.shape), &Ctx::numel(new))
+            .then_some(())?;
+        Some(Kind::Value(Ty {
+            shape: new.to_vec(),
+            dtype: t.dtype,
+        }))
+    }
+
+    /// `expand(x, shape)`: each of `x`'s axes, aligned from the right, broadcasts to the new.
+    fn expand_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let (t, new) = (k[0].ty()?, k[1].shape_attr()?);
+        let pad = new.len().checked_sub(t.rank())?;
+        let fits = |(a, b): (&Poly, &Poly)| shape::broadcasts_to(self, a, b);
+        t.shape.iter().zip(&new[pad..]).all(fits).then_some(())?;
+        Some(Kind::Value(Ty {
+            shape: new.to_vec(),
+            dtype: t.dtype,
+        }))
+    }
+
+    /// `squeeze(x, axis)`: the axis dropped where it is 1, `x` as it is otherwise.
+    fn squeeze_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let mut t = k[0].ty()?.clone();
+        let a = k[1].axis()?;
+        if self.const_of(t.shape.get(a)?) == Some(1) {
+            t.shape.remove(a);
+        }
+        Some(Kind::Value(t))
+    }
+
+    fn where_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let (c, a, b) = (k[0].ty()?, k[1].ty()?, k[2].ty()?);
+        (c.dtype == DType::Bool).then_some(())?;
+        let s = self.broadcast(&c.shape, &a.shape)?;
+        Some(Kind::Value(Ty {
+            shape: self.broadcast(&s, &b.shape)?,
+            dtype: logical_dtype(a.dtype == DType::Bool && b.dtype == DType::Bool),
+        }))
+    }
+
+    fn slice_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let mut t = k[0].ty()?.clone();
+        let a = k[1].axis()?;
+        let (start, end) = (k[2].dim()?, k[3].dim()?);
+        (a < t.rank()).then_some(())?;
+        t.shape[a] = end.sub(start);
+        Some(Kind::Value(t))
+    }
+
+    /// `x[.., start : end : step, ..]`: the length on the axis is the node's own.
+    fn step_slice_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let mut t = k[0].ty()?.clone();
+        let a = k[1].axis()?;
+        k[2].dim()?;
+        (k[3].int()? > 0).then_some(())?;
+        (a < t.rank()).then_some(())?;
+        t.shape[a] = k[4].dim()?.clone();
+        Some(Kind::Value(t))
+    }
+
+    fn index_copy_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let x = k[0].ty()?;
+        let rank = x.rank();
+        (k[3].axis()? < rank && k[4].shape_attr()?.len() == rank).then_some(())?;
+        (k[5].shape_attr()?.len() == rank && k[2].shape()?.len() == rank).then_some(())?;
+        Some(Kind::Value(Ty::f32(x.shape.clone())))
+    }
+
+    fn gemm_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let (ta, tb) = (flag(k[3])?, flag(k[4])?);
+        k[5].float()?;
+        let s = shape::gemm(self, k[0].shape()?, k[1].shape()?, ta, tb)?;
+        if !k[2].is_none() {
+            let b = k[2].shape()?;
+            (b.len() == 1 && self.equal(&b[0], s.last()?)).then_some(())?;
+        }
+        Some(Kind::Value(Ty::f32(s)))
+    }
+
+    fn masked_softmax_kind(&self, k: &[&Data]) -> Option<Kind> {
+        (k[2].float().is_some() && k[3].float().is_some()).then_some(())?;
+        let x = k[0].shape()?;
+        (!x.is_empty()).then_some(())?;
+        self.mask_fits(k[1], x)?;
+        Some(Kind::Value(Ty::f32(x.to_vec())))
+    }
+
+    fn attention_kind(&self, k: &[&Data]) -> Option<Kind> {
+        (k[4].float().is_some() && k[5].float().is_some()).then_some(())?;
+        let scores = shape::gemm(self, k[0].shape()?, k[1].shape()?, false, true)?;
+        self.mask_fits(k[3], &scores)?;
+        let out = shape::gemm(self, &scores, k[2].shape()?, false, false)?;
+        Some(Kind::Value(Ty::f32(out)))
+    }
+
+    fn scored_attention_kind(&self, k: &[&Data]) -> Option<Kind> {
+        (k[3].float().is_some() && k[4].float().is_some()).then_some(())?;
+        let scores = k[0].shape()?;
+        (scores.len() >= 2).then_some(())?;
+        self.mask_fits(k[2], scores)?;
+        let out = shape::gemm(self, scores, k[1].shape()?, false, false)?;
+        Some(Kind::Value(Ty::f32(out)))
+    }
+
+    fn sdpa_kind(&self, k: &[&Data]) -> Option<Kind> {
+        let gqa = k[6].int()? == 1;
+        k[5].int()?;
+        let (q, kk, v) = (k[0].shape()?, k[1].shape()?, k[2].shape()?);
+        let (rq, rk, rv) = (q.len(), kk.len(), v.len());
+        (rq >= 2 && rk >= 2 && rv >= 2 && k[3].shape()?.is_empty()).then_some(())?;
+        // Key and value heads as the query heads read them.
+        let seen = |x: &[Poly]| {
+            let mut b = x[..x.len() - 2].to_vec();
+            if gqa {
+                *b.last_mut()? = q[rq - 3].clone();
+            }
+            Some(b)
+        };
+        let batch = self.broadcast(&q[..rq - 2], &seen(kk)?)?;
+        let mut out = self.broadcast(&batch, &seen(v)?)?;
+        out.extend([q[rq - 2].clone(), v[rv - 1].clone()]);
+        Some(Kind::Value(Ty::f32(out)))
     }
 
     /// `Some` when `mask` is absent, or a bool tensor that broadcasts to `shape`.
@@ -619,17 +513,67 @@ fn flag(d: &Data) -> Option<bool> {
     }
 }
 
+/// An optional operand: `Some(None)` when absent, `Some(Some(shape))` for a tensor,
+/// `None` for anything else.
+fn optional(d: &Data) -> Option<Option<&[Poly]>> {
+    match d.is_none() {
+        true => Some(None),
+        false => Some(Some(d.shape()?)),
+    }
+}
+
+/// The axes of a reduction's attribute; an entry that is no axis matches none.
+fn axes_of(axes: &[Poly]) -> Vec<usize> {
+    axes.iter()
+        .map(|p| {
+            p.as_int()
+                .and_then(|a| usize::try_from(a).ok())
+                .unwrap_or(usize::MAX)
+        })
+        .collect()
+}
+
+/// `concat` or `stack` of a `for`'s items along an axis attribute.
+fn join_kind(ctx: &Ctx, k: &[&Data], stack: bool) -> Option<Kind> {
+    let Kind::Seq { item, len } = &k[0].kind else {
+        return None;
+    };
+    let shape = shape::joined(ctx, &item.shape, len, k[1].axis()?, stack)?;
+    Some(Kind::Value(Ty {
+        shape,
+        dtype: item.dtype,
+    }))
+}
+
 /// The axes of a `permute` attribute, when they are a permutation of `0..rank`.
 pub fn perm_of(axes: &[Poly], rank: usize) -> Option<Vec<usize>> {
     let axes: Option<Vec<usize>> = axes.iter().map(|p| usize::try_from(p.as_int()?).ok()).collect();
     let axes = axes?;
-    let mut seen = vec![false; rank];
-    for &a in &axes {
-        if a >= rank || std::mem::replace(&mut seen[a], true) {
-            return None;
-        }
+    shape::is_permutation(&axes, rank).then_some(axes)
+}
+
+impl shape::Sizes for Ctx {
+    type Size = Poly;
+
+    fn same(&self, a: &Poly, b: &Poly) -> bool {
+        self.equal(a, b)
     }
-    (axes.len() == rank).then_some(axes)
+
+    fn is_one(&self, a: &Poly) -> bool {
+        self.const_of(a) == Some(1)
+    }
+
+    fn one(&self) -> Poly {
+        Poly::int(1)
+    }
+
+    fn add(&self, a: &Poly, b: &Poly) -> Poly {
+        a.add(b)
+    }
+
+    fn mul(&self, a: &Poly, b: &Poly) -> Poly {
+        a.mul(b)
+    }
 }
 
 impl Analysis<Tensor> for Ctx {

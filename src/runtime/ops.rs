@@ -81,7 +81,8 @@ pub fn softmax(x: &Strided, axis: usize) -> Option<Strided> {
 
 /// `torch.matmul(a, b)`: the last two axes multiply, the others broadcast as batch axes.
 /// A vector operand is a matrix with a unit axis (a row for `a`, a column for `b`) that
-/// the result drops.
+/// the result drops. Independent of [`crate::shape::matmul`] on purpose: this is the
+/// oracle.
 pub fn matmul(a: &Strided, b: &Strided) -> Option<Strided> {
     let (a_vec, b_vec) = (a.rank() == 1, b.rank() == 1);
     let a2 = if a_vec { a.unsqueeze(0)? } else { a.clone() };

@@ -43,6 +43,10 @@ pub fn row_major_strides(shape: &[usize]) -> Vec<usize> {
 
 /// The shape two shapes broadcast to, as PyTorch does: align from the right; sizes must
 /// be equal or one of them 1. `None` when they do not broadcast.
+///
+/// Written here again on purpose, not taken from the compiler's shape library
+/// ([`crate::shape`]): the interpreter is the independent oracle the compiled code is
+/// tested against, so a mistake in the library cannot hide in both.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let rank = a.len().max(b.len());
     let size = |s: &[usize], i: usize| (i + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
