@@ -11,6 +11,7 @@ mod apply;
 mod args;
 mod attention;
 mod contraction;
+mod creation;
 mod dim_expr;
 mod dtypes;
 mod gather;
