@@ -1,0 +1,109 @@
+//! Channels-last: whether an op that follows its operand's suggested memory format
+//! (`cat`, `rms_norm` of 4-d and 5-d tensors) may give a channels-last result, decided as
+//! c10's `is_channels_last_strides_2d_s4`/`_3d_s5` decide it.
+
+use super::*;
+
+/// Channels-last strides of a 4-d or 5-d `shape`: axis 1 innermost, then the last axes
+/// from the right, then axis 0.
+pub(super) fn channels_last(shape: &[Poly]) -> Vec<Poly> {
+    let mut order = vec![1];
+    order.extend((2..shape.len()).rev());
+    order.push(0);
+    dense_in_order(shape, &order)
+}
+
+/// `x.contiguous(memory_format=x.suggest_memory_format())`, as `rms_norm` copies its
+/// input: `contiguous`, except that a 4-d or 5-d input whose strides may be channels-last
+/// may keep that format instead.
+pub fn contiguous_as_suggested(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+    each_combination(dims, operands, shape, |dims, operands, shape| {
+        let laid = contiguous(dims, operands, shape);
+        match operands.iter().any(|t| may_be_channels_last(dims, t, shape)) {
+            true => Layout::union(dims, [laid, Layout::exact(channels_last(shape))]),
+            false => laid,
+        }
+    })
+}
+
+/// Whether PyTorch's `suggest_memory_format` may call `t` channels-last at sizes where that
+/// gives a result of `shape` (4-d or 5-d) other strides than row-major on its axes not of
+/// size 1. Each of `t`'s lists of strides is tried in each size-1 scenario of the free dims
+/// (the others at 2 or more); where more free dims occur than are tried exhaustively, or
+/// `t` may have any strides, channels-last is not ruled out.
+pub(super) fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> bool {
+    if !matches!(shape.len(), 4 | 5) {
+        return false;
+    }
+    let Some(layouts) = t.layouts().filter(|_| t.rank() == shape.len()) else {
+        return true;
+    };
+    let free = free_dims(dims, t.shape.iter().chain(&t.strides).chain(shape));
+    if free.len() > ONES_TRIED_EXHAUSTIVELY {
+        return true;
+    }
+    let mut sets = subsets(&free);
+    sets.push(Vec::new());
+    sets.iter().any(|ones| {
+        let at = |ps: &[Poly]| -> Vec<Poly> { ps.iter().map(|p| with_ones(p, ones, &free, 1)).collect() };
+        let result = at(shape);
+        let row_major = row_major_strides(&result);
+        let differs = channels_last(&result)
+            .iter()
+            .zip(&row_major)
+            .zip(&result)
+            .any(|((c, r), size)| !dims.is_one(size) && !dims.equal(c, r));
+        let t_shape = at(&t.shape);
+        differs
+            && layouts
+                .iter()
+                .any(|strides| strides_like_channels_last(dims, &t_shape, &at(strides)))
+    })
+}
+
+/// Whether c10's `is_channels_last_strides_2d_s4` (`_3d_s5`) may hold for `strides` of
+/// `shape` at some sizes. The walk takes axis 1 innermost, then the last axes from the
+/// right, then axis 0: a stride of 0 on axis 1, an empty axis, a stride below the extent of
+/// the axes before it, or axis 0 reached by axis 1's extent alone (an `N111` tensor, taken
+/// as contiguous) says no. Each test that says no is taken where it provably does. The
+/// strides are PyTorch's only on axes not of size 1 (on one of size 1, PyTorch keeps what a
+/// view, `expand` or `contiguous` left), so those of axes of size 1 are unknown, and an
+/// axis that may be 1 or not is followed both ways.
+fn strides_like_channels_last(dims: &DimTable, shape: &[Poly], strides: &[Poly]) -> bool {
+    let mut order = vec![1];
+    order.extend((2..shape.len()).rev());
+    order.push(0);
+    let walk = Walk { dims, shape, strides };
+    walk.from(&order, None, None)
+}
+
+/// The state of [`strides_like_channels_last`]'s walk over a tensor.
+struct Walk<'a> {
+    dims: &'a DimTable,
+    shape: &'a [Poly],
+    strides: &'a [Poly],
+}
+
+impl Walk<'_> {
+    /// Whether the walk may pass the axes `order`, with `min` the extent of those before
+    /// (unknown after an axis of size 1) and `first` axis 1's stride where it is known.
+    fn from(&self, order: &[usize], min: Option<Poly>, first: Option<Poly>) -> bool {
+        let Some((&d, rest)) = order.split_first() else {
+            return true;
+        };
+        let dims = self.dims;
+        let (size, stride) = (&self.shape[d], &self.strides[d]);
+        let n111 = d == 0 && matches!((&min, &first), (Some(m), Some(f)) if dims.equal(m, f));
+        if dims.with_consts(size).is_zero() || n111 {
+            return false;
+        }
+        let as_one = !dims.never_one(size) && self.from(rest, None, first.clone());
+        as_one
+            || (!dims.is_one(size) && {
+                let below = min.is_some_and(|m| dims.provably_positive(&m.sub(stride)));
+                let zero = d == 1 && dims.with_consts(stride).is_zero();
+                let first = if d == 1 { Some(stride.clone()) } else { first };
+                !below && !zero && self.from(rest, Some(stride.mul(size)), first)
+            })
+    }
+}
