@@ -53,7 +53,42 @@ pub fn source_flops(program: &Program, dims: &[Option<i64>]) -> f64 {
                         total += walk(program, body, dims);
                     }
                 }
-                _ => {}
+                // No matrix product (the optimizer's fused forms never reach a source
+                // program).
+                Op::Contiguous
+                | Op::Where
+                | Op::MaskedFill
+                | Op::Gather
+                | Op::Param(..)
+                | Op::Input(..)
+                | Op::Literal(..)
+                | Op::DimValue(..)
+                | Op::Transpose(..)
+                | Op::Permute(..)
+                | Op::View(..)
+                | Op::Reshape(..)
+                | Op::Expand(..)
+                | Op::Unsqueeze(..)
+                | Op::Squeeze(..)
+                | Op::Softmax(..)
+                | Op::Fill(..)
+                | Op::Unary(..)
+                | Op::Binary(..)
+                | Op::Compare(..)
+                | Op::CatLoop(..)
+                | Op::Stack(..)
+                | Op::Cat(..)
+                | Op::Reduce { .. }
+                | Op::Tri { .. }
+                | Op::Arange { .. }
+                | Op::Slice { .. }
+                | Op::StepSlice { .. }
+                | Op::Select { .. }
+                | Op::IndexCopy { .. }
+                | Op::Gemm { .. }
+                | Op::MaskedSoftmax { .. }
+                | Op::Attention { .. }
+                | Op::ScoredAttention { .. } => {}
             }
         }
         total
