@@ -71,6 +71,14 @@ fn ids(reference: &TensorFile, key: &str) -> Vec<u32> {
     t.data.iter().map(|&x| x as u32).collect()
 }
 
+/// The token ids `attnc generate --ids` printed.
+fn generated_ids(out: &std::process::Output) -> Vec<u32> {
+    stdout(out)
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
 fn tensor(reference: &TensorFile, key: &str) -> Tensor {
     reference.get(key).unwrap().tensor.unwrap()
 }
@@ -238,10 +246,7 @@ fn tiny_generates_as_transformers(backend: &str) {
         args.extend(dims.iter().map(String::as_str));
         let out = attnc(&args);
         assert!(out.status.success(), "{}", stderr(&out));
-        let got: Vec<u32> = stdout(&out)
-            .split_whitespace()
-            .map(|s| s.parse().unwrap())
-            .collect();
+        let got = generated_ids(&out);
         let want = ids(&reference, &format!("generated.{i}"));
         let gaps = tensor(&reference, &format!("gap.{i}")).data;
         assert!(
@@ -463,10 +468,7 @@ fn smollm2_generates_through_its_cache_as_transformers() {
         }
         let out = attnc(&args);
         assert!(out.status.success(), "prompt {i}: {}", stderr(&out));
-        let got: Vec<u32> = stdout(&out)
-            .split_whitespace()
-            .map(|s| s.parse().unwrap())
-            .collect();
+        let got = generated_ids(&out);
         let want = ids(&reference, &format!("generated.{i}"));
         let gaps = tensor(&reference, &format!("gap.{i}")).data;
         let sure = gaps.iter().position(|&g| g < TIE).unwrap_or(want.len());
