@@ -244,9 +244,18 @@ fn rules_for(source: &egg::RecExpr<Tensor>) -> Vec<rules::Rw> {
 }
 
 /// `run`, with a panic (a bug, never expected) turned into an error.
+///
+/// egg times its iterations and rebuilds with `quanta`, whose clock calibrates itself on
+/// first use: a busy loop of at least half a millisecond, up to 200 ms where other
+/// processes share the cores (40 % of a llama layer's compile, measured under load). The
+/// runner's bounds count nodes and iterations, never time, and egg's timings are never
+/// read, so it runs on a mock clock, which needs no calibration.
 fn guarded(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(prog, explanations)))
-        .unwrap_or_else(|_| Err("internal error in the optimizer".into()))
+    let (clock, _) = quanta::Clock::mock();
+    quanta::with_clock(&clock, || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(prog, explanations)))
+            .unwrap_or_else(|_| Err("internal error in the optimizer".into()))
+    })
 }
 
 /// Optimizes `prog`. It never fails: where something goes wrong (a rule bug shows as a
