@@ -445,8 +445,10 @@ fn update_row(
     let z = e.f32(0.0);
     let base = e.pick(none_yet, z, m_new);
     let sum = exp_sum(e, &row, base, false);
+    // `base` is at least `m_old`: the exponent is never positive, and a maximum that
+    // moved by more than 104 gives exactly 0 without an underflowing product.
     let d = e.b.ins().fsub(m_old, base);
-    let corr = e.exp1(d);
+    let corr = e.exp_nonpositive(d);
     let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
     let l_new = e.b.ins().fma(l_old, corr, sum);
     e.store(l_new, s_at);
