@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """T5's self-attention (examples/t5_attention.attn) beside PyTorch, in one run.
 
-At B 8, N 512 (T5-small's D 512, H 8), for three masks of the same program: a float mask
-drawn from N(0, 1) (`attnc bench`'s default inputs: added values of finfo.min's size of
-both signs), a 0/1 padding mask (a fifth of the keys padded) and no padding (all ones).
+At B 8, N 512 (T5-small's D 512, H 8), for three int64 masks of the same program: a
+standard normal rounded (`1 - mask` from -2 to 4 or so: added values of finfo.min's size of
+both signs, and infinities), a 0/1 padding mask (a fifth of the keys padded) and no
+padding (all ones). The position bias is a standard normal.
 Each round runs every attnc binary given (`--attnc A --attnc B`: before and after, in
 turn) and the two peers, with the same inputs, bias and mask:
 
@@ -34,11 +35,11 @@ def inputs(kind, seed=0):
     x = torch.randn(B, N, D, generator=g)
     bias = torch.randn(1, H, N, N, generator=g)
     if kind == "normal":
-        mask = torch.randn(B, N, generator=g)
+        mask = torch.randn(B, N, generator=g).round().long()
     elif kind == "padding":
-        mask = (torch.rand(B, N, generator=g) >= 0.2).float()
+        mask = (torch.rand(B, N, generator=g) >= 0.2).long()
     else:
-        mask = torch.ones(B, N)
+        mask = torch.ones(B, N, dtype=torch.long)
     return {"hidden_states": x, "attention_mask": mask, "position_bias": bias}
 
 
@@ -89,7 +90,7 @@ def main():
         file = os.path.join(tmp, f"{kind}.safetensors")
         save_file(t, file)
         x, bias = t["hidden_states"], t["position_bias"]
-        ext = (1.0 - t["attention_mask"][:, None, None, :]) * torch.finfo(torch.float32).min
+        ext = (1.0 - t["attention_mask"][:, None, None, :].float()) * torch.finfo(torch.float32).min
         peers = {
             "torch_eager": lambda: m(x, mask=ext, position_bias=bias),
             "torch_sdpa": lambda: sdpa(m, x, ext, bias),
