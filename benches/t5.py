@@ -103,7 +103,7 @@ def main():
         print(json.dumps({f"{k[0]} {k[1]}": v for k, v in times.items() if k[0] == kind}), flush=True)
     names = binaries + ["torch_eager", "torch_sdpa"]
     print(f"\nB {B}, N {N}, D {D}, H {H}, {args.threads} threads, median of {args.rounds} rounds (ms)\n")
-    print("| mask | " + " | ".join(names) + " |")
+    print("| mask | " + " | ".join(os.path.basename(n) for n in names) + " |")
     print("| --- |" + " --- |" * len(names))
     for kind in MASKS:
         med = {n: statistics.median(times[(kind, n)]) for n in names}
