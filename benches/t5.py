@@ -16,7 +16,7 @@ turn) and the two peers, with the same inputs, bias and mask:
 The table has each one's median over the rounds (each round itself a median of repeated
 calls) and the ratio peer / attnc. On a machine others load, compare the ratios.
 
-    ~/.venv-peers/bin/python benches/t5.py --attnc target/release/attnc --rounds 5
+    python3 benches/t5.py --attnc target/release/attnc --rounds 5   # with torch, transformers, safetensors
 """
 import argparse, json, os, statistics, subprocess, tempfile, time
 
