@@ -1,7 +1,7 @@
 //! The flash-style attention kernel. One task is a block of query rows of one batch index;
 //! it walks the keys in blocks: the scores tile `scale · q kᵀ` (microkernel) goes to
-//! scratch, each row is masked, its running maximum and sum updated and the tile turned into
-//! `exp(s - max)`; the output rows are rescaled by `exp(old max - new max)` and the tile
+//! scratch, each row is changed (the score change, in the pass that finds its maximum) and
+//! masked, its running maximum and sum updated and the tile turned into `exp(s - max)`; the output rows are rescaled by `exp(old max - new max)` and the tile
 //! times the value block is accumulated onto them (microkernel). At the end each row is
 //! divided by its sum. Memory: `rows · (keys per block + 2)` floats of scratch.
 //!
@@ -11,11 +11,10 @@
 //! `-inf` (every key so far removed) subtracts 0 instead, so `-inf - -inf` never makes NaN.
 
 use super::emit::Emit;
-use super::math::eval;
-use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, Row};
-use crate::kernel::{Attention, Expr, Keep, MaskFill};
+use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, Change, Row};
+use crate::kernel::{Attention, Keep, MaskFill};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32, F32X4, I32, I8};
+use cranelift_codegen::ir::types::{F32, I32, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::Variable;
 
@@ -403,16 +402,27 @@ fn update_row(
     let r = a.batch.len();
     let (j0, cols) = (keys.j0, keys.cols);
     let trow = e.step(scratch.tile, i, a.block.1);
-    if let Some(score) = &a.score {
-        let row_i = e.b.ins().iadd(task.i0, i);
-        let inputs: Vec<(Value, usize)> = (score.inputs.iter().zip(&task.score))
-            .map(|(o, &base)| {
-                let p = e.step(base, i, o.strides[r]);
-                (e.step(p, j0, o.strides[r + 1]), o.strides[r + 1])
-            })
-            .collect();
-        modify_scores(e, &score.expr, trow, cols, (row_i, j0), &inputs);
-    }
+    let inputs: Vec<(Value, usize)> = (a.score.iter().flat_map(|s| &s.inputs).zip(&task.score))
+        .map(|(o, &base)| {
+            let p = e.step(base, i, o.strides[r]);
+            (e.step(p, j0, o.strides[r + 1]), o.strides[r + 1])
+        })
+        .collect();
+    let change = a.score.as_ref().map(|score| Change {
+        expr: &score.expr,
+        i: e.b.ins().iadd(task.i0, i),
+        j0,
+        inputs: &inputs,
+    });
+    // The score change goes into the row's first pass (one read and write of the tile
+    // fewer), unless a mask of positions must fill the changed scores before it.
+    let change = match (change, &a.positions) {
+        (Some(change), Some(_)) => {
+            modify_scores(e, &change, trow, cols);
+            None
+        }
+        (change, _) => change,
+    };
     if let (Some(p), Some((all, _))) = (&a.positions, keys.truth) {
         let partial = e.b.ins().bxor_imm_u(all, 1);
         let row_i = e.b.ins().iadd(task.i0, i);
@@ -434,6 +444,7 @@ fn update_row(
         dst_stride: 1,
         scale: 1.0,
         mask: mrow,
+        change,
     };
     let row_max = scale_mask_max(e, &row);
     let m_at = e.step(scratch.max_row, i, 1);
@@ -445,8 +456,10 @@ fn update_row(
     let z = e.f32(0.0);
     let base = e.pick(none_yet, z, m_new);
     let sum = exp_sum(e, &row, base, false);
+    // `base` is at least `m_old`: the exponent is never positive, and a maximum that
+    // moved by more than 104 gives exactly 0 without an underflowing product.
     let d = e.b.ins().fsub(m_old, base);
-    let corr = e.exp1(d);
+    let corr = e.exp_nonpositive(d);
     let l_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), s_at, 0);
     let l_new = e.b.ins().fma(l_old, corr, sum);
     e.store(l_new, s_at);
@@ -611,33 +624,13 @@ fn fill_removed(e: &mut Emit, keep: &Keep, fill: f32, row: Value, i: Value, j0: 
     });
 }
 
-/// `row[j] = expr(row[j], i, j0 + j, inputs..)` for `j < cols`, four keys at a time: the
-/// score change, before either mask. Each input is its row's pointer at key `j0` with its
-/// stride along the keys.
-fn modify_scores(
-    e: &mut Emit,
-    expr: &[Expr],
-    row: Value,
-    cols: Value,
-    (i, j0): (Value, Value),
-    inputs: &[(Value, usize)],
-) {
+/// `row[j] = change(row[j])` for `j < cols`, four keys at a time: the score change,
+/// before a mask of positions fills the scores it removes.
+fn modify_scores(e: &mut Emit, change: &Change, row: Value, cols: Value) {
     lanes(e, cols, true, |e, j, w| {
         let at = e.step(row, j, 1);
         let s = e.load(at, w, 1, false);
-        let i = e.iota(i, 1);
-        let i = match w {
-            1 => i,
-            _ => e.b.ins().splat(F32X4, i),
-        };
-        let key = e.b.ins().iadd(j0, j);
-        let key = e.iota(key, w);
-        let mut leaves = vec![s, i, key];
-        for &(p, stride) in inputs {
-            let p = e.step(p, j, stride);
-            leaves.push(e.load(p, w, stride, true));
-        }
-        let v = eval(e, expr, &leaves, &[], w);
+        let v = change.apply(e, s, j, w);
         e.store(v, at);
     });
 }

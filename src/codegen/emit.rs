@@ -317,7 +317,7 @@ impl Emit<'_> {
         let hi = self.splat(89.0, 4);
         let over = self.cmp(FloatCC::GreaterThan, x, hi);
         let x = self.b.ins().bitselect(over, hi, x);
-        let (y, bits) = self.exp4_reduced(x);
+        let (y, bits, under) = self.exp4_reduced(x);
         // `t`'s low mantissa bits hold `n`: its bits less the magic number's are `n`.
         let magic_bits = self.vconst(I32X4, 12_582_912f32.to_bits());
         let n = self.b.ins().isub(bits, magic_bits);
@@ -325,7 +325,17 @@ impl Emit<'_> {
         let n1 = self.b.ins().sshr(n, half);
         let n2 = self.b.ins().isub(n, n1);
         let y = self.mul_pow2(y, n1);
+        let y = self.zero_where(under, y);
         self.mul_pow2(y, n2)
+    }
+
+    /// `y` with its lanes where `under` holds set to 0: below -104 `e^x` rounds to 0, and
+    /// giving that 0 before the last product, not from it, keeps x86 off its microcode
+    /// assist for a product that underflows (about 100 times slower than a normal one, and
+    /// taken on every key a mask sets to `-inf` or `finfo.min`).
+    fn zero_where(&mut self, under: Value, y: Value) -> Value {
+        let zero = self.splat(0.0, 4);
+        self.b.ins().bitselect(under, zero, y)
     }
 
     /// `e^x` on 1 or 4 lanes for `x <= 0` (softmax's `x - max`). `n` lies in [-150, 0], so
@@ -338,15 +348,17 @@ impl Emit<'_> {
         self.b.ins().fmul(e, unscale)
     }
 
-    /// `e^x · EXP_SCALE` for `x <= 0`, exact up to `e^x`'s rounding, never subnormal: a
-    /// softmax that divides by a sum of these gets its subnormal probabilities at that one
-    /// rounding, for the cost of an `exp` that flushes them to 0.
+    /// `e^x · EXP_SCALE` for `x <= 0`, exact up to `e^x`'s rounding, never subnormal (and
+    /// exactly 0 below -104, where `e^x` rounds to 0): a softmax that divides by a sum of
+    /// these gets its subnormal probabilities at that one rounding, for the cost of an
+    /// `exp` that flushes them to 0.
     pub fn exp_nonpositive_scaled(&mut self, x: Value) -> Value {
         let v = match self.is_vec(x) {
             true => x,
             false => self.b.ins().splat(F32X4, x),
         };
-        let (y, bits) = self.exp4_reduced(v);
+        let (y, bits, under) = self.exp4_reduced(v);
+        let y = self.zero_where(under, y);
         // Shifted into the exponent field, `t`'s bits leave only `n`'s.
         let shift = self.b.ins().iconst(I32, 23);
         let e = self.b.ins().ishl(bits, shift);
@@ -362,11 +374,11 @@ impl Emit<'_> {
 
     /// Cephes' `expf` for `x <= 89` up to the scaling: `x = n ln2 + r` with `n` rounded by
     /// the 1.5·2^23 trick, `ln2` split in two for an exact reduction, and a degree-5
-    /// polynomial for `e^r`; returns `e^r` and the bits of `t = n + 1.5·2^23`. Below -104 every result
-    /// rounds to 0, so `x` is clamped there (and `-inf` gives 0); NaN passes through every
-    /// step. Each `fma` takes a single-use value first, which x86 may overwrite without a
-    /// copy.
-    fn exp4_reduced(&mut self, x: Value) -> (Value, Value) {
+    /// polynomial for `e^r`; returns `e^r`, the bits of `t = n + 1.5·2^23` and the lanes
+    /// below -104, where every result rounds to 0: `x` is clamped there (so `-inf` is
+    /// finite) and the caller zeroes them. NaN passes through every step. Each `fma` takes
+    /// a single-use value first, which x86 may overwrite without a copy.
+    fn exp4_reduced(&mut self, x: Value) -> (Value, Value, Value) {
         let lo = self.splat(-104.0, 4);
         let under = self.cmp(FloatCC::LessThan, x, lo);
         let x = self.b.ins().bitselect(under, lo, x);
@@ -396,7 +408,8 @@ impl Emit<'_> {
         let y = self.b.ins().fma(p, r2, r);
         let one = self.splat(1.0, 4);
         let y = self.b.ins().fadd(y, one);
-        (y, self.b.ins().bitcast(I32X4, MemFlagsData::new(), t))
+        let bits = self.b.ins().bitcast(I32X4, MemFlagsData::new(), t);
+        (y, bits, under)
     }
 
     /// `y · 2^n` for `n` in the normal exponents, -126 to 127.

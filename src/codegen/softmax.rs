@@ -1,14 +1,14 @@
 //! The fused scale + mask + softmax kernel, and the row passes it shares with attention.
 
 use super::emit::{Emit, LANES};
-use super::math::float_cc;
-use crate::kernel::{MaskFill, Softmax};
+use super::math::{eval, float_cc};
+use crate::kernel::{Expr, MaskFill, Softmax};
 use cranelift_codegen::ir::types::{F32, F32X4};
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 /// One row of scores being normalized: `len` elements at `src` (stride `src_stride`),
 /// written to `dst` (stride `dst_stride`, may equal `src`).
-pub struct Row {
+pub struct Row<'a> {
     pub len: Value,
     pub src: Value,
     pub src_stride: usize,
@@ -18,9 +18,41 @@ pub struct Row {
     pub scale: f32,
     /// The mask's row and stride, with what it does.
     pub mask: Option<(Value, usize, MaskFill)>,
+    /// The attention kernel's score change, applied as pass 1 reads each score.
+    pub change: Option<Change<'a>>,
 }
 
-impl Row {
+/// A score change ([`crate::kernel::ScoreMod`]) on one row of scores: its formula, the
+/// row `i`, the row's first key `j0`, and each input's pointer at key `j0` of the row with
+/// its stride along the keys.
+#[derive(Clone, Copy)]
+pub struct Change<'a> {
+    pub expr: &'a [Expr],
+    pub i: Value,
+    pub j0: Value,
+    pub inputs: &'a [(Value, usize)],
+}
+
+impl Change<'_> {
+    /// The changed score `s` at key `j0 + j`, on `w` lanes.
+    pub fn apply(&self, e: &mut Emit, s: Value, j: Value, w: usize) -> Value {
+        let i = e.iota(self.i, 1);
+        let i = match w {
+            1 => i,
+            _ => e.b.ins().splat(F32X4, i),
+        };
+        let key = e.b.ins().iadd(self.j0, j);
+        let key = e.iota(key, w);
+        let mut leaves = vec![s, i, key];
+        for &(p, stride) in self.inputs {
+            let p = e.step(p, j, stride);
+            leaves.push(e.load(p, w, stride, true));
+        }
+        eval(e, self.expr, &leaves, &[], w)
+    }
+}
+
+impl Row<'_> {
     fn vector(&self) -> bool {
         self.src_stride == 1 && self.dst_stride == 1 && self.mask.as_ref().is_none_or(|m| m.1 <= 1)
     }
@@ -51,10 +83,13 @@ pub fn lanes(e: &mut Emit, len: Value, vector: bool, mut body: impl FnMut(&mut E
     e.for_range(split, len, 1, |e, j| body(e, j, 1));
 }
 
-/// The score at `j` on `w` lanes: `masked_fill(src * scale)`.
+/// The score at `j` on `w` lanes: `masked_fill(change(src) * scale)`.
 fn score(e: &mut Emit, row: &Row, j: Value, w: usize) -> Value {
     let addr = e.step(row.src, j, row.src_stride);
     let mut y = e.load(addr, w, row.src_stride, row.src_ro);
+    if let Some(change) = &row.change {
+        y = change.apply(e, y, j, w);
+    }
     if row.scale != 1.0 {
         let s = e.splat(row.scale, w);
         y = e.b.ins().fmul(y, s);
@@ -70,15 +105,15 @@ fn score(e: &mut Emit, row: &Row, j: Value, w: usize) -> Value {
     y
 }
 
-impl Row {
-    /// Whether pass 1 stores the scores (scaled or masked) for pass 2 to read: a store
-    /// per element instead of loading, comparing and selecting the mask twice.
+impl<'a> Row<'a> {
+    /// Whether pass 1 stores the scores (changed, scaled or masked) for pass 2 to read: a
+    /// store per element instead of computing them twice.
     fn stores_scores(&self) -> bool {
-        self.mask.is_some() || self.scale != 1.0
+        self.mask.is_some() || self.scale != 1.0 || self.change.is_some()
     }
 
     /// The row pass 2 reads: the stored scores, or the source as it is.
-    fn stored(&self) -> Row {
+    fn stored(&self) -> Row<'a> {
         match self.stores_scores() {
             true => Row {
                 len: self.len,
@@ -89,8 +124,13 @@ impl Row {
                 dst_stride: self.dst_stride,
                 scale: 1.0,
                 mask: None,
+                change: None,
             },
-            false => Row { mask: None, ..*self },
+            false => Row {
+                mask: None,
+                change: None,
+                ..*self
+            },
         }
     }
 }
@@ -206,6 +246,7 @@ pub fn translate(e: &mut Emit, s: &Softmax) {
                 dst_stride: s.out.strides[last],
                 scale: s.scale,
                 mask,
+                change: None,
             };
             let max = scale_mask_max(e, &row);
             let sum = exp_sum(e, &row, max, true);
