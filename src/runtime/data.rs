@@ -22,7 +22,10 @@ enum Repr {
     Owned(Vec<f32>),
     /// The elements are `bytes[range]`, checked 4-byte aligned and a whole number of floats
     /// when made ([`Data::borrow`]).
-    Borrowed { bytes: Arc<Bytes>, range: Range<usize> },
+    Borrowed {
+        bytes: Arc<Bytes>,
+        range: Range<usize>,
+    },
 }
 
 impl Data {
