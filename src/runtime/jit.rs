@@ -29,8 +29,11 @@ pub struct Prepared {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PrologueKey {
     derived_len: usize,
-    kernels: Vec<(KernelOp, Vec<(Option<(BufferKind, usize)>, usize)>)>,
+    kernels: Vec<(KernelOp, Vec<Place>)>,
 }
+
+/// Where an operand of a prologue kernel lies: its buffer's kind and length, and its offset.
+type Place = (Option<(BufferKind, usize)>, usize);
 
 /// A program compiled for one binding of its dims.
 ///
