@@ -12,7 +12,8 @@ use std::ops::{Deref, DerefMut, Range};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Bytes that several tensors read from: a file's memory map, or a file made in memory.
+/// Bytes that several tensors read from: a file's memory map, or a file made in memory;
+/// either gives the same bytes at the same address every time, which borrowing relies on.
 pub type Bytes = dyn AsRef<[u8]> + Send + Sync;
 
 /// A tensor's float32 elements, owned or borrowed from shared [`Bytes`].
@@ -174,7 +175,7 @@ pub fn map(path: &Path) -> std::io::Result<Arc<Bytes>> {
     // out is another process truncating or rewriting the file while it is mapped: the bytes
     // would change under the slices read from them (or the read would fault). attnc assumes,
     // as safetensors, candle and llama.cpp do, that a weights file is not modified while a
-    // model that loaded it runs; this is documented in the README's weights section.
+    // model that loaded it runs; docs/LANGUAGE.md (Files) and the README say so to users.
     let map = unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }?;
     Ok(Arc::new(map))
 }
