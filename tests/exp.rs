@@ -21,7 +21,7 @@ fn run_native(src: &str, shape: Vec<usize>, xs: Vec<f32>) -> Vec<f32> {
         dims,
     };
     let out = exe.run(&bound, &pool(1).unwrap()).unwrap();
-    out.into_iter().next().expect("one output").1.data
+    out.into_iter().next().expect("one output").1.data.into_vec()
 }
 
 /// The distance in units in the last place between two floats of one sign (infinity is one

@@ -103,6 +103,33 @@ fn each_set_of_sizes_compiles_once() {
 }
 
 #[test]
+fn the_weights_are_prepared_once_for_every_shape() {
+    let weights = || Weights::File(fixture(&format!("weights_{PAD}.safetensors")));
+    let f = Function::new(mha(16, 4), weights(), options(1)).unwrap();
+    let x = Tensor::new(vec![1, 3, 16], (0..48).map(|i| (i % 5) as f32 * 0.2).collect());
+    let small = vec![x.clone(), x.clone(), x, Tensor::new(vec![1, 1, 3], vec![1.0; 3])];
+    f.call(&borrowed(&pad_inputs())).unwrap();
+    let shared = f.call(&borrowed(&small)).unwrap();
+    let prepared: Vec<bool> = f.plans().iter().map(|p| p.prepared).collect();
+    assert_eq!(prepared, [true, false]);
+    // The shared weights are what the second shape would have prepared for itself.
+    let alone = Function::new(mha(16, 4), weights(), options(1)).unwrap();
+    assert_eq!(alone.call(&borrowed(&small)).unwrap(), shared);
+    assert!(alone.plans()[0].prepared);
+    // There is something to share: the plan's prologue lays out the weights.
+    let opts = RunOptions {
+        weights: Some(fixture(&format!("weights_{PAD}.safetensors"))),
+        inputs: Some(fixture(&format!("inputs_{PAD}.safetensors"))),
+        ..RunOptions::default()
+    };
+    let program = mha(16, 4);
+    let bound = runtime::bind(&program, &opts).unwrap();
+    let optimized = attnc::opt::optimize(&program).program;
+    let exe = Executable::compile(&optimized, &bound.dims).unwrap();
+    assert!(!exe.plan().prologue.is_empty());
+}
+
+#[test]
 fn calls_from_several_threads_agree() {
     let f = Function::new(
         mha(16, 4),

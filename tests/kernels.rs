@@ -66,8 +66,8 @@ fn run(kernel: KernelOp, inputs: &[Vec<f32>], out_len: usize) -> Vec<f32> {
             .collect(),
         dims: vec![],
     };
-    let one = exe.run(&bound, &pool(1).unwrap()).unwrap().remove(0).1.data;
-    let two = exe.run(&bound, &pool(2).unwrap()).unwrap().remove(0).1.data;
+    let run = |threads| exe.run(&bound, &pool(threads).unwrap()).unwrap().remove(0).1;
+    let (one, two) = (run(1).data.into_vec(), run(2).data);
     let same = one.iter().zip(&two).all(|(a, b)| a.to_bits() == b.to_bits());
     assert!(same, "1 and 2 threads differ");
     one

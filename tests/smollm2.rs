@@ -297,10 +297,10 @@ fn cases(reference: &TensorFile) -> Vec<Case> {
             Case {
                 prompt,
                 generated,
-                gaps: tensor(reference, &format!("gap.{i}")).data,
+                gaps: tensor(reference, &format!("gap.{i}")).data.into_vec(),
                 sequence,
                 top_ids: ids(reference, &format!("top_ids.{i}")),
-                top_logits: tensor(reference, &format!("top_logits.{i}")).data,
+                top_logits: tensor(reference, &format!("top_logits.{i}")).data.into_vec(),
             }
         })
         .collect()

@@ -143,7 +143,7 @@ fn join(name: String, parts: Vec<Tensor>) -> Result<(String, Tensor), RunError> 
     }
     let rows: usize = parts.iter().map(|t| t.shape[0]).sum();
     let shape = [&[rows], &first[1..]].concat();
-    let data = parts.into_iter().flat_map(|t| t.data).collect();
+    let data = parts.into_iter().flat_map(|t| t.data.into_vec()).collect();
     Ok((name, Tensor::new(shape, data)))
 }
 

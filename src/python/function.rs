@@ -102,7 +102,7 @@ impl Function {
             .map_err(|e| errors::run_error(&e))?;
         let dict = PyDict::new(py);
         for (name, t) in outputs {
-            let array = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data)
+            let array = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data.into_vec())
                 .map_err(|e| PyValueError::new_err(format!("internal error: {e}")))?;
             dict.set_item(name, PyArray::from_owned_array(py, array))?;
         }
@@ -157,7 +157,7 @@ impl Function {
         let Some(t) = self.function.state(name) else {
             return Ok(None);
         };
-        let array = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data)
+        let array = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data.into_vec())
             .map_err(|e| PyValueError::new_err(format!("internal error: {e}")))?;
         Ok(Some(PyArray::from_owned_array(py, array)))
     }
@@ -198,7 +198,7 @@ impl Function {
         }
         let weights = PyDict::new(py);
         for (key, t) in self.function.weights() {
-            let array = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data.clone())
+            let array = ArrayD::from_shape_vec(IxDyn(&t.shape), t.data.to_vec())
                 .map_err(|e| PyValueError::new_err(format!("internal error: {e}")))?;
             weights.set_item(key, PyArray::from_owned_array(py, array))?;
         }

@@ -3,12 +3,18 @@
 //! File contents are user input: a missing, truncated or garbage file is an error that
 //! names the path, never a panic. Every dtype attnc reads becomes float32 here; which
 //! dtypes are allowed where (floats for params, anything for masks) is the caller's call.
+//!
+//! A file is memory-mapped ([`data::map`]), and a float32 tensor whose bytes are 4-byte
+//! aligned is read in place, never copied: its [`Tensor`] borrows the map. Other dtypes,
+//! and float32 at an odd offset, are converted into memory of their own.
 
+use super::data::{self, Bytes, Data};
 use super::tensor::{numel, Tensor};
 use super::RunError;
 use safetensors::tensor::{Metadata, TensorView};
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The 8-byte little-endian header length that starts every safetensors file.
 const LEN_BYTES: usize = 8;
@@ -16,7 +22,7 @@ const LEN_BYTES: usize = 8;
 /// An opened safetensors file whose header has been validated.
 pub struct TensorFile {
     path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: Arc<Bytes>,
     header_len: usize,
     metadata: Metadata,
 }
@@ -28,16 +34,20 @@ pub struct Entry {
 }
 
 impl TensorFile {
-    /// Reads and validates `path`: the header must parse and the data must cover exactly
+    /// Maps and validates `path`: the header must parse and the data must cover exactly
     /// the tensors it declares.
     pub fn open(path: &Path) -> Result<TensorFile, RunError> {
-        let bytes = std::fs::read(path).map_err(|e| file_error("read", path, &e.to_string()))?;
-        TensorFile::from_bytes(path, bytes)
+        let bytes = data::map(path).map_err(|e| file_error("read", path, &e.to_string()))?;
+        TensorFile::from_shared(path, bytes)
     }
 
     /// A file's `bytes`, made in memory or read elsewhere; `path` names it in messages.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<TensorFile, RunError> {
-        let (header_len, metadata) = SafeTensors::read_metadata(&bytes)
+        TensorFile::from_shared(path, Arc::new(bytes))
+    }
+
+    fn from_shared(path: &Path, bytes: Arc<Bytes>) -> Result<TensorFile, RunError> {
+        let (header_len, metadata) = SafeTensors::read_metadata(data::bytes_of(&bytes))
             .map_err(|e| file_error("read", path, &format!("not a well-formed safetensors file ({e})")))?;
         Ok(TensorFile {
             path: path.to_path_buf(),
@@ -51,16 +61,21 @@ impl TensorFile {
         &self.path
     }
 
-    /// The tensor stored under `key`, if there is one.
+    /// The tensor stored under `key`, if there is one: float32 read in place where its
+    /// bytes are aligned, anything else converted.
     pub fn get(&self, key: &str) -> Option<Entry> {
         let info = self.metadata.info(key)?;
         let start = LEN_BYTES + self.header_len;
-        let bytes = self
-            .bytes
-            .get(start + info.data_offsets.0..start + info.data_offsets.1)?;
-        let tensor = decode(info.dtype, bytes)
+        let range = start + info.data_offsets.0..start + info.data_offsets.1;
+        let bytes = data::bytes_of(&self.bytes).get(range.clone())?;
+        let in_place = match info.dtype {
+            Dtype::F32 => Data::borrow(&self.bytes, range),
+            _ => None,
+        };
+        let tensor = in_place
+            .or_else(|| decode(info.dtype, bytes).map(Data::from))
             .filter(|data| data.len() == numel(&info.shape))
-            .map(|data| Tensor::new(info.shape.clone(), data));
+            .map(|data| Tensor::with_data(info.shape.clone(), data));
         Some(Entry {
             dtype: info.dtype,
             tensor,
@@ -360,6 +375,40 @@ mod tests {
         assert_eq!(file.get("s").unwrap().dtype, Dtype::F32);
         assert_eq!(file.get("s").unwrap().tensor, Some(s));
         assert!(file.get("b").is_none());
+    }
+
+    #[test]
+    fn aligned_float32_is_read_in_place_from_the_map() {
+        let path = temp_dir().join("in_place.safetensors");
+        let a = Tensor::new(vec![3], vec![1.0, 2.0, 3.0]);
+        save(&path, &[("a".into(), a.clone())]).unwrap();
+        let file = TensorFile::open(&path).unwrap();
+        let read = file.get("a").unwrap().tensor.unwrap();
+        assert!(read.data.is_borrowed());
+        assert_eq!(read, a);
+        let bytes = data::bytes_of(&file.bytes).as_ptr_range();
+        assert!(bytes.contains(&read.data.as_ptr().cast::<u8>()));
+    }
+
+    #[test]
+    fn misaligned_float32_and_other_dtypes_are_converted() {
+        // A one-byte tensor first puts the float at an odd offset (safetensors' own writer
+        // would order them by alignment; a file from elsewhere need not).
+        let mut header = br#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}}"#.to_vec();
+        header.resize(header.len().next_multiple_of(8), b' ');
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header);
+        bytes.push(7);
+        bytes.extend(2.5f32.to_le_bytes());
+        let path = temp_dir().join("misaligned.safetensors");
+        std::fs::write(&path, &bytes).unwrap();
+        let file = TensorFile::open(&path).unwrap();
+        let b = file.get("b").unwrap().tensor.unwrap();
+        assert!(!b.data.is_borrowed());
+        assert_eq!(b.data, [2.5]);
+        let a = file.get("a").unwrap().tensor.unwrap();
+        assert!(!a.data.is_borrowed());
+        assert_eq!(a.data, [7.0]);
     }
 
     #[test]

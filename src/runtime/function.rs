@@ -3,7 +3,10 @@
 //!
 //! A [`Function`] reads (or draws) its weights once, when it is made; each call binds the
 //! free dims from its inputs' shapes, compiles the program for those sizes on first use
-//! and keeps the executable, with its prologue already run on the weights. Inputs are
+//! and keeps the executable, with its prologue already run on the weights. The weights are
+//! prepared (laid out as the GEMMs prefer) once per model, not once per shape: a plan
+//! whose prologue computes what an earlier plan's did ([`PrologueKey`]) shares its
+//! prepared memory, so a decode plan after a prefill plan prepares nothing. Inputs are
 //! borrowed, never copied; outputs are fresh tensors the caller owns. A function is
 //! `Send` and `Sync`: calls from several threads at once are safe, and a shape is compiled
 //! once however many threads ask for it.
@@ -16,7 +19,7 @@
 
 use super::files::Store;
 use super::hoist::{hoist, Hoisted};
-use super::jit::{pool, Executable, Prepared};
+use super::jit::{pool, Executable, Prepared, PrologueKey};
 use super::{bind, budget, defaults, Bound, RunError, Tensor};
 use crate::ir::Program;
 use std::path::PathBuf;
@@ -74,10 +77,14 @@ pub struct Input<'a> {
 pub struct PlanInfo {
     /// Every named dim's value, in declaration order.
     pub sizes: Vec<(String, i64)>,
-    /// Milliseconds spent optimizing, lowering, compiling and running the prologue.
+    /// Milliseconds spent optimizing, lowering, compiling and running the prologue (when
+    /// it ran: see `prepared`).
     pub compile_ms: f64,
     /// The plan's kernels, prologue included.
     pub kernels: usize,
+    /// Whether the plan ran its prologue: `false` when it shares the weights an earlier
+    /// plan prepared, its prologue computing the same thing.
+    pub prepared: bool,
 }
 
 /// An executable with its prologue run on the function's weights.
@@ -86,7 +93,10 @@ struct Ready {
     /// from them, and checked against them), so a call with these shapes needs no binding.
     shapes: Vec<Vec<usize>>,
     exe: Executable,
-    prepared: Prepared,
+    /// The weights as its prologue lays them out, shared with every plan of the function
+    /// whose prologue has the same key.
+    prepared: Arc<Prepared>,
+    prologue: PrologueKey,
     info: PlanInfo,
 }
 
@@ -357,18 +367,25 @@ impl Function {
         let hoisted = self.hoisted.as_ref().map_or(&self.program, |h| &h.program);
         let optimized = crate::opt::optimize(hoisted);
         let exe = Executable::compile_within(&optimized.program, dims, self.budget)?;
-        let prepared = exe.prepare(&self.params, &self.pool)?;
+        let prologue = exe.prologue_key();
+        let shared = plans.iter().find(|(_, ready)| ready.prologue == prologue);
+        let (prepared, fresh) = match shared {
+            Some((_, ready)) => (ready.prepared.clone(), false),
+            None => (Arc::new(exe.prepare(&self.params, &self.pool)?), true),
+        };
         let plan = exe.plan();
         let info = PlanInfo {
             sizes: self.named_sizes(dims),
             compile_ms: start.elapsed().as_secs_f64() * 1e3,
             kernels: plan.prologue.len() + plan.kernels.len(),
+            prepared: fresh,
         };
         let shapes = shapes.iter().map(|s| s.to_vec()).collect();
         let ready = Arc::new(Ready {
             shapes,
             exe,
             prepared,
+            prologue,
             info,
         });
         plans.push((dims.to_vec(), ready.clone()));

@@ -13,11 +13,12 @@
 mod parse;
 pub mod types;
 
+use super::data::{self, Bytes, Data};
 use super::files::file_error;
 use super::tensor::Tensor;
 use super::RunError;
-use memmap2::Mmap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use parse::{TensorInfo, Value};
 use types::GgmlType;
@@ -28,7 +29,8 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 /// An opened GGUF file whose header and tensor layout have been checked.
 pub struct GgufFile {
     path: PathBuf,
-    map: Mmap,
+    /// The file's bytes, mapped ([`data::map`]): float32 tensors are read from it in place.
+    map: Arc<Bytes>,
     version: u32,
     metadata: Vec<(String, Value)>,
     tensors: Vec<Placed>,
@@ -54,16 +56,12 @@ impl GgufFile {
     /// Maps `path` and checks it: a GGUF v2 or v3 header, and every tensor's data in bounds.
     pub fn open(path: &Path) -> Result<GgufFile, RunError> {
         let fail = |what: &str| file_error("read", path, what);
-        let file = std::fs::File::open(path).map_err(|e| fail(&e.to_string()))?;
-        // SAFETY: the map is read-only and attnc never writes the file. Another process
-        // truncating or rewriting it while it is mapped would change the bytes under the
-        // slice; that is the caveat of every memory-mapped reader (safetensors', llama.cpp's),
-        // accepted for weights files, which are not edited while a model loads.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| fail(&e.to_string()))?;
-        let header = parse::header(&map).map_err(|e| fail(&e))?;
+        let map = data::map(path).map_err(|e| fail(&e.to_string()))?;
+        let map_len = data::bytes_of(&map).len();
+        let header = parse::header(data::bytes_of(&map)).map_err(|e| fail(&e))?;
         let alignment = alignment(&header.metadata).map_err(|e| fail(&e))?;
         let data_start = (header.end as u64).div_ceil(alignment) * alignment;
-        let tensors = place(header.tensors, data_start, alignment, map.len()).map_err(|e| fail(&e))?;
+        let tensors = place(header.tensors, data_start, alignment, map_len).map_err(|e| fail(&e))?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             map,
@@ -97,15 +95,22 @@ impl GgufFile {
     }
 
     /// The tensor `name` as float32 in PyTorch's axis order; `None` when the file has none.
+    /// An F32 tensor is read in place from the map (GGUF aligns tensor data to at least 32
+    /// bytes, so every one is aligned), unless its rows are permuted back ([`unpermute`]).
     pub fn tensor(&self, name: &str) -> Option<Result<Tensor, ReadError>> {
         let placed = self.tensors.iter().find(|p| p.info.name == name)?;
-        let bytes = &self.map[placed.start..placed.start + placed.len];
-        let Some(data) = types::dequantize(placed.info.ty, bytes) else {
+        let range = placed.start..placed.start + placed.len;
+        let in_place = match placed.info.ty.id {
+            types::F32 => Data::borrow(&self.map, range.clone()),
+            _ => None,
+        };
+        let dequantized = || types::dequantize(placed.info.ty, &data::bytes_of(&self.map)[range]);
+        let Some(data) = in_place.or_else(|| dequantized().map(Data::from)) else {
             return Some(Err(ReadError::Type(placed.info.ty.name)));
         };
         let shape: Vec<usize> = placed.info.dims.iter().rev().map(|&d| d as usize).collect();
         Some(
-            self.unpermute(name, Tensor::new(shape, data))
+            self.unpermute(name, Tensor::with_data(shape, data))
                 .map_err(ReadError::Other),
         )
     }

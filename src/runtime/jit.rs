@@ -6,7 +6,7 @@ use super::native::{self, Derived, Memory};
 use super::{budget, Bound, RunError, Tensor};
 use crate::codegen::{Compiled, Jit};
 use crate::ir::Program;
-use crate::kernel::{BufferKind, Plan};
+use crate::kernel::{BufferKind, KernelOp, Plan};
 use crate::lower;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -18,6 +18,22 @@ use std::time::Instant;
 pub struct Prepared {
     derived: Vec<f32>,
 }
+
+/// What a plan's prologue computes, whatever the plan numbers its buffers: each prologue
+/// kernel as [`KernelOp::code_key`] leaves it (its arithmetic, sizes and strides), with the
+/// buffer (kind and length) and offset of each of its operands in [`KernelOp::operands`]'
+/// order, and the length of the prepared memory. Two plans of one program whose keys are
+/// equal run the same kernels on the same params into the same places of prepared memory,
+/// so, a task's arithmetic not depending on its thread, they prepare the same bits: one
+/// [`Prepared`] serves both.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrologueKey {
+    derived_len: usize,
+    kernels: Vec<(KernelOp, Vec<Place>)>,
+}
+
+/// Where an operand of a prologue kernel lies: its buffer's kind and length, and its offset.
+type Place = (Option<(BufferKind, usize)>, usize);
 
 /// A program compiled for one binding of its dims.
 ///
@@ -110,6 +126,23 @@ impl Executable {
             compiled,
             compile_ms,
         })
+    }
+
+    /// What the prologue computes ([`PrologueKey`]): executables with equal keys may share
+    /// one [`Prepared`].
+    pub fn prologue_key(&self) -> PrologueKey {
+        let buffers = &self.plan.buffers;
+        let kernels = self.plan.prologue.iter().map(|k| {
+            let operands = k.op.operands().into_iter().map(|(o, _, _)| {
+                let buffer = buffers.get(o.buf).map(|b| (b.kind.clone(), b.len));
+                (buffer, o.offset)
+            });
+            (k.op.code_key(), operands.collect())
+        });
+        PrologueKey {
+            derived_len: self.plan.derived_len,
+            kernels: kernels.collect(),
+        }
     }
 
     /// Distinct functions compiled for the plan's kernels.

@@ -22,6 +22,7 @@
 
 mod bind;
 pub mod budget;
+pub mod data;
 pub mod defaults;
 pub mod files;
 pub mod function;

@@ -1,5 +1,6 @@
-//! The only `unsafe` of attnc: calling JIT-compiled kernels through function pointers, and
-//! the `extern "C"` GEMM microkernel shim they call.
+//! The `unsafe` of running kernels (the only other is the file map of `runtime/data.rs`):
+//! calling JIT-compiled kernels through function pointers, and the `extern "C"` GEMM
+//! microkernel shim they call.
 //!
 //! The invariant every block below relies on: a kernel only touches memory through the
 //! operand pointers it is given (and its thread's scratch), within the iteration space of

@@ -1,22 +1,29 @@
-//! Tensors: the owned row-major [`Tensor`] that crosses the runtime's boundary, and the
+//! Tensors: the row-major [`Tensor`] that crosses the runtime's boundary (its elements
+//! owned, or read in place from a weights file: [`Data`]), and the
 //! strided [`Strided`] view the interpreter works on, so that `transpose`, `permute`,
 //! slicing and broadcasting cost nothing and only `contiguous`/`reshape` copy.
 //!
 //! This is the ground truth later optimizations are compared against, so it favours the
 //! obviously right over the fast: every copy goes through one odometer loop.
 
+use super::data::Data;
 use std::rc::Rc;
 
 /// A float32 tensor, row-major and contiguous.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
     pub shape: Vec<usize>,
-    pub data: Vec<f32>,
+    pub data: Data,
 }
 
 impl Tensor {
     /// A tensor of `shape` over `data`; `data.len()` must be the product of `shape`.
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Tensor {
+        Tensor::with_data(shape, data.into())
+    }
+
+    /// As [`Tensor::new`], over elements that may be borrowed.
+    pub fn with_data(shape: Vec<usize>, data: Data) -> Tensor {
         debug_assert_eq!(numel(&shape), data.len(), "shape {shape:?}");
         Tensor { shape, data }
     }
@@ -59,7 +66,8 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// A strided view over a shared buffer: element `[i0, i1, ..]` is
+/// A strided view over a shared buffer (a weight's stays where it was read, in place):
+/// element `[i0, i1, ..]` is
 /// `buf[offset + i0 * strides[0] + i1 * strides[1] + ..]`. A stride of 0 repeats an
 /// element (broadcasting).
 #[derive(Clone, Debug)]
@@ -67,7 +75,7 @@ pub struct Strided {
     pub shape: Vec<usize>,
     pub strides: Vec<usize>,
     pub offset: usize,
-    pub buf: Rc<Vec<f32>>,
+    pub buf: Rc<Data>,
 }
 
 impl From<Tensor> for Strided {

@@ -56,6 +56,9 @@ const TYPES: &[(u32, &str, u64, u64)] = &[
     (41, "Q1_0", 128, 18),
 ];
 
+/// The id of F32, whose tensors need no conversion.
+pub const F32: u32 = 0;
+
 /// The types [`dequantize`] reads, for hints.
 pub const READ: &str = "F32, F16, BF16, Q8_0, Q4_0 or Q4_1";
 
