@@ -118,7 +118,11 @@ fn a_view_keeps_the_element_count() {
     let mut t = DimTable::new();
     let n = Poly::sym(t.declare("N", DimKind::Free { value: None }));
     let two_n = Poly::int(2).mul(&n);
-    assert!(keeps_count(&t, &[two_n.clone(), Poly::int(3)], &[n.clone(), Poly::int(6)]));
+    assert!(keeps_count(
+        &t,
+        &[two_n.clone(), Poly::int(3)],
+        &[n.clone(), Poly::int(6)]
+    ));
     assert!(!keeps_count(&t, &[two_n], &[n.clone()]));
     assert_eq!(numel(&Concrete, &[2, 3, 4]), 24);
     assert_eq!(numel(&Concrete, &[]), 1);
