@@ -174,7 +174,7 @@ fn mutated_programs_optimize_to_equal_programs() {
         .map(|(i, case, m)| {
             let ok = optimizes_to_an_equal_program(m, &format!("example {i}, case {case}"));
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if n % 500 == 0 {
+            if n.is_multiple_of(500) {
                 eprintln!("{n} of {} cases", cases_of.len());
             }
             usize::from(ok)
