@@ -369,26 +369,34 @@ impl Op {
         }
     }
 
-    /// The op's parameters, what `attnc ir` prints after its operands, given its operands'
-    /// types (a mask's fill is shown only where there is a mask, an index copy's window only
-    /// where it is not the whole operand). A loop's are in its header; a param's and an
-    /// input's are their index, which the text replaces by the declaration.
-    pub fn attrs(&self, operands: &[&TensorType]) -> Vec<Attr> {
+    /// The op's parameters, in the order `attnc ir` prints them after its operands and the
+    /// optimizer's e-graph holds them after its operands (`opt::lang`), given its operands'
+    /// types and its own shape. The list is whole, so the op can be rebuilt from it; what
+    /// the text leaves out is [`Attr::Implied`] (a mask's fill where there is no mask, an
+    /// index copy's window where it is the whole operand, a creation's shape, which the
+    /// type shows). A loop's parameters are in its header.
+    pub fn attrs(&self, operands: &[&TensorType], shape: &[Poly]) -> Vec<Attr> {
         let int = |a: usize| Attr::Int(a as i64);
         let named = |name: &'static str, a: Attr| Attr::Named(name, Box::new(a));
+        let implied_unless = |shown: bool, a: Attr| match shown {
+            true => a,
+            false => Attr::Implied(Box::new(a)),
+        };
+        let own_shape = || Attr::Implied(Box::new(Attr::Shape(shape.to_vec())));
         let masked = |scale: f64, fill: f64, unmasked: usize| {
-            let mut attrs = vec![named("scale", Attr::Float(scale))];
-            if operands.len() > unmasked {
-                attrs.push(named("fill", Attr::Float(fill)));
-            }
-            attrs
+            let fill = named("fill", Attr::Float(fill));
+            vec![
+                named("scale", Attr::Float(scale)),
+                implied_unless(operands.len() > unmasked, fill),
+            ]
         };
         match self {
-            Op::Param(i) | Op::Input(i) => vec![int(*i)],
-            Op::Literal(x) | Op::Fill(x) => vec![Attr::Float(*x)],
+            Op::Param(i) | Op::Input(i) => vec![int(*i), own_shape()],
+            Op::Fill(x) => vec![Attr::Float(*x), own_shape()],
+            Op::Literal(x) => vec![Attr::Float(*x)],
             Op::DimValue(p) => vec![Attr::Dim(p.clone())],
             Op::Transpose(a, b) => vec![int(*a), int(*b)],
-            Op::Permute(axes) => axes.iter().map(|&a| int(a)).collect(),
+            Op::Permute(axes) => vec![Attr::Order(axes.clone())],
             Op::View(s) | Op::Reshape(s) | Op::Expand(s) => vec![Attr::Shape(s.clone())],
             Op::Unsqueeze(a)
             | Op::Squeeze(a)
@@ -398,10 +406,15 @@ impl Op {
             | Op::Cat(a) => {
                 vec![int(*a)]
             }
-            Op::Tri { diagonal, .. } => vec![Attr::Int(*diagonal)],
-            Op::Arange { start, step } => {
-                vec![Attr::Dim(start.clone()), named("step", Attr::Dim(step.clone()))]
+            // The name says which triangle.
+            Op::Tri { upper, diagonal } => {
+                vec![Attr::Implied(Box::new(Attr::Bool(*upper))), Attr::Int(*diagonal)]
             }
+            Op::Arange { start, step } => vec![
+                Attr::Dim(start.clone()),
+                named("step", Attr::Dim(step.clone())),
+                own_shape(),
+            ],
             Op::Reduce { axes, keepdim, .. } => {
                 vec![Attr::Axes(axes.clone()), named("keepdim", Attr::Bool(*keepdim))]
             }
@@ -423,29 +436,27 @@ impl Op {
             ],
             Op::Select { axis, index } => vec![int(*axis), Attr::Dim(index.clone())],
             Op::IndexCopy { axis, starts, ends } => {
-                let mut attrs = vec![int(*axis)];
-                // The window, where it is not the whole of the operand.
                 let whole = operands.first().map_or(&[][..], |x| &x.shape[..]);
-                let window = starts.iter().zip(ends).zip(whole);
-                if window.clone().any(|((s, e), n)| !s.is_zero() || e != n) {
-                    let ranges = window.map(|((s, e), _)| (s.clone(), e.clone())).collect();
-                    attrs.push(named("at", Attr::Ranges(ranges)));
-                }
-                attrs
+                let part = starts
+                    .iter()
+                    .zip(ends)
+                    .zip(whole)
+                    .any(|((s, e), n)| !s.is_zero() || e != n);
+                let ranges = starts.iter().cloned().zip(ends.iter().cloned()).collect();
+                vec![
+                    int(*axis),
+                    implied_unless(part, named("at", Attr::Ranges(ranges))),
+                ]
             }
             Op::Gemm {
                 trans_a,
                 trans_b,
                 alpha,
-            } => {
-                let mut attrs = Vec::new();
-                attrs.extend(trans_a.then_some(Attr::Flag("trans_a")));
-                attrs.extend(trans_b.then_some(Attr::Flag("trans_b")));
-                if *alpha != 1.0 {
-                    attrs.push(named("alpha", Attr::Float(*alpha)));
-                }
-                attrs
-            }
+            } => vec![
+                Attr::Flag("trans_a", *trans_a),
+                Attr::Flag("trans_b", *trans_b),
+                implied_unless(*alpha != 1.0, named("alpha", Attr::Float(*alpha))),
+            ],
             Op::MaskedSoftmax { scale, fill } => masked(*scale, *fill, 1),
             Op::Attention { scale, fill } => masked(*scale, *fill, 3),
             Op::ScoredAttention { scale, fill } => masked(*scale, *fill, 2),
@@ -485,14 +496,18 @@ pub enum Attr {
     Shape(Vec<Poly>),
     /// Axes: `[0, 2]`.
     Axes(Vec<usize>),
+    /// A permutation's axes, in a row: `0, 2, 1`.
+    Order(Vec<usize>),
     /// `start..end`.
     Range(Poly, Poly),
     /// One range per axis: `[0..B, 2..3]`.
     Ranges(Vec<(Poly, Poly)>),
-    /// A word shown only where a flag holds: `trans_a`.
-    Flag(&'static str),
+    /// A flag, shown as its word only where it holds: `trans_a`.
+    Flag(&'static str, bool),
     /// A parameter shown with its name: `keepdim=true`.
     Named(&'static str, Box<Attr>),
+    /// A parameter the text leaves out, its value going without saying there.
+    Implied(Box<Attr>),
 }
 
 /// One SSA value.

@@ -25,6 +25,9 @@ pub trait Sizes {
     /// Whether `a` is 1 for every value of the free dims.
     fn is_one(&self, a: &Self::Size) -> bool;
 
+    /// Whether `a` is 1 for no value of the free dims.
+    fn never_one(&self, a: &Self::Size) -> bool;
+
     fn one(&self) -> Self::Size;
 
     fn add(&self, a: &Self::Size, b: &Self::Size) -> Self::Size;
@@ -41,6 +44,10 @@ impl Sizes for DimTable {
 
     fn is_one(&self, a: &Poly) -> bool {
         DimTable::is_one(self, a)
+    }
+
+    fn never_one(&self, a: &Poly) -> bool {
+        DimTable::never_one(self, a)
     }
 
     fn one(&self) -> Poly {
@@ -68,6 +75,10 @@ impl Sizes for Concrete {
 
     fn is_one(&self, a: &usize) -> bool {
         *a == 1
+    }
+
+    fn never_one(&self, a: &usize) -> bool {
+        *a != 1
     }
 
     fn one(&self) -> usize {
@@ -269,6 +280,60 @@ pub fn joined<Z: Sizes + ?Sized>(
         false => shape[axis] = z.mul(shape.get(axis)?, len),
     }
     Some(shape)
+}
+
+/// The number of elements of a shape: the product of its sizes.
+pub fn numel<Z: Sizes + ?Sized>(z: &Z, shape: &[Z::Size]) -> Z::Size {
+    shape.iter().fold(z.one(), |acc, d| z.mul(&acc, d))
+}
+
+/// Whether a `view` or `reshape` from one shape to the other keeps the element count.
+pub fn keeps_count<Z: Sizes + ?Sized>(z: &Z, from: &[Z::Size], to: &[Z::Size]) -> bool {
+    z.same(&numel(z, from), &numel(z, to))
+}
+
+/// Whether two shapes are the same: one rank, each size equal.
+pub fn same_shape<Z: Sizes + ?Sized>(z: &Z, a: &[Z::Size], b: &[Z::Size]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| z.same(x, y))
+}
+
+/// The shape of a slice of `axis` (with a step or without) whose length is `len`: `None`
+/// when there is no such axis.
+pub fn sliced<S: Clone>(shape: &[S], axis: usize, len: S) -> Option<Vec<S>> {
+    let mut shape = shape.to_vec();
+    *shape.get_mut(axis)? = len;
+    Some(shape)
+}
+
+/// The shape with `axis` dropped (`x[.., i, ..]`, a `squeeze`); `None` when there is no
+/// such axis.
+pub fn dropped<S: Clone>(shape: &[S], axis: usize) -> Option<Vec<S>> {
+    (axis < shape.len()).then_some(())?;
+    let mut shape = shape.to_vec();
+    shape.remove(axis);
+    Some(shape)
+}
+
+/// Whether `squeeze` drops an axis of this size: where it is provably 1, and not where it
+/// is provably never 1; `None` where it is 1 only for some values of the free dims (the
+/// result's rank would depend on them).
+pub fn squeezes<Z: Sizes + ?Sized>(z: &Z, size: &Z::Size) -> Option<bool> {
+    match (z.is_one(size), z.never_one(size)) {
+        (true, _) => Some(true),
+        (false, true) => Some(false),
+        (false, false) => None,
+    }
+}
+
+/// The batch axes of an attention's key or value `[.., Hk, S, E]` as its query
+/// `[.., Hq, L, E]` reads them: as they are, or with grouped-query attention (`gqa`), with
+/// the query's heads in place of the key's. `None` with `gqa` where one has no heads.
+pub fn read_heads<S: Clone>(q: &[S], x: &[S], gqa: bool) -> Option<Vec<S>> {
+    let mut batch = x.get(..x.len().checked_sub(2)?)?.to_vec();
+    if gqa {
+        *batch.last_mut()? = q.get(q.len().checked_sub(3)?)?.clone();
+    }
+    Some(batch)
 }
 
 /// `axes` when they are a permutation of `0..rank`, each once.

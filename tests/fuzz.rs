@@ -155,70 +155,89 @@ fn cases(short: u32) -> u32 {
 
 /// Mutated programs that check cleanly optimize without a panic, to programs that compute
 /// the same outputs (the reference interpreter on both, at small sizes). Each case runs
-/// the optimizer's saturation, so CI runs a short budget (see the module's doc).
+/// the optimizer's saturation, so CI runs a short budget (see the module's doc). The cases
+/// are drawn in order from one seed, then run on rayon's threads.
 #[test]
 fn mutated_programs_optimize_to_equal_programs() {
-    use attnc::check::DimOverride;
-    use attnc::runtime::{bind, interpret, RunOptions};
+    use rayon::prelude::*;
     let mut rng = Rng(0x5EED);
-    let mut optimized = 0;
+    let mut cases_of = Vec::new();
     for (i, src) in examples().iter().enumerate() {
         for case in 0..cases(24) {
-            let m = mutate(src, &mut rng);
-            let Ok(plain) = check_source(&m, &[]) else {
-                continue;
-            };
-            if plain.has_errors() {
-                continue;
-            }
-            let sizes: Vec<DimOverride> = [("B", 2), ("N", 3), ("M", 4)]
-                .iter()
-                .filter(|(n, _)| plain.program.dims.lookup(n).is_some())
-                .map(|&(n, v)| DimOverride {
-                    name: n.into(),
-                    value: v,
-                })
-                .collect();
-            let Ok(c) = check_source(&m, &sizes) else { continue };
-            if c.has_errors() {
-                continue;
-            }
-            let result = std::panic::catch_unwind(|| attnc::opt::optimize(&c.program));
-            let opt =
-                result.unwrap_or_else(|_| panic!("example {i}, case {case} panics the optimizer:\n{m}"));
-            assert!(
-                opt.stats.fallback.is_none(),
-                "example {i}, case {case}: {:?}\n{m}",
-                opt.stats.fallback
-            );
-            let Ok(bound) = bind(&c.program, &RunOptions::default()) else {
-                continue;
-            };
-            let (Ok(want), got) = (interpret(&c.program, &bound), interpret(&opt.program, &bound)) else {
-                continue;
-            };
-            let got = got
-                .unwrap_or_else(|e| panic!("example {i}, case {case}: {e}\n{m}\n{}", opt.program.to_text()));
-            for ((name, w), (_, g)) in want.iter().zip(&got) {
-                assert_eq!(w.shape, g.shape, "example {i}, case {case}: `{name}`\n{m}");
-                let scale = w.data.iter().fold(0f32, |a, x| a.max(x.abs())).max(1e-30);
-                let err = w
-                    .data
-                    .iter()
-                    .zip(&g.data)
-                    .fold(0f32, |a, (x, y)| a.max((x - y).abs()))
-                    / scale;
-                assert!(
-                    err <= 1e-5 || (err.is_nan() && w.data.iter().any(|x| !x.is_finite())),
-                    "example {i}, case {case}: `{name}` off by {err}\n{m}\n{}",
-                    opt.program.to_text()
-                );
-            }
-            optimized += 1;
+            cases_of.push((i, case, mutate(src, &mut rng)));
         }
     }
+    // A long run says how far it got (seen with `--nocapture`).
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let optimized: usize = cases_of
+        .par_iter()
+        .map(|(i, case, m)| {
+            let ok = optimizes_to_an_equal_program(m, &format!("example {i}, case {case}"));
+            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if n.is_multiple_of(500) {
+                eprintln!("{n} of {} cases", cases_of.len());
+            }
+            usize::from(ok)
+        })
+        .sum();
     assert!(
         optimized > 10,
         "only {optimized} mutated programs checked and ran"
     );
+}
+
+/// Whether `m` checked and ran; panics where its optimized program fails or differs.
+fn optimizes_to_an_equal_program(m: &str, case: &str) -> bool {
+    use attnc::check::DimOverride;
+    use attnc::runtime::{bind, interpret, RunOptions};
+    let Ok(plain) = check_source(m, &[]) else {
+        return false;
+    };
+    if plain.has_errors() {
+        return false;
+    }
+    let sizes: Vec<DimOverride> = [("B", 2), ("N", 3), ("M", 4)]
+        .iter()
+        .filter(|(n, _)| plain.program.dims.lookup(n).is_some())
+        .map(|&(n, v)| DimOverride {
+            name: n.into(),
+            value: v,
+        })
+        .collect();
+    let Ok(c) = check_source(m, &sizes) else {
+        return false;
+    };
+    if c.has_errors() {
+        return false;
+    }
+    let result = std::panic::catch_unwind(|| attnc::opt::optimize(&c.program));
+    let opt = result.unwrap_or_else(|_| panic!("{case} panics the optimizer:\n{m}"));
+    assert!(
+        opt.stats.fallback.is_none(),
+        "{case}: {:?}\n{m}",
+        opt.stats.fallback
+    );
+    let Ok(bound) = bind(&c.program, &RunOptions::default()) else {
+        return false;
+    };
+    let (Ok(want), got) = (interpret(&c.program, &bound), interpret(&opt.program, &bound)) else {
+        return false;
+    };
+    let got = got.unwrap_or_else(|e| panic!("{case}: {e}\n{m}\n{}", opt.program.to_text()));
+    for ((name, w), (_, g)) in want.iter().zip(&got) {
+        assert_eq!(w.shape, g.shape, "{case}: `{name}`\n{m}");
+        let scale = w.data.iter().fold(0f32, |a, x| a.max(x.abs())).max(1e-30);
+        let err = w
+            .data
+            .iter()
+            .zip(&g.data)
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()))
+            / scale;
+        assert!(
+            err <= 1e-5 || (err.is_nan() && w.data.iter().any(|x| !x.is_finite())),
+            "{case}: `{name}` off by {err}\n{m}\n{}",
+            opt.program.to_text()
+        );
+    }
+    true
 }

@@ -168,13 +168,8 @@ impl Checker {
                 return None;
             }
         }
-        let seen = |x: &[Poly]| {
-            let mut b = x[..x.len() - 2].to_vec();
-            if let (true, Some(h)) = (gqa, b.last_mut()) {
-                *h = tq[rq - 3].clone();
-            }
-            b
-        };
+        // With `enable_gqa`, all three have heads (`grouped_heads`).
+        let seen = |x: &[Poly]| shape::read_heads(&tq, x, gqa).expect("`q`, `k` and `v` have heads");
         let batch = self.broadcast_shapes(&tq[..rq - 2], &seen(&tk), span)?;
         let batch = self.broadcast_shapes(&batch, &seen(&tv), span)?;
         let scores = [batch.as_slice(), &[tq[rq - 2].clone(), tk[rk - 2].clone()]].concat();

@@ -73,8 +73,7 @@ impl Checker {
         let t = self.ty(parts[0]).clone();
         for (&p, e) in parts.iter().zip(items).skip(1) {
             let s = self.ty(p).shape.clone();
-            let same = s.len() == t.rank() && s.iter().zip(&t.shape).all(|(a, b)| self.prog.dims.equal(a, b));
-            if !same {
+            if !shape::same_shape(&self.prog.dims, &s, &t.shape) {
                 let msg = format!(
                     "`stack` of {} and {}: every part has one shape",
                     self.shape_text(&t.shape),

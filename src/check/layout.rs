@@ -532,8 +532,7 @@ pub fn without_axis(dims: &DimTable, x: &TensorType, d: usize) -> TensorType {
         s.remove(d);
         s
     });
-    let mut shape = x.shape.clone();
-    shape.remove(d);
+    let shape = crate::shape::dropped(&x.shape, d).expect("`d` is an axis of `x`");
     laid.with(shape, x.dtype)
 }
 

@@ -635,7 +635,7 @@ impl Checker {
         let (op, out) = match range.step {
             1 => {
                 let mut out = t;
-                out.shape[axis] = len;
+                out.shape = shape::sliced(&out.shape, axis, len).expect("`axis` is an axis of `x`");
                 (Op::Slice { axis, start, end }, out)
             }
             step => {
@@ -645,8 +645,7 @@ impl Checker {
                     strides[axis] = strides[axis].mul(&Poly::int(step));
                     strides
                 });
-                let mut shape = t.shape.clone();
-                shape[axis] = len.clone();
+                let shape = shape::sliced(&t.shape, axis, len.clone()).expect("`axis` is an axis of `x`");
                 let out = laid.with(shape, t.dtype);
                 (
                     Op::StepSlice {

@@ -107,8 +107,8 @@ impl Checker {
                 self.dim_expr(e)?
             });
         }
-        let numel = t.numel();
-        let known = shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d));
+        let numel = shape::numel(&self.prog.dims, &t.shape);
+        let known = shape::numel(&self.prog.dims, &shape);
         if let Some(&h) = holes.first() {
             if !self.prog.dims.provably_positive(&known) {
                 let msg = format!(
@@ -132,7 +132,7 @@ impl Checker {
                     return None;
                 }
             }
-        } else if !self.prog.dims.equal(&numel, &known) {
+        } else if !shape::keeps_count(&self.prog.dims, &t.shape, &shape) {
             let msg = format!(
                 "a view of {} as {} changes the element count (`{}` vs `{}`)",
                 self.shape_text(&t.shape),
@@ -197,17 +197,16 @@ impl Checker {
         let mut value = Value::Tensor(x);
         for &a in axes.iter().rev() {
             let dims = &self.prog.dims;
-            let size = &t.shape[a];
-            match (dims.is_one(size), dims.never_one(size)) {
-                (true, _) => {
+            match shape::squeezes(dims, &t.shape[a]) {
+                Some(true) => {
                     t = layout::without_axis(dims, &t, a);
                     let Value::Tensor(cur) = value else {
                         unreachable!("squeeze keeps a tensor")
                     };
                     value = self.push(Op::Squeeze(a), vec![cur], t.clone(), span);
                 }
-                (false, true) => {}
-                (false, false) => {
+                Some(false) => {}
+                None => {
                     let msg = format!(
                         "cannot squeeze axis {a} of {}: its size `{}` is 1 only for some values",
                         self.shape_text(&t.shape),

@@ -170,13 +170,17 @@ impl Program {
             _ => {}
         }
         let operands: Vec<&TensorType> = node.args.iter().map(|&a| self.tensor_type(a)).collect();
-        let attrs = node.op.attrs(&operands);
-        (node.op.name(), attrs.iter().map(|a| self.attr_text(a)).collect())
+        let attrs = node.op.attrs(&operands, &self.tensor_type(id).shape);
+        (
+            node.op.name(),
+            attrs.iter().filter_map(|a| self.attr_text(a)).collect(),
+        )
     }
 
-    fn attr_text(&self, attr: &Attr) -> String {
+    /// An attribute as text; `None` for one the text leaves out.
+    fn attr_text(&self, attr: &Attr) -> Option<String> {
         let d = |p: &Poly| self.dims.display(p);
-        match attr {
+        Some(match attr {
             Attr::Int(i) => i.to_string(),
             Attr::Float(x) => format!("{x:?}"),
             Attr::Bool(b) => b.to_string(),
@@ -194,8 +198,13 @@ impl Program {
                     .collect();
                 format!("[{}]", ranges.join(", "))
             }
-            Attr::Flag(word) => word.to_string(),
-            Attr::Named(name, value) => format!("{name}={}", self.attr_text(value)),
-        }
+            Attr::Order(axes) => {
+                let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+                axes.join(", ")
+            }
+            Attr::Flag(word, true) => word.to_string(),
+            Attr::Flag(_, false) | Attr::Implied(_) => return None,
+            Attr::Named(name, value) => format!("{name}={}", self.attr_text(value)?),
+        })
     }
 }

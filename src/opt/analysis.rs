@@ -167,7 +167,7 @@ impl Ctx {
     }
 
     pub fn same_shape(&self, a: &[Poly], b: &[Poly]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| self.equal(x, y))
+        shape::same_shape(self, a, b)
     }
 
     /// `a / b`, proved exact.
@@ -204,11 +204,6 @@ impl Ctx {
     /// PyTorch broadcasting, as [`shape::broadcast`] with this analysis' proofs.
     pub fn broadcast(&self, a: &[Poly], b: &[Poly]) -> Option<Vec<Poly>> {
         shape::broadcast(self, a, b).ok()
-    }
-
-    /// The product of a shape's sizes.
-    pub fn numel(shape: &[Poly]) -> Poly {
-        shape.iter().fold(Poly::int(1), |acc, d| acc.mul(d))
     }
 
     /// Computes the data of `node` from its children's data; [`Analysis::make`] and the
@@ -315,11 +310,10 @@ impl Ctx {
             })),
             T::Slice(_) => self.slice_kind(k),
             T::StepSlice(_) => self.step_slice_kind(k),
-            T::Select(_) => {
-                let (mut t, a) = (k[0].ty()?.clone(), k[1].axis()?);
-                (k[2].dim().is_some() && a < t.rank()).then(|| t.shape.remove(a))?;
-                Some(Kind::Value(t))
-            }
+            T::Select(_) => keeps(
+                0,
+                k[2].dim().and_then(|_| shape::dropped(shape(0)?, k[1].axis()?))?,
+            ),
             T::For(_) => {
                 k[0].int()?;
                 let len = k[2].dim()?.sub(k[1].dim()?);
@@ -348,8 +342,7 @@ impl Ctx {
     /// `reshape(x, shape)`: the element count kept.
     fn reshape_kind(&self, k: &[&Data]) -> Option<Kind> {
         let (t, new) = (k[0].ty()?, k[1].shape_attr()?);
-        self.equal(&Ctx::numel(&t.shape), &Ctx::numel(new))
-            .then_some(())?;
+        shape::keeps_count(self, &t.shape, new).then_some(())?;
         Some(Kind::Value(Ty {
             shape: new.to_vec(),
             dtype: t.dtype,
@@ -372,8 +365,8 @@ impl Ctx {
     fn squeeze_kind(&self, k: &[&Data]) -> Option<Kind> {
         let mut t = k[0].ty()?.clone();
         let a = k[1].axis()?;
-        if self.const_of(t.shape.get(a)?) == Some(1) {
-            t.shape.remove(a);
+        if shape::squeezes(self, t.shape.get(a)?) == Some(true) {
+            t.shape = shape::dropped(&t.shape, a)?;
         }
         Some(Kind::Value(t))
     }
@@ -392,8 +385,7 @@ impl Ctx {
         let mut t = k[0].ty()?.clone();
         let a = k[1].axis()?;
         let (start, end) = (k[2].dim()?, k[3].dim()?);
-        (a < t.rank()).then_some(())?;
-        t.shape[a] = end.sub(start);
+        t.shape = shape::sliced(&t.shape, a, end.sub(start))?;
         Some(Kind::Value(t))
     }
 
@@ -403,8 +395,7 @@ impl Ctx {
         let a = k[1].axis()?;
         k[2].dim()?;
         (k[3].int()? > 0).then_some(())?;
-        (a < t.rank()).then_some(())?;
-        t.shape[a] = k[4].dim()?.clone();
+        t.shape = shape::sliced(&t.shape, a, k[4].dim()?.clone())?;
         Some(Kind::Value(t))
     }
 
@@ -458,16 +449,8 @@ impl Ctx {
         let (q, kk, v) = (k[0].shape()?, k[1].shape()?, k[2].shape()?);
         let (rq, rk, rv) = (q.len(), kk.len(), v.len());
         (rq >= 2 && rk >= 2 && rv >= 2 && k[3].shape()?.is_empty()).then_some(())?;
-        // Key and value heads as the query heads read them.
-        let seen = |x: &[Poly]| {
-            let mut b = x[..x.len() - 2].to_vec();
-            if gqa {
-                *b.last_mut()? = q[rq - 3].clone();
-            }
-            Some(b)
-        };
-        let batch = self.broadcast(&q[..rq - 2], &seen(kk)?)?;
-        let mut out = self.broadcast(&batch, &seen(v)?)?;
+        let batch = self.broadcast(&q[..rq - 2], &shape::read_heads(q, kk, gqa)?)?;
+        let mut out = self.broadcast(&batch, &shape::read_heads(q, v, gqa)?)?;
         out.extend([q[rq - 2].clone(), v[rv - 1].clone()]);
         Some(Kind::Value(Ty::f32(out)))
     }
@@ -561,6 +544,13 @@ impl shape::Sizes for Ctx {
 
     fn is_one(&self, a: &Poly) -> bool {
         self.const_of(a) == Some(1)
+    }
+
+    fn never_one(&self, a: &Poly) -> bool {
+        match self.known(a) {
+            true => self.dims.never_one(a),
+            false => a.as_int().is_some_and(|c| c != 1),
+        }
     }
 
     fn one(&self) -> Poly {

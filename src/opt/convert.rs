@@ -13,11 +13,13 @@
 
 use super::analysis::EG;
 use super::cost::Extraction;
-use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
+use super::lang::{self, DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::{Poly, Sym};
-use crate::ir::{BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, ReduceOp, TensorType, Type, ValueId};
+use crate::ir::{
+    Attr, BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, ReduceOp, TensorType, Type, ValueId,
+};
 use crate::source::Span;
-use egg::{Id, Language, RecExpr};
+use egg::{FromOp, Id, Language, RecExpr};
 use std::collections::HashMap;
 
 /// The program as one term rooted at `(outputs ..)`; `Err` names an op it cannot hold.
@@ -59,25 +61,26 @@ impl Into<'_> {
         self.expr.add(t)
     }
 
-    fn int(&mut self, i: usize) -> Id {
-        self.leaf(Tensor::Int(i as i64))
-    }
-
-    fn dim(&mut self, p: &Poly) -> Id {
-        self.leaf(Tensor::Dim(DimLeaf(p.clone())))
-    }
-
-    fn shape(&mut self, s: &[Poly]) -> Id {
-        self.leaf(Tensor::Shape(ShapeLeaf(s.to_vec())))
-    }
-
-    fn float(&mut self, x: f64) -> Id {
-        self.leaf(Tensor::Float(Float::new(x)))
-    }
-
-    /// A flag as the integer 0 or 1.
-    fn flag(&mut self, b: bool) -> Id {
-        self.int(usize::from(b))
+    /// The leaves that hold an attribute, in order: a range is its two ends, a flag the
+    /// integer 0 or 1, axes a shape of integers.
+    fn leaves(attr: &Attr, out: &mut Vec<Tensor>) {
+        let ints = |axes: &[usize]| ShapeLeaf(axes.iter().map(|&a| Poly::int(a as i64)).collect());
+        let dim = |p: &Poly| Tensor::Dim(DimLeaf(p.clone()));
+        let shape = |s: Vec<Poly>| Tensor::Shape(ShapeLeaf(s));
+        match attr {
+            Attr::Int(i) => out.push(Tensor::Int(*i)),
+            Attr::Float(x) => out.push(Tensor::Float(Float::new(*x))),
+            Attr::Bool(b) | Attr::Flag(_, b) => out.push(Tensor::Int(i64::from(*b))),
+            Attr::Dim(p) => out.push(dim(p)),
+            Attr::Shape(s) => out.push(shape(s.clone())),
+            Attr::Axes(axes) | Attr::Order(axes) => out.push(Tensor::Shape(ints(axes))),
+            Attr::Range(start, end) => out.extend([dim(start), dim(end)]),
+            Attr::Ranges(ranges) => {
+                let (starts, ends) = ranges.iter().cloned().unzip();
+                out.extend([shape(starts), shape(ends)]);
+            }
+            Attr::Named(_, a) | Attr::Implied(a) => Self::leaves(a, out),
+        }
     }
 
     /// The node's operands as e-graph ids.
@@ -94,129 +97,44 @@ impl Into<'_> {
             .collect()
     }
 
+    /// A node's e-node: the one named as the op (see [`lang::spelling`]) whose children are
+    /// its operands then the leaves of its [`Op::attrs`], with `none` for an absent last
+    /// operand (a bias, a mask). Two ops differ: a loop, whose item is its child, and `cat`,
+    /// whose axis comes first so that rules can match parts of any number.
     fn node(&mut self, id: ValueId) -> Result<Id, String> {
         let node = self.prog.node(id);
-        let a = self.operands(id)?;
-        let opt = |this: &mut Self, i: usize| a.get(i).copied().unwrap_or_else(|| this.leaf(Tensor::None));
-        let t = match &node.op {
-            Op::Param(i) => {
-                let (i, s) = (self.int(*i), self.shape(&self.prog.params[*i].shape));
-                Tensor::Param([i, s])
-            }
-            Op::Input(i) => {
-                let (i, s) = (self.int(*i), self.shape(&self.prog.inputs[*i].shape));
-                Tensor::Input([i, s])
-            }
-            Op::Literal(x) => Tensor::Literal(self.float(*x)),
-            // The native backend gathers before the optimizer (`runtime::hoist`).
-            Op::Gather => return Err("a gather has no e-graph form".into()),
-            Op::DimValue(p) => Tensor::DimValue(self.dim(p)),
-            Op::Linear => Tensor::Linear([a[0], a[1], opt(self, 2)]),
-            Op::MatMul => Tensor::MatMul([a[0], a[1]]),
-            Op::Transpose(x, y) => Tensor::Transpose([a[0], self.int(*x.min(y)), self.int(*x.max(y))]),
-            Op::Permute(axes) => {
-                let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
-                Tensor::Permute([a[0], self.shape(&p)])
-            }
-            Op::View(s) | Op::Reshape(s) => Tensor::Reshape([a[0], self.shape(s)]),
-            Op::Contiguous => Tensor::Contiguous(a[0]),
-            Op::Expand(s) => Tensor::Expand([a[0], self.shape(s)]),
-            Op::Unsqueeze(d) => Tensor::Unsqueeze([a[0], self.int(*d)]),
-            Op::Squeeze(d) => Tensor::Squeeze([a[0], self.int(*d)]),
-            Op::Softmax(d) => Tensor::Softmax([a[0], self.int(*d)]),
-            Op::Where => Tensor::Where([a[0], a[1], a[2]]),
-            Op::Tri { upper, diagonal } => {
-                Tensor::Tri([a[0], self.flag(*upper), self.leaf(Tensor::Int(*diagonal))])
-            }
-            Op::Fill(v) => {
-                let shape = self.prog.tensor_type(id).shape.clone();
-                Tensor::Fill([self.float(*v), self.shape(&shape)])
-            }
-            Op::Arange { start, step } => {
-                let shape = self.prog.tensor_type(id).shape.clone();
-                Tensor::Arange([self.dim(start), self.dim(step), self.shape(&shape)])
-            }
-            Op::Reduce { op, axes, keepdim } => {
-                let p: Vec<Poly> = axes.iter().map(|&x| Poly::int(x as i64)).collect();
-                Tensor::Reduce(*op, [a[0], self.shape(&p), self.flag(*keepdim)])
-            }
-            Op::MaskedFill => Tensor::MaskedFill([a[0], a[1], a[2]]),
-            Op::Unary(op) => Tensor::Unary(*op, [a[0]]),
-            Op::Binary(op) => Tensor::Binary(*op, [a[0], a[1]]),
-            Op::Compare(op) => compare(*op, [a[0], a[1]]),
-            Op::Slice { axis, start, end } => {
-                Tensor::Slice([a[0], self.int(*axis), self.dim(start), self.dim(end)])
-            }
-            Op::StepSlice {
-                axis,
-                start,
-                step,
-                len,
-            } => {
-                let (axis, start) = (self.int(*axis), self.dim(start));
-                let step = self.leaf(Tensor::Int(*step));
-                Tensor::StepSlice([a[0], axis, start, step, self.dim(len)])
-            }
-            Op::Select { axis, index } => Tensor::Select([a[0], self.int(*axis), self.dim(index)]),
-            Op::For {
-                var,
-                start,
-                end,
-                result,
-                ..
-            } => {
-                let item = *self.ids.get(result).ok_or("a loop item before its value")?;
-                Tensor::For([self.int(*var), self.dim(start), self.dim(end), item])
-            }
-            Op::CatLoop(d) => Tensor::CatLoop([a[0], self.int(*d)]),
-            Op::Stack(d) => Tensor::Stack([a[0], self.int(*d)]),
-            Op::IndexCopy { axis, starts, ends } => {
-                let (axis, starts, ends) = (self.int(*axis), self.shape(starts), self.shape(ends));
-                Tensor::IndexCopy([a[0], a[1], a[2], axis, starts, ends])
-            }
-            Op::Gemm {
-                trans_a,
-                trans_b,
-                alpha,
-            } => {
-                let (ta, tb) = (self.flag(*trans_a), self.flag(*trans_b));
-                Tensor::Gemm([a[0], a[1], opt(self, 2), ta, tb, self.float(*alpha)])
-            }
-            Op::MaskedSoftmax { scale, fill } => {
-                let [m, s, f] = [opt(self, 1), self.float(*scale), self.float(*fill)];
-                Tensor::MaskedSoftmax([a[0], m, s, f])
-            }
-            Op::Attention { scale, fill } => {
-                let [m, s, f] = [opt(self, 3), self.float(*scale), self.float(*fill)];
-                Tensor::Attention([a[0], a[1], a[2], m, s, f])
-            }
-            Op::ScoredAttention { scale, fill } => {
-                let [m, s, f] = [opt(self, 2), self.float(*scale), self.float(*fill)];
-                Tensor::ScoredAttention([a[0], a[1], m, s, f])
-            }
-            Op::Sdpa { causal, gqa } => {
-                let [m, c, g] = [opt(self, 4), self.flag(*causal), self.flag(*gqa)];
-                Tensor::Sdpa([a[0], a[1], a[2], a[3], m, c, g])
-            }
-            Op::Cat(d) => {
-                let mut ids = vec![self.int(*d)];
-                ids.extend(&a);
-                Tensor::Cat(ids.into())
-            }
+        let mut operands = self.operands(id)?;
+        let types: Vec<&TensorType> = node.args.iter().map(|&a| self.prog.tensor_type(a)).collect();
+        let mut leaves = Vec::new();
+        for attr in node.op.attrs(&types, &self.prog.tensor_type(id).shape) {
+            Self::leaves(&attr, &mut leaves);
+        }
+        if let Op::For {
+            var,
+            start,
+            end,
+            result,
+            ..
+        } = &node.op
+        {
+            let item = *self.ids.get(result).ok_or("a loop item before its value")?;
+            let var = self.leaf(Tensor::Int(*var as i64));
+            let [start, end] = [start, end].map(|p| self.leaf(Tensor::Dim(DimLeaf(p.clone()))));
+            return Ok(self.expr.add(Tensor::For([var, start, end, item])));
+        }
+        let name = lang::spelling(node.op.name());
+        let fits = |n: usize| Tensor::from_op(name, vec![Id::from(0); n]).is_ok();
+        if !fits(operands.len() + leaves.len()) {
+            operands.push(self.leaf(Tensor::None));
+        }
+        let leaves: Vec<Id> = leaves.into_iter().map(|t| self.leaf(t)).collect();
+        let children = match matches!(node.op, Op::Cat(_)) {
+            true => leaves.into_iter().chain(operands).collect(),
+            false => operands.into_iter().chain(leaves).collect(),
         };
+        let t = Tensor::from_op(name, children)
+            .map_err(|_| format!("`{}` has no e-graph form", node.op.name()))?;
         Ok(self.expr.add(t))
-    }
-}
-
-/// A comparison's e-node.
-fn compare(op: CmpOp, ab: [Id; 2]) -> Tensor {
-    match op {
-        CmpOp::Eq => Tensor::Eq(ab),
-        CmpOp::Ne => Tensor::Ne(ab),
-        CmpOp::Lt => Tensor::Lt(ab),
-        CmpOp::Le => Tensor::Le(ab),
-        CmpOp::Gt => Tensor::Gt(ab),
-        CmpOp::Ge => Tensor::Ge(ab),
     }
 }
 

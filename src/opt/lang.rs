@@ -16,8 +16,9 @@ use std::fmt;
 use std::str::FromStr;
 
 define_language! {
-    /// A tensor program as egg sees it. Operands first, then attributes, in the order
-    /// shown; `?` marks an operand that may be `none`.
+    /// A tensor program as egg sees it. A node of the checked IR is named as its op
+    /// ([`spelling`]) and holds its operands, then the leaves of its `Op::attrs` in their
+    /// order (so `convert` needs no code per op); `?` marks an operand that may be `none`.
     pub enum Tensor {
         "none" = None,
         "param" = Param([Id; 2]),            // index, declared shape
@@ -38,10 +39,10 @@ define_language! {
         // Elementwise primitives, named as in the op table (`neg`, `exp`, `add`, `maximum`).
         Unary(UnaryOp, [Id; 1]),
         Binary(BinaryOp, [Id; 2]),
-        Reduce(ReduceOp, [Id; 3]),
+        Reduce(ReduceOp, [Id; 3]),          // x, axes (a shape of integers), keepdim (0 or 1)
         "where" = Where([Id; 3]),            // cond, a, b
         "tri" = Tri([Id; 3]),                // x, upper (0 or 1), diagonal
-        "fill" = Fill([Id; 2]),              // float, shape           // x, axes (a shape of integers), keepdim (0 or 1)
+        "fill" = Fill([Id; 2]),              // float, shape
         "arange" = Arange([Id; 3]),          // start (a dim), step (a dim), shape
         "eq" = Eq([Id; 2]),
         "ne" = Ne([Id; 2]),
@@ -217,6 +218,19 @@ pub fn parse_raw(s: &str) -> Result<Poly, String> {
         sum = sum.add(&Poly::term(coeff, &factors));
     }
     Ok(sum)
+}
+
+/// The name of an IR op's node, where it is not the op's own: a `view` is a `reshape` here
+/// (the e-graph holds values, not layouts), `tril` and `triu` are one `tri` with a flag, and
+/// two names are short.
+pub fn spelling(op: &str) -> &str {
+    match op {
+        "view" => "reshape",
+        "tril" | "triu" => "tri",
+        "literal" => "lit",
+        "scaled_dot_product_attention" => "sdpa",
+        other => other,
+    }
 }
 
 impl Tensor {

@@ -93,3 +93,50 @@ fn axis_moves_check_their_axes() {
     assert_eq!(reduced(&Concrete, &[2, 3, 4], &[0, 2], true), vec![1, 3, 1]);
     assert_eq!(reduced(&Concrete, &[2, 3, 4], &[0, 2], false), vec![3]);
 }
+
+#[test]
+fn slices_and_selects_change_one_axis() {
+    assert_eq!(sliced(&[2, 8, 4], 1, 3), Some(vec![2, 3, 4]));
+    assert_eq!(sliced(&[2, 8], 2, 3), None);
+    assert_eq!(dropped(&[2, 8, 4], 1), Some(vec![2, 4]));
+    assert_eq!(dropped(&[2], 1), None);
+}
+
+#[test]
+fn squeeze_drops_an_axis_only_where_it_is_provably_one() {
+    let mut t = DimTable::new();
+    let n = Poly::sym(t.declare("N", DimKind::Free { value: None }));
+    assert_eq!(squeezes(&t, &Poly::int(1)), Some(true));
+    assert_eq!(squeezes(&t, &Poly::int(2).mul(&n)), Some(false));
+    // `N` is 1 at some sizes only: the rank would depend on them.
+    assert_eq!(squeezes(&t, &n), None);
+    assert_eq!(squeezes(&Concrete, &3), Some(false));
+}
+
+#[test]
+fn a_view_keeps_the_element_count() {
+    let mut t = DimTable::new();
+    let n = Poly::sym(t.declare("N", DimKind::Free { value: None }));
+    let two_n = Poly::int(2).mul(&n);
+    assert!(keeps_count(
+        &t,
+        &[two_n.clone(), Poly::int(3)],
+        &[n.clone(), Poly::int(6)]
+    ));
+    let just_n = std::slice::from_ref(&n);
+    assert!(!keeps_count(&t, &[two_n], just_n));
+    assert_eq!(numel(&Concrete, &[2, 3, 4]), 24);
+    assert_eq!(numel(&Concrete, &[]), 1);
+    assert!(same_shape(&t, just_n, just_n));
+    assert!(!same_shape(&t, just_n, &[n.clone(), Poly::int(1)]));
+}
+
+#[test]
+fn grouped_query_attention_reads_key_heads_as_query_heads() {
+    let (q, k) = ([2, 8, 5, 16], [2, 2, 7, 16]);
+    assert_eq!(read_heads(&q, &k, false), Some(vec![2, 2]));
+    assert_eq!(read_heads(&q, &k, true), Some(vec![2, 8]));
+    // Without heads there is nothing to read as the query's.
+    assert_eq!(read_heads(&[5, 16], &[7, 16], true), None);
+    assert_eq!(read_heads(&[5, 16], &[7, 16], false), Some(vec![]));
+}
