@@ -98,9 +98,9 @@ fn never_one_modulo(terms: &[IntegerTerm], k: usize, q: i128) -> bool {
     }
     let residue = |values: &[i128]| -> i128 {
         let term = |(c, factors): &IntegerTerm| {
-            factors
-                .iter()
-                .fold(c.rem_euclid(q), |acc, &(i, e)| (0..e).fold(acc, |acc, _| acc * values[i] % q))
+            factors.iter().fold(c.rem_euclid(q), |acc, &(i, e)| {
+                (0..e).fold(acc, |acc, _| acc * values[i] % q)
+            })
         };
         terms.iter().map(term).fold(0, |acc, t| (acc + t) % q)
     };
@@ -457,7 +457,10 @@ impl Poly {
             return false;
         };
         let factor = terms.iter().fold(0, |g, (c, _)| gcd(g, c.unsigned_abs()));
-        factor >= 2 || [2, 3, 5, 7].into_iter().any(|q| never_one_modulo(&terms, syms.len(), q))
+        factor >= 2
+            || [2, 3, 5, 7]
+                .into_iter()
+                .any(|q| never_one_modulo(&terms, syms.len(), q))
     }
 
     /// `(a, b)` with `self == a * s + b`, when `s` appears only to the first power and

@@ -58,7 +58,10 @@ impl Checker {
             Err(CatError::Axis) => unreachable!("`axis` is an axis of the first part"),
         };
         let types: Vec<&TensorType> = parts.iter().map(|&p| self.ty(p)).collect();
-        let known: Vec<bool> = parts.iter().map(|&p| layout::strides_known_at_ones(&self.prog, p)).collect();
+        let known: Vec<bool> = parts
+            .iter()
+            .map(|&p| layout::strides_known_at_ones(&self.prog, p))
+            .collect();
         let ty = layout::joined(&self.prog.dims, &types, &known, &shape).with(shape, t.dtype);
         Some(self.push(Op::Cat(axis), parts.to_vec(), ty, span))
     }
@@ -98,7 +101,10 @@ impl Checker {
         let joined = self.cat_ids(&unsqueezed, items, axis, span)?;
         if let Value::Tensor(id) = joined {
             let types: Vec<&TensorType> = parts.iter().map(|&p| self.ty(p)).collect();
-            let known: Vec<bool> = parts.iter().map(|&p| layout::strides_known_at_ones(&self.prog, p)).collect();
+            let known: Vec<bool> = parts
+                .iter()
+                .map(|&p| layout::strides_known_at_ones(&self.prog, p))
+                .collect();
             let shape = self.ty(id).shape.clone();
             let laid = layout::stacked(&self.prog.dims, &types, &known, axis, &shape);
             self.prog.nodes[id].ty = crate::ir::Type::Tensor(laid.with(shape, t.dtype));

@@ -22,8 +22,8 @@ mod ones;
 mod views;
 
 pub use channels_last::contiguous_as_suggested;
-pub use ones::strides_known_at_ones;
 use channels_last::*;
+pub use ones::strides_known_at_ones;
 use views::*;
 pub use views::{view, view_strides};
 
@@ -468,11 +468,30 @@ fn keeps_row_major(
     apart: impl Fn(&Poly) -> Poly,
 ) -> bool {
     let axes: Vec<usize> = (0..shape.len()).filter(|&i| !dims.is_one(&shape[i])).collect();
-    operands.iter().all(|t| {
-        let strides = broadcast_strides(dims, t, shape);
-        let known: Vec<Poly> = axes.iter().filter_map(|&i| strides[i].as_ref().map(&apart)).collect();
-        known.windows(2).all(|w| dims.provably_positive(&w[0].sub(&w[1])))
-    })
+    let per: Vec<Vec<Option<Poly>>> = operands
+        .iter()
+        .map(|t| {
+            broadcast_strides(dims, t, shape)
+                .iter()
+                .map(|s| s.as_ref().map(&apart))
+                .collect()
+        })
+        .collect();
+    let falling = per.iter().all(|strides| {
+        let known: Vec<&Poly> = axes.iter().filter_map(|&i| strides[i].as_ref()).collect();
+        known.windows(2).all(|w| dims.provably_positive(&w[0].sub(w[1])))
+    });
+    // Where every operand abstains on two such axes (each broadcast in one of them), the
+    // insertion goes on past the inner one and may swap with an axis inside it:
+    // `where(c, e, 0.0)` with `c: [3, 1, 1, 1]` and `e` expanded from `[1, B, 2, N]` puts
+    // the axis of 3 inside `B`'s at `N = 1`.
+    let decided = axes.iter().enumerate().all(|(n, &i)| {
+        axes[n + 1..].iter().all(|&j| {
+            per.iter()
+                .any(|strides| strides[i].is_some() && strides[j].is_some())
+        })
+    });
+    falling && decided
 }
 
 /// Whether `p` is a product of free dims (`N`, `B * N`).

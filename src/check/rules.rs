@@ -47,7 +47,12 @@ impl Checker {
     /// those for every size, else a `contiguous` step with them. Ops that attnc builds from
     /// elementwise steps need it where PyTorch's own kernel allocates the result
     /// (`log_softmax`, `layer_norm`) or copies its input first (`rms_norm`).
-    fn relaid(&mut self, rule: impl Fn(&DimTable, &[&TensorType], &[Poly]) -> Layout, x: ValueId, span: Span) -> ValueId {
+    fn relaid(
+        &mut self,
+        rule: impl Fn(&DimTable, &[&TensorType], &[Poly]) -> Layout,
+        x: ValueId,
+        span: Span,
+    ) -> ValueId {
         let t = self.ty(x).clone();
         let ty = rule(&self.prog.dims, &[&t], &t.shape).with(t.shape.clone(), t.dtype);
         let dims = &self.prog.dims;

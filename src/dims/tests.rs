@@ -282,8 +282,14 @@ fn sizes_never_one_by_their_residues() {
     let consecutive = n.mul(&n).sub(&n);
     assert!(t.never_one(&consecutive), "N * N - N is even");
     assert!(t.never_one(&consecutive.mul(&b)), "so is B * (N * N - N)");
-    assert!(t.never_one(&Poly::int(3).mul(&n).add(&Poly::int(2))), "3 * N + 2 is 2 modulo 3");
-    assert!(!t.never_one(&consecutive.add(&one)), "N * N - N + 1 is 1 at N = 1");
+    assert!(
+        t.never_one(&Poly::int(3).mul(&n).add(&Poly::int(2))),
+        "3 * N + 2 is 2 modulo 3"
+    );
+    assert!(
+        !t.never_one(&consecutive.add(&one)),
+        "N * N - N + 1 is 1 at N = 1"
+    );
     assert!(!t.never_one(&b.mul(&n).sub(&b)), "B * N - B is 1 at B = 1, N = 2");
     assert!(!t.never_one(&n.mul(&n)), "N * N is 1 at N = 1");
     let half = consecutive.mul(&Poly::term(Ratio::new(1, 2), &[]));

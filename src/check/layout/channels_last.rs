@@ -20,7 +20,10 @@ pub(super) fn channels_last(shape: &[Poly]) -> Vec<Poly> {
 pub fn contiguous_as_suggested(dims: &DimTable, x: &TensorType, known: bool, shape: &[Poly]) -> Layout {
     each_combination(dims, &[x], shape, |dims, operands, shape| {
         let laid = contiguous(dims, operands, shape);
-        match operands.iter().any(|t| may_be_channels_last(dims, t, known, shape)) {
+        match operands
+            .iter()
+            .any(|t| may_be_channels_last(dims, t, known, shape))
+        {
             true => Layout::union(dims, [laid, Layout::exact(channels_last(shape))]),
             false => laid,
         }
@@ -113,7 +116,11 @@ impl Walk<'_> {
         let as_one = !dims.never_one(size)
             && match self.known {
                 true => {
-                    let first = if d == 1 { Some(stride.clone()) } else { first.clone() };
+                    let first = if d == 1 {
+                        Some(stride.clone())
+                    } else {
+                        first.clone()
+                    };
                     !below && self.from(rest, Some(stride.clone()), first)
                 }
                 false => self.from(rest, None, first.clone()),

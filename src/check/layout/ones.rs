@@ -43,9 +43,12 @@ fn known(prog: &Program, v: ValueId, depth: usize) -> bool {
     let operand = |i: usize| node.args.get(i).is_some_and(|&a| known(prog, a, depth));
     let dims = &prog.dims;
     match &node.op {
-        Op::Input(_) | Op::Param(_) | Op::Literal(_) | Op::DimValue(_) | Op::Reduce { .. } | Op::Softmax(_) => {
-            row_major_everywhere(dims, t)
-        }
+        Op::Input(_)
+        | Op::Param(_)
+        | Op::Literal(_)
+        | Op::DimValue(_)
+        | Op::Reduce { .. }
+        | Op::Softmax(_) => row_major_everywhere(dims, t),
         Op::Transpose(..)
         | Op::Permute(_)
         | Op::Unsqueeze(_)
@@ -54,7 +57,13 @@ fn known(prog: &Program, v: ValueId, depth: usize) -> bool {
         | Op::StepSlice { .. }
         | Op::Select { .. }
         | Op::Contiguous => !t.varies() && operand(0),
-        Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Cat(_) | Op::View(_) | Op::Reshape(_) => {
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Where
+        | Op::Cat(_)
+        | Op::View(_)
+        | Op::Reshape(_) => {
             row_major_everywhere(dims, t)
                 && node.args.iter().all(|&a| {
                     let Type::Tensor(x) = &prog.nodes[a].ty else {
