@@ -19,7 +19,8 @@ const DEPTH: usize = 32;
 ///   `at::empty(shape)`, whose strides are the row-major formula on every axis);
 /// - a view op that maps strides one by one (`transpose`, `permute`, `unsqueeze` with
 ///   the stride `inferUnsqueezeGeometry` gives, `squeeze`, slices, `select`) of such a
-///   value, and `contiguous()` of one (PyTorch returns it or a row-major copy);
+///   value, and `contiguous()` of one that is contiguous at every size (PyTorch returns
+///   it; where it copies at some sizes only, it returns the operand at the others);
 /// - an elementwise result, a `cat`, a `view` or a `reshape` that is row-major on every
 ///   axis, of operands that are all row-major on every axis and known: TensorIterator's
 ///   comparisons then never reorder the axes (equal strides only beside axes of size 1,
@@ -55,8 +56,14 @@ fn known(prog: &Program, v: ValueId, depth: usize) -> bool {
         | Op::Squeeze(_)
         | Op::Slice { .. }
         | Op::StepSlice { .. }
-        | Op::Select { .. }
-        | Op::Contiguous => !t.varies() && operand(0),
+        | Op::Select { .. } => !t.varies() && operand(0),
+        // PyTorch returns the operand wherever it is contiguous, keeping its strides on
+        // axes of size 1, even where the checker's rule copies for other sizes.
+        Op::Contiguous => {
+            let x = prog.tensor_type(node.args[0]);
+            let kept = !x.varies() && x.strides.iter().zip(&t.strides).all(|(a, b)| dims.equal(a, b));
+            !t.varies() && kept && operand(0)
+        }
         Op::Unary(_)
         | Op::Binary(_)
         | Op::Compare(_)
