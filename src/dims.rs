@@ -82,6 +82,42 @@ impl Ratio {
     }
 }
 
+/// A term of a polynomial with integer coefficients: the coefficient, and each dim's index
+/// with its (positive) exponent.
+type IntegerTerm = (i128, Vec<(usize, u32)>);
+
+/// At most this many combinations of residues are tried by [`never_one_modulo`].
+const RESIDUES_TRIED: u128 = 4096;
+
+/// Whether no residues modulo `q` of `k` dims make the sum of `terms` 1 modulo `q`, trying
+/// each of the `q^k` combinations (none beyond [`RESIDUES_TRIED`]).
+fn never_one_modulo(terms: &[IntegerTerm], k: usize, q: i128) -> bool {
+    let count = u32::try_from(k).ok().and_then(|k| (q as u128).checked_pow(k));
+    if count.is_none_or(|n| n > RESIDUES_TRIED) {
+        return false;
+    }
+    let residue = |values: &[i128]| -> i128 {
+        let term = |(c, factors): &IntegerTerm| {
+            factors.iter().fold(c.rem_euclid(q), |acc, &(i, e)| {
+                (0..e).fold(acc, |acc, _| acc * values[i] % q)
+            })
+        };
+        terms.iter().map(term).fold(0, |acc, t| (acc + t) % q)
+    };
+    let mut values = vec![0i128; k];
+    loop {
+        if residue(&values) == 1 {
+            return false;
+        }
+        // The next combination, counting in base `q`.
+        let Some(i) = values.iter().position(|&v| v + 1 < q) else {
+            return true;
+        };
+        values[i] += 1;
+        values[..i].fill(0);
+    }
+}
+
 fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -401,20 +437,30 @@ impl Poly {
         self.0.iter().map(|(m, c)| (m, *c))
     }
 
-    /// The largest integer that divides `self` for every value of its dims: the gcd of its
-    /// coefficients where each is an integer and each term a product of dims with positive
-    /// exponents (so an integer), else 1.
-    fn integer_factor(&self) -> u128 {
-        let integral = self.0.iter().all(|(m, c)| {
-            c.as_int().is_some() && m.0.iter().all(|(a, e)| *e > 0 && matches!(a, Atom::Sym(_)))
-        });
-        match integral {
-            true => self
-                .0
-                .iter()
-                .fold(0, |g, (_, c)| gcd(g, c.numer().unsigned_abs())),
-            false => 1,
-        }
+    /// Whether `self` is 1 for no integer values of its dims, by a residue argument: every
+    /// coefficient shares a factor at least 2 (`2 * N - 2`), or for a small prime `q` no
+    /// residues of the dims modulo `q` make `self` 1 modulo `q` (`N * N - N`, a product of
+    /// consecutive integers, is always even; `3 * N + 2` is 2 modulo 3). Only for integer
+    /// coefficients over dims with positive exponents, which keep a value's residue a
+    /// function of the dims' residues; `false` otherwise, or where the dims are too many to
+    /// try every residue.
+    fn never_one_by_residues(&self) -> bool {
+        let syms = self.syms();
+        let term = |(m, c): (&Monomial, &Ratio)| -> Option<IntegerTerm> {
+            let factors = m.0.iter().map(|(a, e)| match a {
+                Atom::Sym(s) if *e > 0 => Some((syms.binary_search(s).ok()?, *e as u32)),
+                _ => None,
+            });
+            Some((c.as_int()?, factors.collect::<Option<_>>()?))
+        };
+        let Some(terms) = self.0.iter().map(term).collect::<Option<Vec<_>>>() else {
+            return false;
+        };
+        let factor = terms.iter().fold(0, |g, (c, _)| gcd(g, c.unsigned_abs()));
+        factor >= 2
+            || [2, 3, 5, 7]
+                .into_iter()
+                .any(|q| never_one_modulo(&terms, syms.len(), q))
     }
 
     /// `(a, b)` with `self == a * s + b`, when `s` appears only to the first power and

@@ -57,7 +57,12 @@ impl Checker {
             }
             Err(CatError::Axis) => unreachable!("`axis` is an axis of the first part"),
         };
-        let ty = self.laid_out(layout::joined, parts, shape, t.dtype);
+        let types: Vec<&TensorType> = parts.iter().map(|&p| self.ty(p)).collect();
+        let known: Vec<bool> = parts
+            .iter()
+            .map(|&p| layout::strides_known_at_ones(&self.prog, p))
+            .collect();
+        let ty = layout::joined(&self.prog.dims, &types, &known, &shape).with(shape, t.dtype);
         Some(self.push(Op::Cat(axis), parts.to_vec(), ty, span))
     }
 
@@ -95,8 +100,12 @@ impl Checker {
         let joined = self.cat_ids(&unsqueezed, items, axis, span)?;
         if let Value::Tensor(id) = joined {
             let types: Vec<&TensorType> = parts.iter().map(|&p| self.ty(p)).collect();
+            let known: Vec<bool> = parts
+                .iter()
+                .map(|&p| layout::strides_known_at_ones(&self.prog, p))
+                .collect();
             let shape = self.ty(id).shape.clone();
-            let laid = layout::stacked(&self.prog.dims, &types, axis, &shape);
+            let laid = layout::stacked(&self.prog.dims, &types, &known, axis, &shape);
             self.prog.nodes[id].ty = crate::ir::Type::Tensor(laid.with(shape, t.dtype));
         }
         Some(joined)
@@ -124,9 +133,10 @@ impl Checker {
         let shape = shape::joined(&self.prog.dims, &item.shape, &len, d, stack)
             .expect("`axis` checked `d` against the item's rank");
         let op = if stack { Op::Stack(d) } else { Op::CatLoop(d) };
+        let known = [layout::strides_known_at_ones(&self.prog, seq)];
         let laid = match stack {
-            true => layout::stacked(&self.prog.dims, &[&item], d, &shape),
-            false => layout::joined(&self.prog.dims, &[&item], &shape),
+            true => layout::stacked(&self.prog.dims, &[&item], &known, d, &shape),
+            false => layout::joined(&self.prog.dims, &[&item], &known, &shape),
         };
         let ty = laid.with(shape, item.dtype);
         Some(self.push(op, vec![seq], ty, span))

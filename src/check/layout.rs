@@ -18,10 +18,12 @@ use crate::ir::{row_major_strides, DType, OtherStrides, TensorType};
 use std::cmp::Ordering;
 
 mod channels_last;
+mod ones;
 mod views;
 
 pub use channels_last::contiguous_as_suggested;
 use channels_last::*;
+pub use ones::strides_known_at_ones;
 use views::*;
 pub use views::{view, view_strides};
 
@@ -136,7 +138,12 @@ pub fn contiguous(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> 
 /// `rule` on every combination of the operands' possible strides, which `rule` then sees
 /// as exact; every result is possible. Any strides where an operand may have any, or
 /// beyond [`LAYOUTS_KEPT`] combinations.
-fn each_combination(dims: &DimTable, operands: &[&TensorType], shape: &[Poly], rule: Rule) -> Layout {
+fn each_combination(
+    dims: &DimTable,
+    operands: &[&TensorType],
+    shape: &[Poly],
+    rule: impl Fn(&DimTable, &[&TensorType], &[Poly]) -> Layout,
+) -> Layout {
     if operands.iter().all(|t| !t.varies()) {
         return rule(dims, operands, shape);
     }
@@ -315,7 +322,14 @@ fn orders_where_dims_are_one(
                 ..(*t).clone()
             })
             .collect();
-        if keeps_row_major(dims, &at_ones, &shape_at) {
+        // Where every combination of free dims at 1 is a scenario of its own, the free dims
+        // not at 1 here are at least 2.
+        let exhaustive = free.len() <= ONES_TRIED_EXHAUSTIVELY;
+        let apart = |p: &Poly| match exhaustive {
+            true => with_ones(p, ones, &free, 1),
+            false => p.clone(),
+        };
+        if keeps_row_major(dims, &at_ones, &shape_at, apart) {
             let row_major: Vec<usize> = (0..shape.len()).rev().collect();
             if lays_out_otherwise(dims, &shape_at, perm, &row_major) && !found.contains(&row_major) {
                 found.push(row_major);
@@ -443,14 +457,41 @@ fn lays_out_otherwise(dims: &DimTable, shape: &[Poly], perm: &[usize], order: &[
 /// starts from row-major order, only ever moves an axis past axes of size 1. Those may
 /// stop it anywhere; none of them takes a place in memory. This holds for the operands
 /// of `(x + m).view(-1)` with `x: [B, 2, N, 4]`, `m: [B, 2, N, 1]` at `B = N = 1`, whose
-/// four strides on axes of size 1 the exhaustive search cannot follow.
-fn keeps_row_major(dims: &DimTable, operands: &[TensorType], shape: &[Poly]) -> bool {
+/// four strides on axes of size 1 the exhaustive search cannot follow. The strides are
+/// compared as `apart` gives them: with the free dims not at 1 shifted where they are at
+/// least 2 (`3 * E` and `E` stay apart there; at `E = 1`, another scenario, `E`'s axis is
+/// of size 1).
+fn keeps_row_major(
+    dims: &DimTable,
+    operands: &[TensorType],
+    shape: &[Poly],
+    apart: impl Fn(&Poly) -> Poly,
+) -> bool {
     let axes: Vec<usize> = (0..shape.len()).filter(|&i| !dims.is_one(&shape[i])).collect();
-    operands.iter().all(|t| {
-        let strides = broadcast_strides(dims, t, shape);
+    let per: Vec<Vec<Option<Poly>>> = operands
+        .iter()
+        .map(|t| {
+            broadcast_strides(dims, t, shape)
+                .iter()
+                .map(|s| s.as_ref().map(&apart))
+                .collect()
+        })
+        .collect();
+    let falling = per.iter().all(|strides| {
         let known: Vec<&Poly> = axes.iter().filter_map(|&i| strides[i].as_ref()).collect();
         known.windows(2).all(|w| dims.provably_positive(&w[0].sub(w[1])))
-    })
+    });
+    // Where every operand abstains on two such axes (each broadcast in one of them), the
+    // insertion goes on past the inner one and may swap with an axis inside it:
+    // `where(c, e, 0.0)` with `c: [3, 1, 1, 1]` and `e` expanded from `[1, B, 2, N]` puts
+    // the axis of 3 inside `B`'s at `N = 1`.
+    let decided = axes.iter().enumerate().all(|(n, &i)| {
+        axes[n + 1..].iter().all(|&j| {
+            per.iter()
+                .any(|strides| strides[i].is_some() && strides[j].is_some())
+        })
+    });
+    falling && decided
 }
 
 /// Whether `p` is a product of free dims (`N`, `B * N`).
@@ -482,10 +523,12 @@ fn subsets<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
 /// `cat` of items: row-major, except that PyTorch keeps a channels-last format of 4-d and
 /// 5-d results (`cat_compute_output_memory_format`) where every item suggests it: such
 /// results are row-major or channels-last unless channels-last is ruled out (see
-/// `may_be_channels_last`).
-pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+/// `may_be_channels_last`). `known[i]`: whether item `i`'s strides are PyTorch's on its
+/// axes of size 1 too ([`strides_known_at_ones`]).
+pub fn joined(dims: &DimTable, operands: &[&TensorType], known: &[bool], shape: &[Poly]) -> Layout {
     let row_major = row_major_strides(shape);
-    match operands.iter().any(|t| may_be_channels_last(dims, t, shape)) {
+    let may = |(t, &known): (&&TensorType, &bool)| may_be_channels_last(dims, t, known, shape);
+    match operands.iter().zip(known).any(may) {
         true => Layout::one_of(dims, [row_major, channels_last(shape)]),
         false => Layout::exact(row_major),
     }
@@ -494,18 +537,18 @@ pub fn joined(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layo
 /// `stack` of `items` along axis `d` of the result `shape`, as ATen builds it: `cat` of the
 /// items along `d`, then a view that splits that axis; or, where `d` is the new last axis,
 /// `cat` of the items unsqueezed there. So stacking items of rank 3 gives a row-major 4-d
-/// result unless `d` is the last axis.
-pub fn stacked(dims: &DimTable, items: &[&TensorType], d: usize, shape: &[Poly]) -> Layout {
+/// result unless `d` is the last axis. `known` as for [`joined`] (`unsqueeze` keeps it).
+pub fn stacked(dims: &DimTable, items: &[&TensorType], known: &[bool], d: usize, shape: &[Poly]) -> Layout {
     let first = items[0];
     if d < first.rank() {
         let mut cat_shape = first.shape.clone();
         cat_shape[d] = shape[d].mul(&shape[d + 1]);
-        let cat = joined(dims, items, &cat_shape).with(cat_shape, first.dtype);
+        let cat = joined(dims, items, known, &cat_shape).with(cat_shape, first.dtype);
         // Splitting an axis is always a view.
         return view(dims, &cat, shape).unwrap_or_else(|| Layout::any(row_major_strides(shape)));
     }
     let unsqueezed: Vec<TensorType> = items.iter().map(|t| unsqueezed(dims, t, d)).collect();
-    joined(dims, &unsqueezed.iter().collect::<Vec<_>>(), shape)
+    joined(dims, &unsqueezed.iter().collect::<Vec<_>>(), known, shape)
 }
 
 /// `x.unsqueeze(d)`: a new axis of size 1 at `d`, with the stride PyTorch gives it (the

@@ -3,12 +3,12 @@
 //! elementwise primitives (`relu`, `silu`). Each builds its IR from primitives, so the
 //! optimizer and the backends see only those.
 
-use super::layout;
+use super::layout::{self, Layout};
 use super::ops::{is_none, scalar, SliceRange};
 use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
 use crate::diagnostic::{Code, Diagnostic};
-use crate::dims::Poly;
+use crate::dims::{DimTable, Poly};
 use crate::ir::{BinaryOp, CmpOp, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
 use crate::shape;
 use crate::source::Span;
@@ -47,9 +47,14 @@ impl Checker {
     /// those for every size, else a `contiguous` step with them. Ops that attnc builds from
     /// elementwise steps need it where PyTorch's own kernel allocates the result
     /// (`log_softmax`, `layer_norm`) or copies its input first (`rms_norm`).
-    fn relaid(&mut self, rule: layout::Rule, x: ValueId, span: Span) -> ValueId {
+    fn relaid(
+        &mut self,
+        rule: impl Fn(&DimTable, &[&TensorType], &[Poly]) -> Layout,
+        x: ValueId,
+        span: Span,
+    ) -> ValueId {
         let t = self.ty(x).clone();
-        let ty = self.laid_out(rule, &[x], t.shape.clone(), t.dtype);
+        let ty = rule(&self.prog.dims, &[&t], &t.shape).with(t.shape.clone(), t.dtype);
         let dims = &self.prog.dims;
         let same =
             !t.varies() && !ty.varies() && t.strides.iter().zip(&ty.strides).all(|(a, b)| dims.equal(a, b));
@@ -235,7 +240,9 @@ impl Checker {
     pub(crate) fn var(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let (s, q) = self.var_parts(args, span)?;
         let sq = self.bin(BinaryOp::Mul, s, q, span)?;
-        Some(Value::Tensor(self.bin(BinaryOp::Mul, s, sq, span)?))
+        let var = self.bin(BinaryOp::Mul, s, sq, span)?;
+        // PyTorch's kernel allocates the result, row-major on every axis.
+        Some(Value::Tensor(self.relaid(layout::fresh_row_major, var, span)))
     }
 
     /// `std = sqrt(var)`, as `s * sqrt(q)`: finite wherever the standard deviation is,
@@ -243,7 +250,8 @@ impl Checker {
     pub(crate) fn std(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let (s, q) = self.var_parts(args, span)?;
         let root = self.unary_id(UnaryOp::Sqrt, q, span);
-        Some(Value::Tensor(self.bin(BinaryOp::Mul, s, root, span)?))
+        let std = self.bin(BinaryOp::Mul, s, root, span)?;
+        Some(Value::Tensor(self.relaid(layout::fresh_row_major, std, span)))
     }
 
     /// The variance as a scale `s`, the largest deviation from the mean (at least the
@@ -379,7 +387,12 @@ impl Checker {
             Some(e) => self.float_param(e, "`eps`")?,
             None => f64::from(f32::EPSILON),
         };
-        let x = self.relaid(layout::contiguous_as_suggested, x, span);
+        let known = layout::strides_known_at_ones(&self.prog, x);
+        let x = self.relaid(
+            |dims, operands, shape| layout::contiguous_as_suggested(dims, operands[0], known, shape),
+            x,
+            span,
+        );
         let sq = self.bin(BinaryOp::Mul, x, x, span)?;
         let ms = self.mean_id(sq, &axes, true, span)?;
         let y = self.scale_by_rsqrt(x, ms, eps, span)?;

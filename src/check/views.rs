@@ -208,11 +208,12 @@ impl Checker {
                 Some(false) => {}
                 None => {
                     let msg = format!(
-                        "cannot squeeze axis {a} of {}: its size `{}` is 1 only for some values",
+                        "cannot squeeze axis {a} of {}: its size `{}` is 1 for some sizes only, where PyTorch's result would have another rank",
                         self.shape_text(&t.shape),
                         self.dim_text(&t.shape[a])
                     );
-                    self.error(Code::E0201, span, msg);
+                    let hint = "squeeze only an axis proved 1; to drop the axis where it is 1, use `view` or `reshape` with the shape meant";
+                    self.report(Diagnostic::error(Code::E0201, span, msg).with_hint(hint));
                     return None;
                 }
             }

@@ -143,12 +143,12 @@ impl DimTable {
     }
 
     /// Whether `p`, a size, is 1 for no value of the free dims: provably at least 2
-    /// (`12 * B * N`), provably at most 0, or a multiple of an integer at least 2
-    /// (`2 * N - 2`, which is 0 or at least 2).
+    /// (`12 * B * N`), provably at most 0, or never 1 by its residues (`2 * N - 2` and
+    /// `N * N - N` are even, so 0 or at least 2).
     pub fn never_one(&self, p: &Poly) -> bool {
         self.provably_nonneg(&p.sub(&Poly::int(2)))
             || self.provably_nonneg(&p.neg())
-            || self.with_consts(p).integer_factor() >= 2
+            || self.with_consts(p).never_one_by_residues()
     }
 
     /// Whether `p` is at least 1 for every value of the free dims: a size that is never 0.

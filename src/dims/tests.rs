@@ -276,6 +276,27 @@ fn sizes_never_one_are_at_least_two_or_at_most_zero() {
 }
 
 #[test]
+fn sizes_never_one_by_their_residues() {
+    let (t, [b, n, _, _, _]) = issue_dims();
+    let one = Poly::int(1);
+    let consecutive = n.mul(&n).sub(&n);
+    assert!(t.never_one(&consecutive), "N * N - N is even");
+    assert!(t.never_one(&consecutive.mul(&b)), "so is B * (N * N - N)");
+    assert!(
+        t.never_one(&Poly::int(3).mul(&n).add(&Poly::int(2))),
+        "3 * N + 2 is 2 modulo 3"
+    );
+    assert!(
+        !t.never_one(&consecutive.add(&one)),
+        "N * N - N + 1 is 1 at N = 1"
+    );
+    assert!(!t.never_one(&b.mul(&n).sub(&b)), "B * N - B is 1 at B = 1, N = 2");
+    assert!(!t.never_one(&n.mul(&n)), "N * N is 1 at N = 1");
+    let half = consecutive.mul(&Poly::term(Ratio::new(1, 2), &[]));
+    assert!(!t.never_one(&half), "(N * N - N) / 2 is 1 at N = 2");
+}
+
+#[test]
 fn products_are_positive_or_possibly_zero() {
     let (t, [b, n, _, d, _]) = issue_dims();
     assert!(t.provably_positive(&b.mul(&n).mul(&d)));

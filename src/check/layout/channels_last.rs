@@ -15,11 +15,15 @@ pub(super) fn channels_last(shape: &[Poly]) -> Vec<Poly> {
 
 /// `x.contiguous(memory_format=x.suggest_memory_format())`, as `rms_norm` copies its
 /// input: `contiguous`, except that a 4-d or 5-d input whose strides may be channels-last
-/// may keep that format instead.
-pub fn contiguous_as_suggested(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    each_combination(dims, operands, shape, |dims, operands, shape| {
+/// may keep that format instead. `known`: whether `x`'s strides are PyTorch's on its axes
+/// of size 1 too (`ones::strides_known_at_ones`).
+pub fn contiguous_as_suggested(dims: &DimTable, x: &TensorType, known: bool, shape: &[Poly]) -> Layout {
+    each_combination(dims, &[x], shape, |dims, operands, shape| {
         let laid = contiguous(dims, operands, shape);
-        match operands.iter().any(|t| may_be_channels_last(dims, t, shape)) {
+        match operands
+            .iter()
+            .any(|t| may_be_channels_last(dims, t, known, shape))
+        {
             true => Layout::union(dims, [laid, Layout::exact(channels_last(shape))]),
             false => laid,
         }
@@ -30,8 +34,9 @@ pub fn contiguous_as_suggested(dims: &DimTable, operands: &[&TensorType], shape:
 /// gives a result of `shape` (4-d or 5-d) other strides than row-major on its axes not of
 /// size 1. Each of `t`'s lists of strides is tried in each size-1 scenario of the free dims
 /// (the others at 2 or more); where more free dims occur than are tried exhaustively, or
-/// `t` may have any strides, channels-last is not ruled out.
-pub(super) fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> bool {
+/// `t` may have any strides, channels-last is not ruled out. `known`: whether `t`'s
+/// strides are PyTorch's on axes of size 1 too, so that the test may read them.
+pub(super) fn may_be_channels_last(dims: &DimTable, t: &TensorType, known: bool, shape: &[Poly]) -> bool {
     if !matches!(shape.len(), 4 | 5) {
         return false;
     }
@@ -57,7 +62,7 @@ pub(super) fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Pol
         differs
             && layouts
                 .iter()
-                .any(|strides| strides_like_channels_last(dims, &t_shape, &at(strides)))
+                .any(|strides| strides_like_channels_last(dims, &t_shape, &at(strides), known))
     })
 }
 
@@ -65,16 +70,23 @@ pub(super) fn may_be_channels_last(dims: &DimTable, t: &TensorType, shape: &[Pol
 /// `shape` at some sizes. The walk takes axis 1 innermost, then the last axes from the
 /// right, then axis 0: a stride of 0 on axis 1, an empty axis, a stride below the extent of
 /// the axes before it, or axis 0 reached by axis 1's extent alone (an `N111` tensor, taken
-/// as contiguous) says no. Each test that says no is taken where it provably does. The
-/// strides are PyTorch's only on axes not of size 1 (on one of size 1, PyTorch keeps what a
-/// view, `expand` or `contiguous` left), so those of axes of size 1 are unknown, and an
-/// axis that may be 1 or not is followed both ways.
-fn strides_like_channels_last(dims: &DimTable, shape: &[Poly], strides: &[Poly]) -> bool {
+/// as contiguous) says no. Each test that says no is taken where it provably does. Unless
+/// `known`, the strides are PyTorch's only on axes not of size 1 (on one of size 1,
+/// PyTorch keeps what a view, `expand` or `contiguous` left), so those of axes of size 1
+/// are unknown; with `known`, c10 reads them as it does. An axis that may be 1 or not is
+/// followed both ways.
+fn strides_like_channels_last(dims: &DimTable, shape: &[Poly], strides: &[Poly], known: bool) -> bool {
     let mut order = vec![1];
     order.extend((2..shape.len()).rev());
     order.push(0);
-    let walk = Walk { dims, shape, strides };
-    walk.from(&order, None, None)
+    let walk = Walk {
+        dims,
+        shape,
+        strides,
+        known,
+    };
+    let zero = known && dims.with_consts(&strides[1]).is_zero();
+    !zero && walk.from(&order, None, None)
 }
 
 /// The state of [`strides_like_channels_last`]'s walk over a tensor.
@@ -82,11 +94,14 @@ struct Walk<'a> {
     dims: &'a DimTable,
     shape: &'a [Poly],
     strides: &'a [Poly],
+    /// Whether the strides of axes of size 1 are PyTorch's.
+    known: bool,
 }
 
 impl Walk<'_> {
     /// Whether the walk may pass the axes `order`, with `min` the extent of those before
-    /// (unknown after an axis of size 1) and `first` axis 1's stride where it is known.
+    /// (unknown after an axis of size 1 unless its stride is `known`) and `first` axis 1's
+    /// stride where it is known.
     fn from(&self, order: &[usize], min: Option<Poly>, first: Option<Poly>) -> bool {
         let Some((&d, rest)) = order.split_first() else {
             return true;
@@ -97,10 +112,21 @@ impl Walk<'_> {
         if dims.with_consts(size).is_zero() || n111 {
             return false;
         }
-        let as_one = !dims.never_one(size) && self.from(rest, None, first.clone());
+        let below = min.is_some_and(|m| dims.provably_positive(&m.sub(stride)));
+        let as_one = !dims.never_one(size)
+            && match self.known {
+                true => {
+                    let first = if d == 1 {
+                        Some(stride.clone())
+                    } else {
+                        first.clone()
+                    };
+                    !below && self.from(rest, Some(stride.clone()), first)
+                }
+                false => self.from(rest, None, first.clone()),
+            };
         as_one
             || (!dims.is_one(size) && {
-                let below = min.is_some_and(|m| dims.provably_positive(&m.sub(stride)));
                 let zero = d == 1 && dims.with_consts(stride).is_zero();
                 let first = if d == 1 { Some(stride.clone()) } else { first };
                 !below && !zero && self.from(rest, Some(stride.mul(size)), first)
