@@ -65,9 +65,11 @@ impl Checker {
     /// `arange(end)` or `arange(start, end, step=1)`: the values `start + i * step`, int64
     /// as PyTorch's, or float32 where an argument is a float literal (`arange(0.0, N)`).
     /// Bounds and step are dim expressions (a float literal with an integer value counts);
-    /// the step must be positive, the length `(end - start) / step` proved exact (E0205)
-    /// and never negative, so the result's size is a dim like any other (`arange(N)` is
-    /// `[N]`).
+    /// the step must be positive, `end - start` never negative, and the length PyTorch's
+    /// `ceil((end - start) / step)`, proved a dim: exact where the step divides, or where
+    /// the constants decide it (`arange(1, 10, 2)` is `[5]`); E0205 where neither does
+    /// (`arange(0, N, 2)`, whose length is a dim only for even `N`). The result's size is
+    /// then a dim like any other (`arange(N)` is `[N]`).
     pub(crate) fn arange(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let (start, end) = match (given(args, 0), given(args, 1)) {
             (Some(end), None) | (None, Some(end)) => (None, end),
@@ -104,14 +106,19 @@ impl Checker {
         let diff = end_dim.sub(&start_dim);
         let len = match self.prog.dims.div(&diff, &step) {
             Ok(len) => len,
-            Err(err) => {
-                let at = step_expr.unwrap_or(end);
-                let d = self.division_error(err, &diff, &step, at);
-                self.report(d);
-                return None;
-            }
+            // PyTorch's length is `ceil(diff / step)`: `(diff + step - 1) / step` where that
+            // is exact (`arange(1, 10, 2)` has 5 values).
+            Err(err) => match self.prog.dims.div(&diff.add(&step).sub(&Poly::int(1)), &step) {
+                Ok(len) => len,
+                Err(_) => {
+                    let at = step_expr.unwrap_or(end);
+                    let d = self.division_error(err, &diff, &step, at);
+                    self.report(d);
+                    return None;
+                }
+            },
         };
-        if !self.prog.dims.provably_nonneg(&len) {
+        if !self.prog.dims.provably_nonneg(&diff) {
             let msg = format!(
                 "`arange` from `{}` to `{}` may have a negative length",
                 self.dim_text(&start_dim),

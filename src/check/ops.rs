@@ -376,6 +376,7 @@ impl Checker {
 
     pub(crate) fn softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `softmax`")?;
+        self.floating(x, "softmax", span)?;
         let (x, d, scalar) = self.along_axis(x, args[1], span)?;
         let shape = self.ty(x).shape.clone();
         let ty = self.laid_out(layout::fresh_row_major, &[x], shape, DType::F32);
