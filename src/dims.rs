@@ -486,6 +486,30 @@ impl Poly {
         Poly::atom(Atom::Rem(Box::new(a.clone()), Box::new(b.clone())))
     }
 
+    /// A floor division in `self`, for display: `(c, x, k, rest)` with
+    /// `self == c * (x - x % k) / k + rest`, found from a term `-(c / k) * (x % k)` (`k` an
+    /// integer of at least 2, `c` one term), so that a rounded length such as
+    /// `ceil(N / 2) = (N + 1) / 2 - ((N + 1) % 2) / 2` reads as Python's `(N + 1) // 2`.
+    /// `rest` holds no such term, and every new term in it comes from inside `x`.
+    pub(crate) fn floor_split(&self) -> Option<(Poly, Poly, i64, Poly)> {
+        self.0.iter().find_map(|(m, &c)| {
+            if c >= Ratio::ZERO {
+                return None;
+            }
+            let (i, x, k) = m.0.iter().enumerate().find_map(|(i, (a, e))| match a {
+                Atom::Rem(x, k) if *e == 1 => Some((i, x, k.as_int().filter(|k| *k >= 2)?)),
+                _ => None,
+            })?;
+            let mut outer = m.clone();
+            outer.0.remove(i);
+            let per = Poly(BTreeMap::from([(outer, c.neg())]));
+            let rem = Poly::rem_atom(x, &Poly::int(k));
+            let rest = self.sub(&per.mul(x)).add(&per.mul(&rem));
+            let c = per.mul(&Poly::int(k));
+            Some((c, (**x).clone(), k, rest))
+        })
+    }
+
     /// Every symbol this polynomial mentions, opaque atoms included.
     pub fn syms(&self) -> Vec<Sym> {
         let mut out = Vec::new();

@@ -1,6 +1,7 @@
 //! The ops that create a tensor from sizes and values rather than from an input: `ones`,
 //! `zeros`, `full`, `arange`, and the triangles `tril` and `triu`.
 
+use super::ops::ceil_div;
 use super::rules::given;
 use super::{Checker, Value};
 use crate::ast::{Expr, ExprKind};
@@ -65,9 +66,10 @@ impl Checker {
     /// `arange(end)` or `arange(start, end, step=1)`: the values `start + i * step`, int64
     /// as PyTorch's, or float32 where an argument is a float literal (`arange(0.0, N)`).
     /// Bounds and step are dim expressions (a float literal with an integer value counts);
-    /// the step must be positive, the length `(end - start) / step` proved exact (E0205)
-    /// and never negative, so the result's size is a dim like any other (`arange(N)` is
-    /// `[N]`).
+    /// the step must be positive, `end - start` never negative, and the length PyTorch's
+    /// `ceil((end - start) / step)`, as a slice's with a step (`arange(1, 10, 2)` is `[5]`,
+    /// `arange(0, N, 2)` is `[ceil(N / 2)]`); a step that is a free dim must divide exactly
+    /// (E0205). The result's size is then a dim like any other (`arange(N)` is `[N]`).
     pub(crate) fn arange(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let (start, end) = match (given(args, 0), given(args, 1)) {
             (Some(end), None) | (None, Some(end)) => (None, end),
@@ -102,16 +104,19 @@ impl Checker {
             return None;
         }
         let diff = end_dim.sub(&start_dim);
-        let len = match self.prog.dims.div(&diff, &step) {
-            Ok(len) => len,
-            Err(err) => {
+        // PyTorch's length is `ceil(diff / step)`, a slice's length with that step.
+        let constant_step = self.prog.dims.with_consts(&step).as_int();
+        let len = match (self.prog.dims.div(&diff, &step), constant_step) {
+            (Ok(len), _) => len,
+            (Err(_), Some(k)) => ceil_div(&self.prog.dims, &diff, k),
+            (Err(err), None) => {
                 let at = step_expr.unwrap_or(end);
                 let d = self.division_error(err, &diff, &step, at);
                 self.report(d);
                 return None;
             }
         };
-        if !self.prog.dims.provably_nonneg(&len) {
+        if !self.prog.dims.provably_nonneg(&diff) {
             let msg = format!(
                 "`arange` from `{}` to `{}` may have a negative length",
                 self.dim_text(&start_dim),

@@ -73,6 +73,7 @@ impl Checker {
     /// norm kept as an axis of size 1 (p = 2 only).
     pub(crate) fn normalize(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the input of `normalize`")?;
+        self.floating(x, "normalize", span)?;
         let p = self.float_param(args[1], "`p`")?;
         if p != 2.0 {
             self.error(Code::E0208, args[1].span, "`normalize` supports `p=2` only");

@@ -376,6 +376,7 @@ impl Checker {
 
     pub(crate) fn softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the argument of `softmax`")?;
+        self.floating(x, "softmax", span)?;
         let (x, d, scalar) = self.along_axis(x, args[1], span)?;
         let shape = self.ty(x).shape.clone();
         let ty = self.laid_out(layout::fresh_row_major, &[x], shape, DType::F32);
@@ -716,15 +717,19 @@ pub(super) struct SliceRange {
 /// prove it (`D / 2` under `assert D % 2 == 0`), a constant where they are known, and
 /// otherwise `(len + step - 1 - (len + step - 1) % step) / step`, evaluated once the dims
 /// have values.
-fn ceil_div(dims: &DimTable, len: &Poly, step: i64) -> Poly {
+pub(super) fn ceil_div(dims: &DimTable, len: &Poly, step: i64) -> Poly {
     let by = Poly::int(step);
     if let Ok(q) = dims.div(len, &by) {
+        return q;
+    }
+    // Exact after rounding up, the names kept (`x[1::2]` of `D = 64` is `D / 2`, not 32).
+    let up = len.add(&Poly::int(step - 1));
+    if let Ok(q) = dims.div(&up, &by) {
         return q;
     }
     if let Some(n) = dims.with_consts(len).as_int() {
         return Poly::int((n + step - 1).div_euclid(step));
     }
-    let up = len.add(&Poly::int(step - 1));
     let whole = match dims.rem(&up, &by) {
         Ok(r) => up.sub(&r),
         Err(_) => up.sub(&Poly::rem_atom(&up, &by)),

@@ -89,7 +89,7 @@ impl Checker {
             .filter(|a| !axes.contains(a))
             .map(|a| self.ty(x).shape[a].clone())
             .collect();
-        let ty = TensorType::row_major(shape.clone(), DType::F32);
+        let ty = TensorType::row_major(shape.clone(), self.ty(y).dtype);
         self.push_id(Op::View(shape), vec![y], ty, span)
     }
 
@@ -108,7 +108,22 @@ impl Checker {
             axes: axes.to_vec(),
             keepdim,
         };
-        self.push_id(node, vec![x], TensorType::row_major(shape, DType::F32), span)
+        let dtype = reduced_dtype(op, self.ty(x).dtype);
+        self.push_id(node, vec![x], TensorType::row_major(shape, dtype), span)
+    }
+
+    /// Refuses a non-float `x` where PyTorch's `op` needs a floating-point input (`mean`,
+    /// `var`, `softmax`, the norms): E0208 with PyTorch's reason and the conversion.
+    pub(super) fn floating(&mut self, x: ValueId, op: &str, span: Span) -> Option<()> {
+        let dtype = self.ty(x).dtype;
+        if dtype == DType::F32 {
+            return Some(());
+        }
+        let msg = format!("`{op}` needs a floating-point tensor, found {}", dtype.name());
+        let d = Diagnostic::error(Code::E0208, span, msg)
+            .with_hint("convert it first, as PyTorch asks: `x.float()`");
+        self.report(d);
+        None
     }
 
     /// The number of elements of `x` over `axes`, as a float scalar.
@@ -225,6 +240,7 @@ impl Checker {
     /// `mean = sum / n`.
     pub(crate) fn mean(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let (x, axes, keepdim) = self.reduce_args(args, 2)?;
+        self.floating(x, "mean", span)?;
         Some(Value::Tensor(self.mean_id(x, &axes, keepdim, span)?))
     }
 
@@ -262,6 +278,7 @@ impl Checker {
     /// PyTorch clamps it: `correction >= n` gives NaN or inf, never a negative variance.
     fn var_parts(&mut self, args: &[&Expr], span: Span) -> Option<(ValueId, ValueId)> {
         let (x, axes, keepdim) = self.reduce_args(args, 3)?;
+        self.floating(x, "var", span)?;
         let unbiased = match given(args, 2) {
             Some(e) => self.bool_param(e, "`unbiased`")?,
             None => true,
@@ -310,6 +327,7 @@ impl Checker {
     /// every entry `-inf` is NaN, as in PyTorch.
     pub(crate) fn log_softmax(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the input of `log_softmax`")?;
+        self.floating(x, "log_softmax", span)?;
         let (x, axis, scalar) = self.along_axis(x, args[1], span)?;
         let axes = [axis];
         let max = self.reduce_id(ReduceOp::Max, x, &axes, true, span);
@@ -362,6 +380,7 @@ impl Checker {
     /// `(x - mean) * rsqrt(var + eps) * weight + bias`, the variance biased.
     pub(crate) fn layer_norm(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the input of `layer_norm`")?;
+        self.floating(x, "layer_norm", span)?;
         let axes = self.normalized_axes(x, args[1], "layer_norm")?;
         let weight = self.affine(args, 2, "the weight of `layer_norm`")?;
         let bias = self.affine(args, 3, "the bias of `layer_norm`")?;
@@ -381,6 +400,7 @@ impl Checker {
     /// `x * rsqrt(mean(x * x) + eps) * weight`, `eps=None` being float32's epsilon.
     pub(crate) fn rms_norm(&mut self, args: &[&Expr], span: Span) -> Option<Value> {
         let x = self.tensor_arg(args[0], "the input of `rms_norm`")?;
+        self.floating(x, "rms_norm", span)?;
         let axes = self.normalized_axes(x, args[1], "rms_norm")?;
         let weight = self.affine(args, 2, "the weight of `rms_norm`")?;
         let eps = match given(args, 3) {
@@ -649,5 +669,15 @@ impl Checker {
         };
         let p = self.size_of(args[0], d)?;
         Some(Value::Tensor(self.dim_id(p, span)))
+    }
+}
+
+/// A reduction's dtype, as PyTorch's: a sum of integers or booleans is int64, a maximum or
+/// minimum keeps its input's dtype.
+fn reduced_dtype(op: ReduceOp, input: DType) -> DType {
+    match (op, input) {
+        (ReduceOp::Sum, DType::F32) => DType::F32,
+        (ReduceOp::Sum, DType::I64 | DType::Bool) => DType::I64,
+        (ReduceOp::Max | ReduceOp::Min, dtype) => dtype,
     }
 }

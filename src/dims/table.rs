@@ -401,9 +401,29 @@ impl DimTable {
     /// Text of a dim expression, as the spec prints shapes: the declared dim it equals
     /// symbolically where there is one, else the normal form with derived dims folded back.
     pub fn display(&self, p: &Poly) -> String {
-        match self.name_of(p) {
-            Some(name) => name.to_string(),
+        if let Some(name) = self.name_of(p) {
+            return name.to_string();
+        }
+        match p.floor_split() {
+            Some(split) => self.display_floor(split),
             None => self.display_folding(p, self.dims.len()),
+        }
+    }
+
+    /// `c * (x // k) + rest`, as Python writes a floor division (see [`Poly::floor_split`]).
+    fn display_floor(&self, (c, x, k, rest): (Poly, Poly, i64, Poly)) -> String {
+        let floor = format!("{} // {k}", self.operand(&x));
+        let term = match c.is_one() {
+            true => floor,
+            false => format!("{} * ({floor})", self.display(&c)),
+        };
+        if rest.is_zero() {
+            return term;
+        }
+        let rest = self.display(&rest);
+        match rest.strip_prefix('-') {
+            Some(negated) => format!("{term} - {negated}"),
+            None => format!("{term} + {rest}"),
         }
     }
 

@@ -46,6 +46,28 @@ fn display_folds_derived_dims_and_orders_by_declaration() {
     assert_eq!(t.display(&Poly::int(-1)), "-1");
 }
 
+/// `(x - x % k) / k`, how a rounded length is kept, prints as Python's `x // k`.
+fn floor(x: &Poly, k: i64) -> Poly {
+    let whole = x.sub(&Poly::rem_atom(x, &Poly::int(k)));
+    whole.mul(&Poly::term(Ratio::new(1, i128::from(k)), &[]))
+}
+
+#[test]
+fn floor_divisions_print_as_python_writes_them() {
+    let (t, [b, n, ..]) = mha();
+    let up = n.add(&Poly::int(1));
+    assert_eq!(t.display(&floor(&n, 2)), "N // 2");
+    assert_eq!(t.display(&floor(&up, 2)), "(N + 1) // 2");
+    assert_eq!(
+        t.display(&floor(&up, 2).mul(&Poly::int(4)).mul(&b)),
+        "4 * B * ((N + 1) // 2)"
+    );
+    assert_eq!(t.display(&floor(&n, 3).add(&n)), "N // 3 + N");
+    assert_eq!(t.display(&floor(&n, 3).sub(&Poly::int(1))), "N // 3 - 1");
+    // A remainder on its own stays one.
+    assert_eq!(t.display(&Poly::rem_atom(&n, &Poly::int(2))), "N % 2");
+}
+
 #[test]
 fn values_never_decide_how_a_dim_prints() {
     let mut t = DimTable::new();

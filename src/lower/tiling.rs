@@ -47,6 +47,9 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
         if tasks >= 4 || (flops < 16e6 && streamed <= STREAMED) {
             return (rb, cb);
         }
+        if flops < 16e6 {
+            return (rb, streamed_columns(g.n, cb, tasks));
+        }
         if cb > 256 && cb * 4 >= rb {
             cb = half(cb, 64);
         } else if rb > 256 {
@@ -57,6 +60,15 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
             return (rb, cb);
         }
     }
+}
+
+/// Columns per task where the tasks' time is streaming `b` (few rows): enough equal blocks
+/// of whole 16-column panels for 4 tasks, so that no thread streams a block more than the
+/// others (halving 576 columns gave 5 tasks of 128 and 64, three of them on one thread of
+/// two: see BENCHMARKS.md).
+fn streamed_columns(n: usize, cb: usize, tasks: usize) -> usize {
+    let pieces = 4usize.div_ceil(tasks) * n.div_ceil(cb);
+    n.div_ceil(pieces).next_multiple_of(16).min(n)
 }
 
 /// Columns per task `cols` made a multiple of the head `dim` (or all `n`), so that a

@@ -14,7 +14,7 @@
 
 use super::lang::Tensor;
 use crate::dims::{DimKind, DimTable, Poly, Sym};
-use crate::ir::{BinaryOp, DType, UnaryOp};
+use crate::ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 use crate::shape;
 use egg::{Analysis, DidMerge, EGraph, Id, Language};
 
@@ -285,12 +285,14 @@ impl Ctx {
             T::Arange(_) => {
                 (k[0].dim().is_some() && k[1].dim().is_some()).then(|| value(k[2].shape_attr()?.to_vec()))?
             }
-            T::Reduce(..) => value(shape::reduced(
-                self,
-                shape(0)?,
-                &axes_of(k[1].shape_attr()?),
-                k[2].int()? == 1,
-            )),
+            T::Reduce(op, _) => {
+                let shape = shape::reduced(self, shape(0)?, &axes_of(k[1].shape_attr()?), k[2].int()? == 1);
+                // A sum counts (float32 here, as int64 is); a maximum keeps a boolean's dtype.
+                match op {
+                    ReduceOp::Sum => value(shape),
+                    ReduceOp::Max | ReduceOp::Min => keeps(0, shape),
+                }
+            }
             T::Softmax(_) => (k[1].axis()? < shape(0)?.len()).then(|| same(0))?,
             T::MaskedFill(_) => {
                 (k[1].ty()?.dtype == DType::Bool && shape(2)?.is_empty()).then_some(())?;

@@ -67,8 +67,10 @@ pub fn params(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor
 }
 
 /// Every input of `program`, of the given shapes: zeros for a state, standard normal, or
-/// all ones for an input used only as a mask (keep every position) and for an int64 input
-/// (a mask that keeps every position, ids that name row 1 of any table with two rows).
+/// all ones for an input used only as a mask (keep every position), for a bool input (true
+/// everywhere: a mask that keeps every position; a normal draw would not be a bool) and for
+/// an int64 input (a mask that keeps every position, ids that name row 1 of any table with
+/// two rows).
 pub fn inputs(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor> {
     program
         .inputs
@@ -76,7 +78,7 @@ pub fn inputs(program: &Program, shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor
         .zip(shapes)
         .map(|(decl, shape)| {
             let mut rng = Rng::stream(seed, "input", &decl.name);
-            match (decl.state, decl.mask_only || decl.dtype == DType::I64) {
+            match (decl.state, decl.mask_only || decl.dtype != DType::F32) {
                 (true, _) => fill(shape, || 0.0),
                 (false, true) => fill(shape, || 1.0),
                 (false, false) => fill(shape, || rng.normal() as f32),
@@ -208,5 +210,16 @@ mod tests {
         b.mask_input("mask", &[2, 2]);
         let program = b.finish();
         assert_eq!(inputs(&program, &[vec![2, 2]], 0)[0].data, [1.0; 4]);
+    }
+
+    #[test]
+    fn bool_and_int64_inputs_are_ones() {
+        for dtype in [DType::Bool, DType::I64] {
+            let mut b = Builder::new();
+            b.input("keep", &[3]);
+            let mut program = b.finish();
+            program.inputs[0].dtype = dtype;
+            assert_eq!(inputs(&program, &[vec![3]], 0)[0].data, [1.0; 3], "{dtype:?}");
+        }
     }
 }
