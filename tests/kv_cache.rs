@@ -245,6 +245,33 @@ fn a_write_through_a_slice_puts_each_row_at_its_position_the_last_of_equal_ones_
     }
 }
 
+/// The writes copy a row of the source at a time where they can: along the last axis (one
+/// element a row) and from a transposed source (rows that are not contiguous) they must land
+/// where PyTorch puts them just the same.
+#[test]
+fn a_write_along_the_last_axis_or_from_a_transposed_source_lands_where_pytorch_puts_it() {
+    let src = "input pos: [3] int64\ninput p2: [2] int64\ninput s: [3, 2]\ninput s2: [2, 2, 2]\n\
+               state c: [2, 4]\nstate d: [3, 2, 2]\n\
+               c.index_copy_(1, pos, s.transpose(0, 1))\nd.index_copy_(0, p2, s2.transpose(1, 2))\n\
+               output seen = c * 1.0\noutput seen2 = d * 1.0\n";
+    let inputs = [
+        Tensor::new(vec![3], vec![3.0, 0.0, 3.0]),
+        Tensor::new(vec![2], vec![2.0, 0.0]),
+        Tensor::new(vec![3, 2], (1..7).map(|v| v as f32).collect()),
+        Tensor::new(vec![2, 2, 2], (1..9).map(|v| v as f32).collect()),
+    ];
+    for backend in [Backend::Interp, Backend::Jit] {
+        let out = run(&small(src, backend), &inputs);
+        assert_eq!(
+            out[0].1.data,
+            [3.0, 0.0, 0.0, 5.0, 4.0, 0.0, 0.0, 6.0],
+            "{backend:?}"
+        );
+        let want = [5.0, 7.0, 6.0, 8.0, 0.0, 0.0, 0.0, 0.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(out[1].1.data, want, "{backend:?}");
+    }
+}
+
 #[test]
 fn a_view_taken_before_a_write_sees_it_and_index_copy_copies() {
     let src = "input pos: [1] int64\ninput s: [1, 2]\ninput x: [4, 2]\nstate c: [3, 2]\n\

@@ -42,12 +42,23 @@ impl Written {
         let rows = unsafe { check(s, ptrs[0]) }?;
         let (source, out) = (ptrs[1], ptrs[2]);
         let mut old = Vec::with_capacity(s.shape.iter().product());
-        each_element(s, &rows, |from, to| {
-            // SAFETY: `from` is inside the source's shape, and `to` inside the window
-            // (`rows[c] < size` on the axis, checked above): both within their operands.
+        each_run(s, &rows, |(from, from_step), (to, to_step), len| {
+            // SAFETY: the run's elements are inside the source's shape, and its places inside
+            // the window (`rows[c] < size` on the axis, checked above): both within their
+            // operands. Where both are contiguous the run is copied as a block: the plan's
+            // validation proved the source (read) and the window (written) disjoint, and
+            // `copy` would be right even if they were not.
             unsafe {
-                old.push(*out.add(to));
-                *out.add(to) = *source.add(from);
+                if from_step == 1 && to_step == 1 {
+                    old.extend_from_slice(std::slice::from_raw_parts(out.add(to), len));
+                    std::ptr::copy(source.add(from), out.add(to), len);
+                    return;
+                }
+                for k in 0..len {
+                    let (from, to) = (from + k * from_step, to + k * to_step);
+                    old.push(*out.add(to));
+                    *out.add(to) = *source.add(from);
+                }
             }
         });
         self.done.push(Undo {
@@ -68,7 +79,9 @@ impl Written {
         for u in self.done.into_iter().rev() {
             let out = u.ptrs[2];
             let mut places = Vec::with_capacity(u.old.len());
-            each_element(&u.scatter, &u.rows, |_, to| places.push(to));
+            each_run(&u.scatter, &u.rows, |_, (to, step), len| {
+                places.extend((0..len).map(|k| to + k * step));
+            });
             // Newest first: where two rows of one scatter named one position, the element
             // from before the call is the one put back last.
             for (&to, &x) in places.iter().zip(&u.old).rev() {
@@ -107,21 +120,31 @@ unsafe fn check(s: &Scatter, index: *const f32) -> Result<Vec<usize>, RunError> 
     Ok(rows)
 }
 
-/// Calls `f(from, to)` for each element of the source, in row-major order: its offset in
-/// the source and that of its place in the window.
-fn each_element(s: &Scatter, rows: &[usize], mut f: impl FnMut(usize, usize)) {
-    let total: usize = s.shape.iter().product();
-    let mut coords = vec![0usize; s.shape.len()];
-    for _ in 0..total {
+/// Calls `f((from, from_step), (to, to_step), len)` for each run of the source in row-major
+/// order: `len` elements along its last axis (one at a time where that axis is the scatter's,
+/// whose places are rows of the window), the first one's offset in the source and that of
+/// its place in the window, and the steps between the run's elements in each. A run rather
+/// than an element at a time, so a cache's rows are copied as blocks (a prefill's scatters
+/// were 2-3 % of SmolLM2's prefill on one thread, element by element; `BENCHMARKS.md`).
+fn each_run(s: &Scatter, rows: &[usize], mut f: impl FnMut((usize, usize), (usize, usize), usize)) {
+    let last = s.shape.len() - 1;
+    let (len, steps) = match last == s.axis {
+        true => (1, (0, 0)),
+        false => (s.shape[last], (s.source.strides[last], s.out.strides[last])),
+    };
+    let outer = &s.shape[..s.shape.len() - usize::from(last != s.axis)];
+    let runs: usize = outer.iter().product();
+    let mut coords = vec![0usize; outer.len()];
+    for _ in 0..runs {
         let (mut from, mut to) = (0, 0);
         for (a, &c) in coords.iter().enumerate() {
             from += c * s.source.strides[a];
             to += if a == s.axis { rows[c] } else { c } * s.out.strides[a];
         }
-        f(from, to);
+        f((from, steps.0), (to, steps.1), len);
         for a in (0..coords.len()).rev() {
             coords[a] += 1;
-            if coords[a] < s.shape[a] {
+            if coords[a] < outer[a] {
                 break;
             }
             coords[a] = 0;
