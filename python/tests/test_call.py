@@ -111,6 +111,8 @@ def test_new_sizes_compile_once_and_are_kept():
     call(1, 3)
     assert [(p["sizes"]["B"], p["sizes"]["N"]) for p in f.plans] == [(1, 3), (2, 5)]
     assert all(p["compile_ms"] > 0 and p["kernels"] > 0 for p in f.plans)
+    # The weights are laid out once: the second plan's prologue computes what the first's did.
+    assert [p["prepared"] for p in f.plans] == [True, False]
 
 
 def test_the_interpreter_agrees_with_the_jit(mha):

@@ -168,7 +168,8 @@ impl Function {
     }
 
     /// What has been compiled, oldest first: one dict per set of sizes, with `sizes` (every
-    /// dim's value), `compile_ms` and `kernels`.
+    /// dim's value), `compile_ms`, `kernels` and `prepared` (whether the plan laid out the
+    /// weights itself, `False` where it shares an earlier plan's).
     #[getter]
     fn plans<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.function
@@ -183,6 +184,7 @@ impl Function {
                 d.set_item("sizes", sizes)?;
                 d.set_item("compile_ms", p.compile_ms)?;
                 d.set_item("kernels", p.kernels)?;
+                d.set_item("prepared", p.prepared)?;
                 Ok(d)
             })
             .collect()
