@@ -2,12 +2,14 @@
 //! --format json` always exits 0 or 1 with one valid JSON object.
 //!
 //! The optimizer's fuzz test, the slow one, runs a short budget in CI;
-//! `ATTNC_FUZZ_CASES=N` runs N mutations of each example (150 is the long run).
+//! `ATTNC_FUZZ_CASES=N` runs N mutations of each example (3000 is the long run).
 
 use attnc::driver::check_source;
 use attnc::render;
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 mod common;
 use common::Rng;
@@ -154,8 +156,14 @@ fn cases(short: u32) -> u32 {
 }
 
 /// Mutated programs that check cleanly optimize without a panic, to programs that compute
-/// the same outputs (the reference interpreter on both, at small sizes). Each case runs
-/// the optimizer's saturation, so CI runs a short budget (see the module's doc). The cases
+/// the same outputs (the reference interpreter on both, at small sizes), each stage within
+/// [`STAGE_LIMIT`]. Small sizes means the free dims `B`, `N`, `M` at 2, 3, 4 and the wide
+/// constant dims shrunk by [`shrunk_constants`]: what this changes is that the optimizer
+/// sees those constants' small values (a rewrite that depends on a size, such as where
+/// the cost model prefers one GEMM to two, may choose otherwise than at the written
+/// sizes), and a mutation that checks at the written sizes but not at the shrunk ones (a
+/// literal `512` standing for `D`) is skipped rather than run. Each case runs the
+/// optimizer's saturation, so CI runs a short budget (see the module's doc). The cases
 /// are drawn in order from one seed, then run on rayon's threads.
 #[test]
 fn mutated_programs_optimize_to_equal_programs() {
@@ -173,54 +181,150 @@ fn mutated_programs_optimize_to_equal_programs() {
         .par_iter()
         .map(|(i, case, m)| {
             let ok = optimizes_to_an_equal_program(m, &format!("example {i}, case {case}"));
-            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
             if n.is_multiple_of(500) {
                 eprintln!("{n} of {} cases", cases_of.len());
             }
             usize::from(ok)
         })
         .sum();
+    eprintln!(
+        "{optimized} of {} cases checked and ran; the slowest stage took {:?} of CPU time",
+        cases_of.len(),
+        Duration::from_micros(SLOWEST.load(Ordering::Relaxed))
+    );
     assert!(
         optimized > 10,
         "only {optimized} mutated programs checked and ran"
     );
 }
 
+/// The longest a stage (checking, optimizing, binding, interpreting) of one case may take,
+/// by its thread's CPU time (so a loaded machine does not fail it): at the shrunk sizes
+/// they take milliseconds, so a second is a stage that loops or grows without bound, a
+/// failure by issue 24's rule, as in `fuzz_jit`.
+const STAGE_LIMIT: Duration = Duration::from_secs(1);
+
+/// The slowest stage seen, in microseconds, for the summary line.
+static SLOWEST: AtomicU64 = AtomicU64::new(0);
+
+/// The CPU time the calling thread has used (a case's stages run on one thread).
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` writes one `timespec` through the pointer, which points to a
+    // live, properly aligned value for the length of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// `f()`, failing `case` where it took more than [`STAGE_LIMIT`] of CPU time.
+fn timed<T>(stage: &str, case: &str, f: impl FnOnce() -> T) -> T {
+    let start = thread_cpu();
+    let out = f();
+    let took = thread_cpu().saturating_sub(start);
+    SLOWEST.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
+    assert!(
+        took <= STAGE_LIMIT,
+        "{case}: {stage} took {took:?} of CPU time, more than {STAGE_LIMIT:?}"
+    );
+    out
+}
+
+/// Constant dims above this are widths, shrunk by [`shrunk_constants`]; those at or below
+/// it (head and group counts) stay as written.
+const WIDE: i64 = 64;
+
+/// Smaller values for the wide constant dims of `dims`, as `--dim` overrides, so that the
+/// interpreter runs a mutation in milliseconds rather than minutes (`llama_layer`'s
+/// `D = 4096, F = 11008` took 380-455 s a case). Every wide constant is divided by the
+/// largest common factor `k` that keeps each constant dividing the constants it divided
+/// (so `dim Dk = D / H` and a mutation's `D / H` stay exact) and each wide constant above
+/// the narrow ones it was above (so `D / H` stays over 1). Dividing all by one `k` keeps
+/// every quotient of two wide dims too.
+fn shrunk_constants(dims: &attnc::dims::DimTable) -> Vec<(String, i64)> {
+    use attnc::dims::DimKind;
+    let consts: Vec<(&str, i64)> = dims
+        .iter()
+        .filter_map(|(_, d)| match d.kind {
+            DimKind::Const(v) => Some((d.name.as_str(), v)),
+            _ => None,
+        })
+        .collect();
+    let wide = |v: i64| v > WIDE;
+    let common = consts
+        .iter()
+        .filter(|(_, v)| wide(*v))
+        .fold(0, |g, &(_, v)| gcd(g, v));
+    // A mutation may write `99999999999999999999`: such a program is left at its sizes.
+    let keeps = |k: i64| {
+        let new = |v: i64| if wide(v) { v / k } else { v };
+        consts.iter().all(|&(_, a)| {
+            consts.iter().all(|&(_, b)| {
+                let divides = b.checked_rem(a) == Some(0);
+                (!divides || new(b).checked_rem(new(a)) == Some(0))
+                    && (!(wide(b) && b > a) || new(b) > new(a))
+            })
+        })
+    };
+    let k = (1..=common.min(1 << 20))
+        .rev()
+        .find(|&k| common % k == 0 && keeps(k))
+        .unwrap_or(1);
+    consts
+        .iter()
+        .filter(|(_, v)| wide(*v) && k > 1)
+        .map(|&(n, v)| (n.to_string(), v / k))
+        .collect()
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    match b {
+        0 => a,
+        _ => gcd(b, a % b),
+    }
+}
+
 /// Whether `m` checked and ran; panics where its optimized program fails or differs.
 fn optimizes_to_an_equal_program(m: &str, case: &str) -> bool {
     use attnc::check::DimOverride;
     use attnc::runtime::{bind, interpret, RunOptions};
-    let Ok(plain) = check_source(m, &[]) else {
+    let Ok(plain) = timed("checking", case, || check_source(m, &[])) else {
         return false;
     };
     if plain.has_errors() {
         return false;
     }
-    let sizes: Vec<DimOverride> = [("B", 2), ("N", 3), ("M", 4)]
-        .iter()
+    let free = [("B", 2), ("N", 3), ("M", 4)]
+        .into_iter()
         .filter(|(n, _)| plain.program.dims.lookup(n).is_some())
-        .map(|&(n, v)| DimOverride {
-            name: n.into(),
-            value: v,
-        })
+        .map(|(n, v)| (n.to_string(), v));
+    let sizes: Vec<DimOverride> = free
+        .chain(shrunk_constants(&plain.program.dims))
+        .map(|(name, value)| DimOverride { name, value })
         .collect();
-    let Ok(c) = check_source(m, &sizes) else {
+    let Ok(c) = timed("checking", case, || check_source(m, &sizes)) else {
         return false;
     };
     if c.has_errors() {
         return false;
     }
-    let result = std::panic::catch_unwind(|| attnc::opt::optimize(&c.program));
+    let result = timed("optimizing", case, || {
+        std::panic::catch_unwind(|| attnc::opt::optimize(&c.program))
+    });
     let opt = result.unwrap_or_else(|_| panic!("{case} panics the optimizer:\n{m}"));
     assert!(
         opt.stats.fallback.is_none(),
         "{case}: {:?}\n{m}",
         opt.stats.fallback
     );
-    let Ok(bound) = bind(&c.program, &RunOptions::default()) else {
+    let Ok(bound) = timed("binding", case, || bind(&c.program, &RunOptions::default())) else {
         return false;
     };
-    let (Ok(want), got) = (interpret(&c.program, &bound), interpret(&opt.program, &bound)) else {
+    let run = |p| timed("interpreting", case, || interpret(p, &bound));
+    let (Ok(want), got) = (run(&c.program), run(&opt.program)) else {
         return false;
     };
     let got = got.unwrap_or_else(|e| panic!("{case}: {e}\n{m}\n{}", opt.program.to_text()));

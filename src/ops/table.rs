@@ -54,58 +54,78 @@ pub(crate) enum Rule {
     Check(Own),
 }
 
-/// The ops with a rule of their own, by name: the table says which op has which, the
-/// checker maps each to the function that checks and builds it (`check/apply.rs`), so
-/// the table depends on nothing above it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Own {
-    Linear,
-    Matmul,
-    Transpose,
-    Permute,
-    View,
-    Reshape,
-    Contiguous,
-    Expand,
-    Flatten,
-    RepeatInterleave,
-    Unsqueeze,
-    Squeeze,
-    Concat,
-    Stack,
-    MaskedFill,
-    ScaledDotProductAttention,
-    IndexCopy,
-    IndexCopyInPlace,
-    Embedding,
-    Float,
-    Long,
-    Bool,
-    To,
-    TypeAs,
-    Normalize,
-    Dropout,
-    Relu,
-    Silu,
-    Gelu,
-    Clamp,
-    Where,
-    Size,
-    Ones,
-    Zeros,
-    Full,
-    Arange,
-    Tril,
-    Triu,
-    Split,
-    Chunk,
-    Mean,
-    Var,
-    Std,
-    Softmax,
-    LogSoftmax,
-    LayerNorm,
-    RmsNorm,
+/// Declares [`Own`], the ops with a rule of their own, each beside the checker's method
+/// that checks and builds it, and `apply_own!`, which the checker expands to call that
+/// method. The table names the method but imports nothing above it: the name resolves
+/// where the checker expands the macro (`check/apply.rs`), so a new rule is one line here.
+macro_rules! own_rules {
+    ($($variant:ident => $method:ident,)*) => {
+        /// The ops with a rule of their own, by name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Own {
+            $($variant,)*
+        }
+
+        /// `$checker.method(args, span)`, the method `own_rules!` gives `$rule`.
+        macro_rules! apply_own {
+            ($checker:expr, $rule:expr, $args:expr, $span:expr) => {
+                match $rule {
+                    $($crate::ops::table::Own::$variant => $checker.$method($args, $span),)*
+                }
+            };
+        }
+        pub(crate) use apply_own;
+    };
+}
+
+own_rules! {
+    Linear => linear,
+    Matmul => matmul_op,
+    Transpose => transpose,
+    Permute => permute,
+    View => view_op,
+    Reshape => reshape_op,
+    Contiguous => contiguous,
+    Expand => expand,
+    Flatten => flatten,
+    RepeatInterleave => repeat_interleave,
+    Unsqueeze => unsqueeze,
+    Squeeze => squeeze,
+    Concat => concat,
+    Stack => stack,
+    MaskedFill => masked_fill,
+    ScaledDotProductAttention => scaled_dot_product_attention,
+    IndexCopy => index_copy,
+    IndexCopyInPlace => index_copy_,
+    Embedding => embedding,
+    Float => float_cast,
+    Long => long_cast,
+    Bool => bool_cast,
+    To => convert_to,
+    TypeAs => type_as,
+    Normalize => normalize,
+    Dropout => dropout,
+    Relu => relu,
+    Silu => silu,
+    Gelu => gelu,
+    Clamp => clamp,
+    Where => where_op,
+    Size => size,
+    Ones => ones,
+    Zeros => zeros,
+    Full => full,
+    Arange => arange,
+    Tril => tril,
+    Triu => triu,
+    Split => split,
+    Chunk => chunk,
+    Mean => mean,
+    Var => var,
+    Std => std,
+    Softmax => softmax,
+    LogSoftmax => log_softmax,
+    LayerNorm => layer_norm,
+    RmsNorm => rms_norm,
 }
 
 const fn p(name: &'static str) -> Param {

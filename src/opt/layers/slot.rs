@@ -110,7 +110,7 @@ fn slice_op(op: &Op, f: &mut dyn FnMut(&Poly) -> Poly) -> Op {
 /// `op` and `ty` with the dim `layer` replaced by `value`, everywhere a dim can appear.
 pub(super) fn put_layer(op: &Op, ty: &Type, layer: Sym, value: i64) -> (Op, Type) {
     let f = |p: &Poly| p.substitute(&|s| (s == layer).then(|| Poly::int(value)));
-    (map_polys(op, &f), map_type(ty, &f))
+    (op.map_polys(&f), map_type(ty, &f))
 }
 
 fn map_type(ty: &Type, f: &dyn Fn(&Poly) -> Poly) -> Type {
@@ -133,87 +133,5 @@ fn map_tensor(t: &TensorType, f: &dyn Fn(&Poly) -> Poly) -> TensorType {
             OtherStrides::Listed(lists) => OtherStrides::Listed(lists.iter().map(|l| all(l)).collect()),
             others => others.clone(),
         },
-    }
-}
-
-/// `op` with `f` applied to every dim expression it holds. The match names every op, so a
-/// new op that holds one cannot be missed here.
-fn map_polys(op: &Op, f: &dyn Fn(&Poly) -> Poly) -> Op {
-    let all = |ps: &[Poly]| ps.iter().map(f).collect::<Vec<_>>();
-    match op {
-        Op::DimValue(p) => Op::DimValue(f(p)),
-        Op::View(s) => Op::View(all(s)),
-        Op::Reshape(s) => Op::Reshape(all(s)),
-        Op::Expand(s) => Op::Expand(all(s)),
-        Op::Arange { start, step } => Op::Arange {
-            start: f(start),
-            step: f(step),
-        },
-        Op::Slice { axis, start, end } => Op::Slice {
-            axis: *axis,
-            start: f(start),
-            end: f(end),
-        },
-        Op::StepSlice {
-            axis,
-            start,
-            step,
-            len,
-        } => Op::StepSlice {
-            axis: *axis,
-            start: f(start),
-            step: *step,
-            len: f(len),
-        },
-        Op::Select { axis, index } => Op::Select {
-            axis: *axis,
-            index: f(index),
-        },
-        Op::For {
-            var,
-            start,
-            end,
-            body,
-            result,
-        } => Op::For {
-            var: *var,
-            start: f(start),
-            end: f(end),
-            body: body.clone(),
-            result: *result,
-        },
-        Op::IndexCopy { axis, starts, ends } => Op::IndexCopy {
-            axis: *axis,
-            starts: all(starts),
-            ends: all(ends),
-        },
-        Op::Param(_)
-        | Op::Input(_)
-        | Op::Literal(_)
-        | Op::Linear
-        | Op::MatMul
-        | Op::Transpose(..)
-        | Op::Permute(_)
-        | Op::Contiguous
-        | Op::Unsqueeze(_)
-        | Op::Squeeze(_)
-        | Op::Softmax(_)
-        | Op::Reduce { .. }
-        | Op::Where
-        | Op::Tri { .. }
-        | Op::Fill(_)
-        | Op::MaskedFill
-        | Op::Sdpa { .. }
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Compare(_)
-        | Op::Gather
-        | Op::CatLoop(_)
-        | Op::Stack(_)
-        | Op::Gemm { .. }
-        | Op::MaskedSoftmax { .. }
-        | Op::Attention { .. }
-        | Op::ScoredAttention { .. }
-        | Op::Cat(_) => op.clone(),
     }
 }
