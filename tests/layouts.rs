@@ -817,10 +817,12 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
 
 /// The chains of the default run that the checker refuses and PyTorch runs at every size
 /// with one rank, by code, each class named in `LAYOUT.md`: E0203 views of an elementwise
-/// result (or a `cat` of such results) whose order TensorIterator may change where a free
-/// dim is 1 or a slice's size is, in ways the checker does not follow (strides of axes of
-/// size 1 it cannot know, more choices than it tries), so the value may have any strides.
-const OVER_REJECTED: &[(&str, usize)] = &[("E0203", 6)];
+/// result whose order TensorIterator may change where a slice's size (`N - 1`) is 1, in
+/// ways the checker does not follow: two after `rms_norm` (the strides of its copy on axes
+/// of size 1 are not known, more choices than it tries, so any strides), one where the
+/// other free dims keep their general form while `N - 1` is 1 (the strides `3 * N - 3`
+/// and `3` compare either way, though `N = 2` makes them equal).
+const OVER_REJECTED: &[(&str, usize)] = &[("E0203", 3)];
 
 /// The over-rejections of issue 11, each now accepted as PyTorch accepts it for every size.
 #[test]

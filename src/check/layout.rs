@@ -15,9 +15,11 @@
 
 use crate::dims::{Atom, DimKind, DimTable, Poly, Ratio, Sym};
 use crate::ir::{row_major_strides, DType, OtherStrides, TensorType};
+use std::cell::OnceCell;
 use std::cmp::Ordering;
 
 mod channels_last;
+mod exact;
 mod ones;
 mod views;
 
@@ -182,12 +184,34 @@ fn each_combination(
 /// strides, broadcast operands included (`reorder_dimensions` in ATen's
 /// `TensorIterator.cpp`). Operands of rank 0 never decide anything.
 pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    each_combination(dims, operands, shape, elementwise_of_exact)
+    elementwise_known(dims, operands, &|_| false, shape)
 }
 
-/// [`elementwise_order`] of operands whose strides are known: dense in every order
+/// [`elementwise_order`] where `known(i)` says whether operand `i`'s strides are PyTorch's
+/// on its axes of size 1 too ([`strides_known_at_ones`]): the orders where some sizes are
+/// 1 then follow those strides instead of every choice PyTorch could have left there.
+/// `known` is asked only where such a choice arises, each operand at most once.
+pub fn elementwise_known(
+    dims: &DimTable,
+    operands: &[&TensorType],
+    known: &dyn Fn(usize) -> bool,
+    shape: &[Poly],
+) -> Layout {
+    let asked: Vec<OnceCell<bool>> = operands.iter().map(|_| OnceCell::new()).collect();
+    let known = |i: usize| *asked[i].get_or_init(|| known(i));
+    each_combination(dims, operands, shape, |dims, operands, shape| {
+        elementwise_of_exact(dims, operands, &known, shape)
+    })
+}
+
+/// [`elementwise_known`] of operands whose strides are known: dense in every order
 /// TensorIterator may take, in general and where some sizes are 1.
-fn elementwise_of_exact(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
+fn elementwise_of_exact(
+    dims: &DimTable,
+    operands: &[&TensorType],
+    known: &dyn Fn(usize) -> bool,
+    shape: &[Poly],
+) -> Layout {
     if let Some(laid) = over_one_row_major(dims, operands, shape) {
         return laid;
     }
@@ -196,7 +220,7 @@ fn elementwise_of_exact(dims: &DimTable, operands: &[&TensorType], shape: &[Poly
         return Layout::any(dense_in_order(shape, &general));
     };
     let perm = &orders[0];
-    let Some(at_ones) = orders_where_dims_are_one(dims, operands, shape, perm) else {
+    let Some(at_ones) = orders_where_dims_are_one(dims, operands, known, shape, perm) else {
         return Layout::any(dense_in_order(shape, perm));
     };
     Layout::one_of(
@@ -298,6 +322,7 @@ const ONES_TRIED_EXHAUSTIVELY: usize = 4;
 fn orders_where_dims_are_one(
     dims: &DimTable,
     operands: &[&TensorType],
+    known: &dyn Fn(usize) -> bool,
     shape: &[Poly],
     perm: &[usize],
 ) -> Option<Vec<Vec<usize>>> {
@@ -343,7 +368,7 @@ fn orders_where_dims_are_one(
             .collect();
         let mut axes_sets = subsets(&maybe_one);
         axes_sets.push(Vec::new());
-        for ops in unknown_strides(operands, &at_ones, &shape_at, dims)? {
+        for ops in unknown_strides(operands, known, &at_ones, &shape_at, dims)? {
             for axes in &axes_sets {
                 for order in other_orders(dims, &ops, &shape_at, perm, axes)? {
                     if !found.contains(&order) {
@@ -367,10 +392,11 @@ const STRIDE_CHOICES: usize = 256;
 /// strides, which its `view` sets by the chunks at those sizes, not as in general. A stride
 /// only takes part in comparisons with its operand's other strides, so below, equal to and
 /// between them are all the choices there are; and with one tensor operand the comparison
-/// is an order, in which such an axis cannot move the others. `None` when there are too
-/// many choices.
+/// is an order, in which such an axis cannot move the others. An operand whose strides
+/// are `known` on such axes keeps them. `None` when there are too many choices.
 fn unknown_strides(
     general: &[&TensorType],
+    known: &dyn Fn(usize) -> bool,
     at_ones: &[TensorType],
     shape: &[Poly],
     dims: &DimTable,
@@ -386,6 +412,9 @@ fn unknown_strides(
             .filter(|&j| dims.is_one(&t.shape[j]) && !dims.is_one(&general[o].shape[j]))
             .filter(|&j| dims.is_one(&shape[j + pad]))
             .collect();
+        if unknown.is_empty() || known(o) {
+            continue;
+        }
         for &j in &unknown {
             let others = (0..t.rank())
                 .filter(|k| !unknown.contains(k))

@@ -258,7 +258,7 @@ impl Checker {
             (false, false) => DType::F32,
         };
         let shape = self.ty(x).shape.clone();
-        let ty = self.laid_out(layout::elementwise_order, &[x], shape, dtype);
+        let ty = self.laid_out_elementwise(&[x], shape, dtype);
         self.push(Op::Unary(op), vec![x], ty, span)
     }
 
@@ -331,11 +331,25 @@ impl Checker {
         span: Span,
     ) -> Option<ValueId> {
         let shape = self.broadcast(x, y, span)?;
-        let ty = self.laid_out(layout::elementwise_order, &[x, y], shape, dtype);
+        let ty = self.laid_out_elementwise(&[x, y], shape, dtype);
         match self.push(op, vec![x, y], ty, span) {
             Value::Tensor(id) => Some(id),
             _ => None,
         }
+    }
+
+    /// The type of an elementwise result of `shape` from `operands`, laid out as
+    /// TensorIterator lays it out, reading the operands' strides on axes of size 1 where
+    /// they are PyTorch's.
+    pub(super) fn laid_out_elementwise(
+        &self,
+        operands: &[ValueId],
+        shape: Vec<Poly>,
+        dtype: DType,
+    ) -> TensorType {
+        let types: Vec<&TensorType> = operands.iter().map(|&v| self.ty(v)).collect();
+        let known = |i: usize| layout::strides_known_at_ones(&self.prog, operands[i]);
+        layout::elementwise_known(&self.prog.dims, &types, &known, &shape).with(shape, dtype)
     }
 
     /// The type of a result of `shape` whose layout `rule` gives from `operands`.

@@ -497,12 +497,7 @@ impl Checker {
         let at_inf = self.elementwise(Op::Compare(CmpOp::Eq), DType::Bool, x, inf, span)?;
         let nan = self.literal_id(f64::NAN, span);
         let t = self.ty(value).clone();
-        let ty = self.laid_out(
-            super::layout::elementwise_order,
-            &[at_inf, nan, value],
-            t.shape,
-            t.dtype,
-        );
+        let ty = self.laid_out_elementwise(&[at_inf, nan, value], t.shape, t.dtype);
         Some(self.push(Op::Where, vec![at_inf, nan, value], ty, span))
     }
 
@@ -550,7 +545,7 @@ impl Checker {
         let shape = self.broadcast_shapes(&ca, &self.ty(b).shape.clone(), span)?;
         let both_bool = self.ty(a).dtype == DType::Bool && self.ty(b).dtype == DType::Bool;
         let dtype = if both_bool { DType::Bool } else { DType::F32 };
-        let ty = self.laid_out(super::layout::elementwise_order, &[c, a, b], shape, dtype);
+        let ty = self.laid_out_elementwise(&[c, a, b], shape, dtype);
         Some(self.push(Op::Where, vec![c, a, b], ty, span))
     }
 

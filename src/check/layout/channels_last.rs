@@ -32,8 +32,9 @@ pub fn contiguous_as_suggested(dims: &DimTable, x: &TensorType, known: bool, sha
 
 /// Whether PyTorch's `suggest_memory_format` may call `t` channels-last at sizes where that
 /// gives a result of `shape` (4-d or 5-d) other strides than row-major on its axes not of
-/// size 1. Each of `t`'s lists of strides is tried in each size-1 scenario of the free dims
-/// (the others at 2 or more); where more free dims occur than are tried exhaustively, or
+/// size 1. Each of `t`'s lists of strides is tried in each scenario of the free dims
+/// (`exact::scenarios`: each at 1, 2, or 3 and more, so that `N - 1` is empty, 1 or at
+/// least 2 in each); where more free dims occur than are tried exhaustively, or
 /// `t` may have any strides, channels-last is not ruled out. `known`: whether `t`'s
 /// strides are PyTorch's on axes of size 1 too, so that the test may read them.
 pub(super) fn may_be_channels_last(dims: &DimTable, t: &TensorType, known: bool, shape: &[Poly]) -> bool {
@@ -44,13 +45,15 @@ pub(super) fn may_be_channels_last(dims: &DimTable, t: &TensorType, known: bool,
         return true;
     };
     let free = free_dims(dims, t.shape.iter().chain(&t.strides).chain(shape));
-    if free.len() > ONES_TRIED_EXHAUSTIVELY {
+    let Some(scenarios) = super::exact::scenarios(&free) else {
         return true;
-    }
-    let mut sets = subsets(&free);
-    sets.push(Vec::new());
-    sets.iter().any(|ones| {
-        let at = |ps: &[Poly]| -> Vec<Poly> { ps.iter().map(|p| with_ones(p, ones, &free, 1)).collect() };
+    };
+    scenarios.iter().any(|values| {
+        let at = |ps: &[Poly]| -> Vec<Poly> {
+            ps.iter()
+                .map(|p| super::exact::at_scenario(p, &free, values))
+                .collect()
+        };
         let result = at(shape);
         let row_major = row_major_strides(&result);
         let differs = channels_last(&result)

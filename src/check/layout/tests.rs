@@ -311,3 +311,46 @@ fn a_reshape_that_is_a_view_where_sizes_coincide_may_have_any_strides() {
         OtherStrides::Any
     );
 }
+
+/// `exact::order_is_exact` against PyTorch 2.15's strides. `x[:, 1 : N].unsqueeze(2) + y`
+/// (`y: [1, 1, 1]`) is row-major on every axis wherever it is not empty (at `N = 2`,
+/// `(3, 3, 3, 3, 1)`); `w.transpose(1, 2) > 0` of `w: [1, 3, 1]` has strides `(3, 1, 1)`,
+/// which the row-major formula `(3, 3, 1)` is not: TensorIterator swaps the axis of 3
+/// past the axis of size 1 on equal strides.
+#[test]
+fn an_elementwise_order_is_exact_on_axes_of_size_one_only_where_the_sort_gives_it() {
+    let (t, s) = dims();
+    let (b, n) = (&s[0], &s[1]);
+    let one = Poly::int(1);
+    let three = Poly::int(3);
+    let m = n.sub(&one);
+    let sliced = TensorType {
+        shape: vec![b.clone(), m.clone(), one.clone(), one.clone(), three.clone()],
+        strides: vec![
+            n.mul(&three),
+            three.clone(),
+            three.clone(),
+            three.clone(),
+            one.clone(),
+        ],
+        dtype: DType::F32,
+        others: OtherStrides::None,
+    };
+    let y = TensorType::row_major(vec![one.clone(); 3], DType::F32);
+    let sum = TensorType::row_major(sliced.shape.clone(), DType::F32);
+    assert!(exact::order_is_exact(&t, &[&y, &sliced], &sum));
+    let transposed = TensorType {
+        shape: vec![one.clone(), one.clone(), three.clone()],
+        strides: vec![three.clone(), one.clone(), one.clone()],
+        dtype: DType::F32,
+        others: OtherStrides::None,
+    };
+    let zero = TensorType::row_major(Vec::new(), DType::F32);
+    let row_major = TensorType::row_major(transposed.shape.clone(), DType::F32);
+    assert!(!exact::order_is_exact(&t, &[&transposed, &zero], &row_major));
+    let swapped = TensorType {
+        strides: transposed.strides.clone(),
+        ..row_major
+    };
+    assert!(exact::order_is_exact(&t, &[&transposed, &zero], &swapped));
+}
