@@ -580,7 +580,7 @@ fn int_of(p: &Poly) -> Option<i64> {
 }
 
 mod table;
-pub use table::{DimInfo, DimKind, DimTable, DivError};
+pub use table::{Context, DimInfo, DimKind, DimTable, DivError};
 
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ use crate::ir::{row_major_strides, DType, OtherStrides, TensorType};
 use std::cmp::Ordering;
 
 mod channels_last;
+mod memo;
 mod ones;
 mod views;
 
@@ -182,7 +183,9 @@ fn each_combination(
 /// strides, broadcast operands included (`reorder_dimensions` in ATen's
 /// `TensorIterator.cpp`). Operands of rank 0 never decide anything.
 pub fn elementwise_order(dims: &DimTable, operands: &[&TensorType], shape: &[Poly]) -> Layout {
-    each_combination(dims, operands, shape, elementwise_of_exact)
+    memo::remembered(dims, operands, shape, || {
+        each_combination(dims, operands, shape, elementwise_of_exact)
+    })
 }
 
 /// [`elementwise_order`] of operands whose strides are known: dense in every order
