@@ -249,16 +249,31 @@ impl Poly {
     }
 
     pub fn add(&self, other: &Poly) -> Poly {
-        let mut out = self.0.clone();
+        let mut out = self.clone();
         for (m, c) in &other.0 {
-            let sum = out.get(m).copied().unwrap_or(Ratio::ZERO).add(*c);
-            if sum.is_zero() {
-                out.remove(m);
-            } else {
-                out.insert(m.clone(), sum);
-            }
+            out.add_term(m, *c);
         }
-        Poly(out)
+        out
+    }
+
+    /// Adds `c * m` in place: a sum built term by term costs one map update a term, where
+    /// `add` would copy the sum so far for each.
+    fn add_term(&mut self, m: &Monomial, c: Ratio) {
+        let sum = self.0.get(m).copied().unwrap_or(Ratio::ZERO).add(c);
+        if sum.is_zero() {
+            self.0.remove(m);
+        } else if let Some(old) = self.0.get_mut(m) {
+            *old = sum;
+        } else {
+            self.0.insert(m.clone(), sum);
+        }
+    }
+
+    /// Adds every term of `other` in place.
+    fn add_assign(&mut self, other: &Poly) {
+        for (m, c) in &other.0 {
+            self.add_term(m, *c);
+        }
     }
 
     pub fn neg(&self) -> Poly {
@@ -273,9 +288,7 @@ impl Poly {
         let mut out = Poly::default();
         for (m1, c1) in &self.0 {
             for (m2, c2) in &other.0 {
-                let mut term = Poly::default();
-                term.0.insert(m1.mul(m2), c1.mul(*c2));
-                out = out.add(&term);
+                out.add_term(&m1.mul(m2), c1.mul(*c2));
             }
         }
         out
@@ -383,6 +396,11 @@ impl Poly {
     /// Replace atoms by values where `value` knows them; opaque atoms are evaluated when
     /// their parts become constant.
     pub fn substitute(&self, value: &dyn Fn(Sym) -> Option<Poly>) -> Poly {
+        // Most substitutions (a table's constant dims, a size-1 scenario's dims) touch none
+        // of a polynomial's atoms; a normal form is then its own result.
+        if !self.any_sym(&|s| value(s).is_some()) {
+            return self.clone();
+        }
         let mut out = Poly::default();
         for (m, c) in &self.0 {
             // The dims that keep their symbol stay one monomial, taken over as it is: a
@@ -420,9 +438,17 @@ impl Poly {
             if !kept.is_empty() {
                 term = term.mul(&Poly(BTreeMap::from([(Monomial(kept), Ratio::ONE)])));
             }
-            out = out.add(&term);
+            out.add_assign(&term);
         }
         out
+    }
+
+    /// Whether `pred` holds for a symbol anywhere in the polynomial, opaque atoms included.
+    fn any_sym(&self, pred: &dyn Fn(Sym) -> bool) -> bool {
+        self.0.keys().flat_map(|m| &m.0).any(|(a, _)| match a {
+            Atom::Sym(s) => pred(*s),
+            Atom::Quot(x, y) | Atom::Rem(x, y) => x.any_sym(pred) || y.any_sym(pred),
+        })
     }
 
     fn pow(&self, e: i32) -> Poly {
@@ -554,7 +580,7 @@ fn int_of(p: &Poly) -> Option<i64> {
 }
 
 mod table;
-pub use table::{DimInfo, DimKind, DimTable, DivError};
+pub use table::{Context, DimInfo, DimKind, DimTable, DivError};
 
 #[cfg(test)]
 mod tests;

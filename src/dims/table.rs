@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// What a declared dim is.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DimKind {
     /// `dim B`: any size; `value` comes from `--dim` or an input and is for display and
     /// running only, never for proofs.
@@ -33,6 +33,17 @@ pub enum DivError {
     ByZero,
     /// Neither values, `assert`s nor structure prove the division exact.
     NotExact,
+}
+
+/// The part of a table some answers depend on (see [`DimTable::context`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Context {
+    kinds: Vec<(Sym, DimKind)>,
+    /// The one-term quotients known to be integers, which divisions read from every
+    /// derived dim of the table.
+    quotients: Vec<Monomial>,
+    divides: Vec<(Poly, Poly)>,
+    nonneg: Vec<Poly>,
 }
 
 /// The dims of a program and the facts known about them.
@@ -93,6 +104,40 @@ impl DimTable {
     /// The known divisibility facts, as `(dividend, divisor)` pairs.
     pub fn facts(&self) -> &[(Poly, Poly)] {
         &self.divides
+    }
+
+    /// What the table's answers about `polys` read: the kind of each dim they use, of the
+    /// dims those kinds, the facts and the known integral quotients use in turn, and every
+    /// fact. Two tables with the same
+    /// context answer every question about `polys` alike, so an answer can be remembered
+    /// across tables (the checker's, which changes as it goes, and the optimizer's).
+    pub fn context<'a>(&self, polys: impl IntoIterator<Item = &'a Poly>) -> Context {
+        let quotients: Vec<Monomial> = self.integral_quotients().collect();
+        let as_polys: Vec<Poly> = quotients
+            .iter()
+            .map(|m| Poly(BTreeMap::from([(m.clone(), Ratio::ONE)])))
+            .collect();
+        let facts = self.divides.iter().flat_map(|(a, b)| [a, b]).chain(&self.nonneg);
+        let mut todo: Vec<Sym> = polys.into_iter().flat_map(Poly::syms).collect();
+        todo.extend(facts.chain(&as_polys).flat_map(Poly::syms));
+        let mut kinds = BTreeMap::new();
+        while let Some(s) = todo.pop() {
+            let Some(info) = self.dims.get(s).filter(|_| !kinds.contains_key(&s)) else {
+                continue;
+            };
+            match &info.kind {
+                DimKind::Derived(p) => todo.extend(p.syms()),
+                DimKind::Loop { start, end } => todo.extend(start.syms().into_iter().chain(end.syms())),
+                DimKind::Free { .. } | DimKind::Const(_) => {}
+            }
+            kinds.insert(s, info.kind.clone());
+        }
+        Context {
+            kinds: kinds.into_iter().collect(),
+            quotients,
+            divides: self.divides.clone(),
+            nonneg: self.nonneg.clone(),
+        }
     }
 
     /// Record that `p >= 0` (an asserted inequality).
