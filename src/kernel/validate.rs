@@ -20,7 +20,7 @@
 //! All arithmetic saturates: a reach past `usize::MAX` is out of every buffer, never a
 //! small wrapped index.
 
-use super::{BufferKind, KernelOp, Operand, Plan, PlanError};
+use super::{BufferKind, Gemm, KernelOp, Operand, Plan, PlanError, PANEL};
 
 impl Operand {
     /// The first and last element the operand reaches over `shape`; `None` when `shape` is
@@ -63,6 +63,27 @@ enum At {
 
 fn err(what: String) -> Result<(), PlanError> {
     Err(PlanError(what))
+}
+
+/// A packed `b` ([`Gemm::packed`]) is read by the shim as the run of `n·k` floats from
+/// its first element per batch index, a tile's columns as the `k·cols` from `k·j0`: its
+/// strides must be `[batch.., 1, k]` (whose reach over `[batch.., k, n]`, proved in bounds
+/// with the other operands', is that run) and every column block must start at a panel.
+fn packed_in_panels(k: &str, g: &Gemm) -> Result<(), PlanError> {
+    let r = g.batch.len();
+    if !g.packed {
+        return Ok(());
+    }
+    if g.b.strides.get(r..) != Some(&[1, g.k][..]) {
+        return err(format!("{k}: a packed b with strides {:?}", g.b.strides));
+    }
+    if !g.block.1.is_multiple_of(PANEL) && g.block.1 < g.n {
+        return err(format!(
+            "{k}: column blocks of {} in panels of {PANEL}",
+            g.block.1
+        ));
+    }
+    Ok(())
 }
 
 impl Plan {
@@ -136,6 +157,9 @@ impl Plan {
                     return err(format!("{k} reads b{} where it writes it", o.buf));
                 }
             }
+        }
+        if let KernelOp::Gemm(g) = op {
+            packed_in_panels(k, g)?;
         }
         if let KernelOp::Attention(a) = op {
             let heads = a.batch.last().copied().unwrap_or(1);
