@@ -139,11 +139,6 @@ impl Jit {
         let sgemm = module
             .declare_function(SGEMM_SYMBOL, Linkage::Import, &sig)
             .map_err(|e| e.to_string())?;
-        let sig = packed_signature(&module);
-        let packed = module
-            .declare_function(PACKED_SYMBOL, Linkage::Import, &sig)
-            .map_err(|e| e.to_string())?;
-        let packed = (packed, sig);
         let mut calls = Vec::new();
         for f in math::Call::ALL {
             let mut sig = module.make_signature();
@@ -154,6 +149,12 @@ impl Jit {
                 .map_err(|e| e.to_string())?;
             calls.push((id, sig));
         }
+        // Declared last, so the math functions keep their ids in the IR's text.
+        let sig = packed_signature(&module);
+        let packed = module
+            .declare_function(PACKED_SYMBOL, Linkage::Import, &sig)
+            .map_err(|e| e.to_string())?;
+        let packed = (packed, sig);
         Ok(Jit {
             builder_ctx: FunctionBuilderContext::new(),
             ctx: module.make_context(),

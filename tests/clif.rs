@@ -80,6 +80,28 @@ fn gemm_with_bias_calls_the_microkernel_per_tile() {
 }
 
 #[test]
+fn gemm_of_a_packed_b_calls_the_packed_microkernel_from_its_tile_panel() {
+    // b's column block j0 starts k · j0 floats in: 5 · 32 for the second task.
+    let g = Gemm {
+        batch: vec![],
+        m: 1,
+        n: 40,
+        k: 5,
+        a: op(0, &[5, 1]),
+        b: op(1, &[1, 5]),
+        c: op(2, &[40, 1]),
+        alpha: 1.0,
+        bias: None,
+        epilogue: None,
+        rope: Vec::new(),
+        block: (1, 32),
+        packed: true,
+    };
+    let p = plan(&[5, 200], 40, KernelOp::Gemm(g));
+    insta::assert_snapshot!(clif(&p));
+}
+
+#[test]
 fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
     let g = Gemm {
         batch: vec![],

@@ -276,6 +276,84 @@ mod tests {
         }
     }
 
+    /// An operand of buffer `buf` from its first element.
+    fn at(buf: usize, strides: &[usize]) -> Operand {
+        Operand {
+            buf,
+            ..op(0, strides)
+        }
+    }
+
+    /// `y [1, 40] = x [1, 5] @ w`, `w` a param packed in panels, in column blocks of 32.
+    fn packed_plan() -> Plan {
+        let buffer = |kind, len| Buffer {
+            kind,
+            len,
+            name: String::new(),
+        };
+        let gemm = Gemm {
+            batch: vec![],
+            m: 1,
+            n: 40,
+            k: 5,
+            a: at(0, &[5, 1]),
+            b: at(1, &[1, 5]),
+            c: at(2, &[40, 1]),
+            alpha: 1.0,
+            bias: None,
+            epilogue: None,
+            rope: Vec::new(),
+            block: (1, 32),
+            packed: true,
+        };
+        Plan {
+            buffers: vec![
+                buffer(BufferKind::Input(0), 5),
+                buffer(BufferKind::Param(0), 200),
+                buffer(BufferKind::Output(0), 40),
+            ],
+            kernels: vec![Kernel {
+                label: "packed".into(),
+                op: KernelOp::Gemm(gemm),
+            }],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn a_packed_b_is_the_run_of_its_panels_and_tiles_start_at_a_panel() {
+        let good = packed_plan();
+        good.validate().unwrap();
+        let gemm = |p: &mut Plan| match &mut p.kernels[0].op {
+            KernelOp::Gemm(g) => g.clone(),
+            _ => unreachable!(),
+        };
+        let set = |p: &mut Plan, g: Gemm| p.kernels[0].op = KernelOp::Gemm(g);
+        // One panel short: the last tile's panels reach past the buffer.
+        let mut p = good.clone();
+        p.buffers[1].len = 199;
+        rejected(&p, "reaches element 199 of b1 of 199");
+        let mut p = good.clone();
+        let g = gemm(&mut p);
+        set(
+            &mut p,
+            Gemm {
+                b: at(1, &[40, 1]),
+                ..g
+            },
+        );
+        rejected(&p, "a packed b with strides [40, 1]");
+        let mut p = good.clone();
+        let g = gemm(&mut p);
+        set(&mut p, Gemm { block: (1, 24), ..g });
+        rejected(&p, "column blocks of 24 in panels of 16");
+        // One block of every column needs no panel boundary.
+        let mut p = good.clone();
+        let g = gemm(&mut p);
+        set(&mut p, Gemm { block: (1, 40), ..g });
+        p.validate().unwrap();
+    }
+
     fn rejected(plan: &Plan, why: &str) {
         let e = plan.validate().expect_err(why);
         assert!(e.0.contains(why), "{e}");
