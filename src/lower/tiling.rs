@@ -29,8 +29,9 @@ pub fn fold_batch_into_rows(g: &mut Gemm) {
 const STREAMED: usize = 512 << 10;
 
 /// Rows up to which a product whose `b` is a weight reads it packed in panels
-/// ([`crate::kernel::Gemm::packed`], `lower/pack.rs`): measured against the `gemm` crate's
-/// product in `BENCHMARKS.md` ("Few-row products from packed weights").
+/// ([`crate::kernel::Gemm::packed`], `lower/pack.rs`): MiniLM's 16 tokens and a decode
+/// step's one, measured faster that way in `BENCHMARKS.md` ("Few-row products from packed
+/// weights"); the row count where the `gemm` crate catches up is not measured yet.
 pub const PACKED_ROWS: usize = 16;
 
 /// Tiles of the result, chosen from the shape alone (never from the thread count, so that
