@@ -150,6 +150,7 @@ fn gemm_kernel(m: usize, n: usize, k: usize, block: (usize, usize), threads: usi
                 epilogue: None,
                 rope: Vec::new(),
                 block,
+                packed: false,
             }),
         }],
         outputs: vec![("y".into(), 3, vec![m, n])],

@@ -9,7 +9,7 @@
 //! Kernels that differ only in their operands' buffers and offsets share one function.
 //!
 //! GEMM tiles call `attnc_sgemm`, an `extern "C"` shim over the `gemm` crate (declared as
-//! an import and bound to the shim's address), so the JIT code does the loops, the
+//! an import and bound to the shim's address; `attnc_sgemm_packed` where `b` is packed), so the JIT code does the loops, the
 //! prologues and the softmax arithmetic, and the microkernel does the tile products. The
 //! float functions without a vector form yet (`sin`, `cos`, `pow`) are imported the
 //! same way, as Rust `extern "C"` functions called once per lane ([`math::Call`]).
@@ -40,6 +40,18 @@ use std::sync::Mutex;
 /// The name JIT code calls the GEMM microkernel shim by.
 pub const SGEMM_SYMBOL: &str = "attnc_sgemm";
 
+/// The name JIT code calls the shim for a packed `b` by ([`crate::kernel::Gemm::packed`]).
+pub const PACKED_SYMBOL: &str = "attnc_sgemm_packed";
+
+/// The addresses of the microkernel shims JIT code calls.
+#[derive(Clone, Copy, Debug)]
+pub struct Shims {
+    /// `attnc_sgemm`: strided operands ([`emit::Emit::sgemm`]).
+    pub sgemm: *const u8,
+    /// `attnc_sgemm_packed`: a packed `b` ([`emit::Emit::sgemm_packed`]).
+    pub packed: *const u8,
+}
+
 /// Compiled kernels: one code pointer per kernel of the plan, and the module that owns the
 /// code (it must outlive every call through the pointers).
 pub struct Compiled {
@@ -66,6 +78,8 @@ pub struct Jit {
     module: JITModule,
     /// The microkernel shim as an import of the module.
     sgemm: FuncId,
+    /// The packed shim as an import of the module, with its signature.
+    packed: (FuncId, Signature),
     /// Each math function of [`math::Call::ALL`] as an import, with its signature.
     calls: Vec<(FuncId, Signature)>,
 }
@@ -102,11 +116,21 @@ fn sgemm_signature(module: &JITModule) -> Signature {
     sig
 }
 
+fn packed_signature(module: &JITModule) -> Signature {
+    let mut sig = module.make_signature();
+    for _ in 0..10 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    sig.params.push(AbiParam::new(F32));
+    sig
+}
+
 impl Jit {
-    /// A generator whose code calls `sgemm` (the shim's address) for tile products.
-    pub fn new(sgemm: *const u8) -> Result<Jit, String> {
+    /// A generator whose code calls `shims` for tile products.
+    pub fn new(shims: Shims) -> Result<Jit, String> {
         let mut builder = JITBuilder::with_isa(isa("speed")?, default_libcall_names());
-        builder.symbol(SGEMM_SYMBOL, sgemm);
+        builder.symbol(SGEMM_SYMBOL, shims.sgemm);
+        builder.symbol(PACKED_SYMBOL, shims.packed);
         for f in math::Call::ALL {
             builder.symbol(f.symbol(), f.address());
         }
@@ -125,11 +149,18 @@ impl Jit {
                 .map_err(|e| e.to_string())?;
             calls.push((id, sig));
         }
+        // Declared last, so the math functions keep their ids in the IR's text.
+        let sig = packed_signature(&module);
+        let packed = module
+            .declare_function(PACKED_SYMBOL, Linkage::Import, &sig)
+            .map_err(|e| e.to_string())?;
+        let packed = (packed, sig);
         Ok(Jit {
             builder_ctx: FunctionBuilderContext::new(),
             ctx: module.make_context(),
             module,
             sgemm,
+            packed,
             calls,
         })
     }
@@ -155,6 +186,7 @@ impl Jit {
             begin: p[2],
             end: p[3],
             sgemm,
+            packed: (&self.packed, None),
             calls: &self.calls,
             imported: [None; math::Call::ALL.len()],
         };

@@ -109,6 +109,9 @@ impl Operand {
 /// just swapped strides (`linear` reads `W [n, k]` as `b` with strides `[1, k]`), and a
 /// broadcast batch axis has stride 0. The tile product calls the `gemm` crate's microkernels
 /// (AVX-512 when the CPU has it) through an `extern "C"` shim.
+///
+/// With `packed`, `b` is a weight laid out once by the prologue in panels of [`PANEL`]
+/// columns ([`Gemm::packed`]) and read by the packed shim front to back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gemm {
     pub batch: Vec<usize>,
@@ -126,7 +129,18 @@ pub struct Gemm {
     pub rope: Vec<Rope>,
     /// Rows and columns of `c` per task.
     pub block: (usize, usize),
+    /// Whether `b` is packed: for each batch index, its `k × n` matrix is a run of `n·k`
+    /// elements, column panels of [`PANEL`] one after the other (the last one narrower
+    /// where `n` is not a multiple), each `k` rows of its width, row after row. `b`'s
+    /// strides are then `[batch.., 1, k]`: they reach the same elements as the panels (a
+    /// block of columns from a multiple of [`PANEL`] covers `k` times its width elements
+    /// from `k` times its first column), which is what `Plan::validate` proves in bounds;
+    /// the order inside a panel is the packing's, never read from the strides.
+    pub packed: bool,
 }
+
+/// Columns per panel of a packed `b` ([`Gemm::packed`]): one 512-bit vector of floats.
+pub const PANEL: usize = 16;
 
 /// What a [`Gemm`] applies to each element of a tile after the product (and `alpha` and
 /// the bias): `c[i, j] = expr(..)`, where [`Expr::Input`] 0 is the element of `c` and

@@ -30,6 +30,7 @@ mod fuse;
 mod gemm;
 mod map;
 mod memory;
+mod pack;
 mod positions;
 mod relayout;
 mod rope;
@@ -79,6 +80,7 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
     }
     l.nodes(&program.body)?;
     l.outputs()?;
+    l.pack_weights();
     l.plan.flops = l.plan.kernels.iter().map(|k| k.op.flops()).sum();
     memory::plan(&mut l.plan);
     l.plan.validate()?;

@@ -9,7 +9,7 @@ use attnc::kernel::{
     Affine, Attention, BinaryOp, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp,
     Map, MaskFill, Operand, Plan, ReduceOp, Row, Softmax, Stage, UnaryOp,
 };
-use attnc::runtime::jit::sgemm_address;
+use attnc::runtime::jit::shims;
 
 fn buffer(kind: BufferKind, len: usize) -> Buffer {
     Buffer {
@@ -52,7 +52,7 @@ fn plan(inputs: &[usize], out: usize, kernel: KernelOp) -> Plan {
 }
 
 fn clif(plan: &Plan) -> String {
-    let jit = Jit::new(sgemm_address()).unwrap();
+    let jit = Jit::new(shims()).unwrap();
     let funcs = jit.clif(plan).unwrap();
     assert_eq!(funcs.len(), 1);
     funcs[0].1.clone()
@@ -73,8 +73,31 @@ fn gemm_with_bias_calls_the_microkernel_per_tile() {
         epilogue: None,
         rope: Vec::new(),
         block: (3, 4),
+        packed: false,
     };
     let p = plan(&[30, 40, 8], 48, KernelOp::Gemm(g));
+    insta::assert_snapshot!(clif(&p));
+}
+
+#[test]
+fn gemm_of_a_packed_b_calls_the_packed_microkernel_from_its_tile_panel() {
+    // b's column block j0 starts k · j0 floats in: 5 · 32 for the second task.
+    let g = Gemm {
+        batch: vec![],
+        m: 1,
+        n: 40,
+        k: 5,
+        a: op(0, &[5, 1]),
+        b: op(1, &[1, 5]),
+        c: op(2, &[40, 1]),
+        alpha: 1.0,
+        bias: None,
+        epilogue: None,
+        rope: Vec::new(),
+        block: (1, 32),
+        packed: true,
+    };
+    let p = plan(&[5, 200], 40, KernelOp::Gemm(g));
     insta::assert_snapshot!(clif(&p));
 }
 
@@ -103,6 +126,7 @@ fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
         }),
         rope: Vec::new(),
         block: (3, 8),
+        packed: false,
     };
     let p = plan(&[30, 40, 48], 48, KernelOp::Gemm(g));
     insta::assert_snapshot!(clif(&p));

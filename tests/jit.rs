@@ -131,6 +131,34 @@ output z = y + 1.0
     }
 }
 
+#[test]
+fn few_row_products_read_their_weights_packed_and_agree_at_odd_shapes() {
+    // 70 and 37 columns: whole panels of 16 and a narrower last one; odd inner dims.
+    let src = "\
+dim B, N
+dim D = 37, F = 70
+input x: [B, N, D]
+param w: [F, D]
+param bias: [F]
+param v: [F, D]
+let h = linear(x, w, bias).relu()
+output y = h @ v
+";
+    for (b, n, packed) in [(1, 1, 2), (1, 5, 2), (2, 8, 2), (1, 17, 0), (3, 7, 0)] {
+        let prog = program(src, &[("B", b), ("N", n)]);
+        differential(&format!("B {b}, N {n}"), &prog, 11);
+        let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
+        let exe = Executable::compile(&prog, &dims).unwrap();
+        let count = exe
+            .plan()
+            .kernels
+            .iter()
+            .filter(|k| matches!(&k.op, attnc::kernel::KernelOp::Gemm(g) if g.packed))
+            .count();
+        assert_eq!(count, packed, "B {b}, N {n}: products of {} rows", b * n);
+    }
+}
+
 /// Runs `program` both ways on drawn tensors whose input `mask` is set by `keep(b, i, j)`.
 fn differential_masked(what: &str, program: &Program, keep: impl Fn(usize, usize, usize) -> bool) {
     let mut bound = bind(program, &RunOptions::default()).unwrap();

@@ -148,7 +148,7 @@ pub fn ir(path: &Path, dims: &[DimOverride], stage: Stage, budget: u64) -> i32 {
         runtime::budget::program(&program, &dims, budget)?;
         let optimized = attnc::opt::optimize(&hoist(&program)?.program).program;
         let plan = runtime::jit::plan(&optimized, &dims, budget)?;
-        let jit = || Jit::new(runtime::jit::sgemm_address()).map_err(internal);
+        let jit = || Jit::new(runtime::jit::shims()).map_err(internal);
         let functions = match stage {
             Stage::Clif => jit()?.clif(&plan).map_err(internal)?,
             Stage::Asm => jit()?.asm(&plan).map_err(internal)?,

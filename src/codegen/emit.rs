@@ -32,6 +32,9 @@ pub struct Emit<'a> {
     pub end: Value,
     /// The `attnc_sgemm` microkernel shim.
     pub sgemm: FuncRef,
+    /// The `attnc_sgemm_packed` shim's declaration, and its reference in this function once
+    /// imported by [`Emit::sgemm_packed`] (so the IR of other kernels does not name it).
+    pub packed: (&'a (FuncId, Signature), Option<FuncRef>),
     /// The module's declaration of each math function ([`Call::ALL`] order).
     pub calls: &'a [(FuncId, Signature)],
     /// Each math function's reference in this function, once imported by [`Emit::call`].
@@ -433,18 +436,7 @@ impl Emit<'_> {
             Some(r) => r,
             None => {
                 let (id, sig) = &self.calls[i];
-                let func = &mut *self.b.func;
-                let signature = func.import_signature(sig.clone());
-                let name = func.declare_imported_user_function(UserExternalName {
-                    namespace: 0,
-                    index: id.as_u32(),
-                });
-                let r = func.import_function(ExtFuncData {
-                    name: ExternalName::user(name),
-                    signature,
-                    colocated: false,
-                    patchable: false,
-                });
+                let r = self.import(*id, sig);
                 self.imported[i] = Some(r);
                 r
             }
@@ -453,8 +445,39 @@ impl Emit<'_> {
         self.b.inst_results(inst)[0]
     }
 
+    /// The module's function `id` of signature `sig`, imported into this function.
+    fn import(&mut self, id: FuncId, sig: &Signature) -> FuncRef {
+        let func = &mut *self.b.func;
+        let signature = func.import_signature(sig.clone());
+        let name = func.declare_imported_user_function(UserExternalName {
+            namespace: 0,
+            index: id.as_u32(),
+        });
+        func.import_function(ExtFuncData {
+            name: ExternalName::user(name),
+            signature,
+            colocated: false,
+            patchable: false,
+        })
+    }
+
     /// Calls `attnc_sgemm(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, b_rs, b_cs, alpha, acc)`.
     pub fn sgemm(&mut self, args: [Value; 14]) {
         self.b.ins().call(self.sgemm, &args);
+    }
+
+    /// Calls `attnc_sgemm_packed(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, alpha)`, `b` the
+    /// first element of the tile's panels ([`crate::kernel::Gemm::packed`]).
+    pub fn sgemm_packed(&mut self, args: [Value; 11]) {
+        let (decl, imported) = self.packed;
+        let func_ref = match imported {
+            Some(r) => r,
+            None => {
+                let r = self.import(decl.0, &decl.1);
+                self.packed.1 = Some(r);
+                r
+            }
+        };
+        self.b.ins().call(func_ref, &args);
     }
 }

@@ -98,9 +98,15 @@ fn tile(
     let ints = [c_s[r], c_s[r + 1], a_s[r], a_s[r + 1], b_s[r], b_s[r + 1]].map(|s| e.int(s as i64));
     let alpha = e.f32(g.alpha);
     let acc = e.b.ins().iconst(I32, 0);
-    e.sgemm([
-        rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
-    ]);
+    // With a packed `b`, the tile's columns start at a panel, `k` times `j0` in (the step
+    // above, by the stride `k`).
+    let product = |e: &mut Emit, (c, a, b): (Value, Value, Value)| match g.packed {
+        true => e.sgemm_packed([rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, alpha]),
+        false => e.sgemm([
+            rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
+        ]),
+    };
+    product(e, (c, a, b));
     let second = g.paired().then(|| {
         let one = e.int(1);
         let (a1, b1, c1) = (
@@ -108,9 +114,7 @@ fn tile(
             e.step(b, one, b_s[r - 1]),
             e.step(c, one, c_s[r - 1]),
         );
-        e.sgemm([
-            rows, cols, k, c1, ints[0], ints[1], a1, ints[2], ints[3], b1, ints[4], ints[5], alpha, acc,
-        ]);
+        product(e, (c1, a1, b1));
         c1
     });
     if g.epilogue.is_none() && bias.is_none() {

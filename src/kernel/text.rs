@@ -1,7 +1,7 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
 use super::{
-    Attention, BufferKind, Expr, Gemm, KernelOp, Map, MaskFill, Operand, Plan, Row, Scatter, Softmax,
+    Attention, BufferKind, Expr, Gemm, KernelOp, Map, MaskFill, Operand, Plan, Row, Scatter, Softmax, PANEL,
 };
 use std::fmt::Write as _;
 
@@ -125,6 +125,9 @@ fn gemm(out: &mut String, g: &Gemm) {
     );
     for (name, o) in [("a", &g.a), ("b", &g.b), ("c", &g.c)] {
         let _ = writeln!(out, "      {name} {}", operand(o));
+    }
+    if g.packed {
+        let _ = writeln!(out, "      b packed in panels of {PANEL} columns");
     }
     if let Some(b) = &g.bias {
         let _ = writeln!(out, "      bias {}", operand(b));

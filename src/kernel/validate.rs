@@ -20,7 +20,7 @@
 //! All arithmetic saturates: a reach past `usize::MAX` is out of every buffer, never a
 //! small wrapped index.
 
-use super::{BufferKind, KernelOp, Operand, Plan, PlanError};
+use super::{BufferKind, Gemm, KernelOp, Operand, Plan, PlanError, PANEL};
 
 impl Operand {
     /// The first and last element the operand reaches over `shape`; `None` when `shape` is
@@ -63,6 +63,27 @@ enum At {
 
 fn err(what: String) -> Result<(), PlanError> {
     Err(PlanError(what))
+}
+
+/// A packed `b` ([`Gemm::packed`]) is read by the shim as the run of `n·k` floats from
+/// its first element per batch index, a tile's columns as the `k·cols` from `k·j0`: its
+/// strides must be `[batch.., 1, k]` (whose reach over `[batch.., k, n]`, proved in bounds
+/// with the other operands', is that run) and every column block must start at a panel.
+fn packed_in_panels(k: &str, g: &Gemm) -> Result<(), PlanError> {
+    let r = g.batch.len();
+    if !g.packed {
+        return Ok(());
+    }
+    if g.b.strides.get(r..) != Some(&[1, g.k][..]) {
+        return err(format!("{k}: a packed b with strides {:?}", g.b.strides));
+    }
+    if !g.block.1.is_multiple_of(PANEL) && g.block.1 < g.n {
+        return err(format!(
+            "{k}: column blocks of {} in panels of {PANEL}",
+            g.block.1
+        ));
+    }
+    Ok(())
 }
 
 impl Plan {
@@ -136,6 +157,9 @@ impl Plan {
                     return err(format!("{k} reads b{} where it writes it", o.buf));
                 }
             }
+        }
+        if let KernelOp::Gemm(g) = op {
+            packed_in_panels(k, g)?;
         }
         if let KernelOp::Attention(a) = op {
             let heads = a.batch.last().copied().unwrap_or(1);
@@ -250,6 +274,84 @@ mod tests {
             KernelOp::Map(m) => m,
             _ => unreachable!(),
         }
+    }
+
+    /// An operand of buffer `buf` from its first element.
+    fn at(buf: usize, strides: &[usize]) -> Operand {
+        Operand {
+            buf,
+            ..op(0, strides)
+        }
+    }
+
+    /// `y [1, 40] = x [1, 5] @ w`, `w` a param packed in panels, in column blocks of 32.
+    fn packed_plan() -> Plan {
+        let buffer = |kind, len| Buffer {
+            kind,
+            len,
+            name: String::new(),
+        };
+        let gemm = Gemm {
+            batch: vec![],
+            m: 1,
+            n: 40,
+            k: 5,
+            a: at(0, &[5, 1]),
+            b: at(1, &[1, 5]),
+            c: at(2, &[40, 1]),
+            alpha: 1.0,
+            bias: None,
+            epilogue: None,
+            rope: Vec::new(),
+            block: (1, 32),
+            packed: true,
+        };
+        Plan {
+            buffers: vec![
+                buffer(BufferKind::Input(0), 5),
+                buffer(BufferKind::Param(0), 200),
+                buffer(BufferKind::Output(0), 40),
+            ],
+            kernels: vec![Kernel {
+                label: "packed".into(),
+                op: KernelOp::Gemm(gemm),
+            }],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn a_packed_b_is_the_run_of_its_panels_and_tiles_start_at_a_panel() {
+        let good = packed_plan();
+        good.validate().unwrap();
+        let gemm = |p: &mut Plan| match &mut p.kernels[0].op {
+            KernelOp::Gemm(g) => g.clone(),
+            _ => unreachable!(),
+        };
+        let set = |p: &mut Plan, g: Gemm| p.kernels[0].op = KernelOp::Gemm(g);
+        // One panel short: the last tile's panels reach past the buffer.
+        let mut p = good.clone();
+        p.buffers[1].len = 199;
+        rejected(&p, "reaches element 199 of b1 of 199");
+        let mut p = good.clone();
+        let g = gemm(&mut p);
+        set(
+            &mut p,
+            Gemm {
+                b: at(1, &[40, 1]),
+                ..g
+            },
+        );
+        rejected(&p, "a packed b with strides [40, 1]");
+        let mut p = good.clone();
+        let g = gemm(&mut p);
+        set(&mut p, Gemm { block: (1, 24), ..g });
+        rejected(&p, "column blocks of 24 in panels of 16");
+        // One block of every column needs no panel boundary.
+        let mut p = good.clone();
+        let g = gemm(&mut p);
+        set(&mut p, Gemm { block: (1, 40), ..g });
+        p.validate().unwrap();
     }
 
     fn rejected(plan: &Plan, why: &str) {

@@ -219,6 +219,7 @@ impl Lowerer<'_> {
             epilogue: None,
             rope: Vec::new(),
             block: (m, n),
+            packed: false,
         };
         fold_batch_into_rows(&mut g);
         g.block = gemm_blocks(&g);

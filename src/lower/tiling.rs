@@ -28,6 +28,12 @@ pub fn fold_batch_into_rows(g: &mut Gemm) {
 /// (see BENCHMARKS.md).
 const STREAMED: usize = 512 << 10;
 
+/// Rows up to which a product whose `b` is a weight reads it packed in panels
+/// ([`crate::kernel::Gemm::packed`], `lower/pack.rs`): MiniLM's 16 tokens and a decode
+/// step's one, measured faster that way in `BENCHMARKS.md` ("Few-row products from packed
+/// weights"); the row count where the `gemm` crate catches up is not measured yet.
+pub const PACKED_ROWS: usize = 16;
+
 /// Tiles of the result, chosen from the shape alone (never from the thread count, so that
 /// every thread count computes the same bits): while there are fewer than 4 tasks, each of
 /// more than 16 MFLOP or reading more than [`STREAMED`] bytes of `b`, halve the columns
@@ -111,6 +117,7 @@ mod tests {
             epilogue: None,
             rope: Vec::new(),
             block: (m, n),
+            packed: false,
         }
     }
 

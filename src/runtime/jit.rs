@@ -4,7 +4,7 @@
 
 use super::native::{self, Derived, Memory};
 use super::{budget, Bound, RunError, Tensor};
-use crate::codegen::{Compiled, Jit};
+use crate::codegen::{Compiled, Jit, Shims};
 use crate::ir::Program;
 use crate::kernel::{BufferKind, KernelOp, Plan};
 use crate::lower;
@@ -109,7 +109,7 @@ impl Executable {
         plan.validate().map_err(internal)?;
         let validate = ms(validating);
         let generating = Instant::now();
-        let compiled = Jit::new(sgemm_address())
+        let compiled = Jit::new(shims())
             .and_then(|jit| jit.compile(&plan))
             .map_err(internal)?;
         let phases = CompilePhases {
@@ -348,9 +348,12 @@ pub fn plan(program: &Program, dims: &[Option<i64>], budget: u64) -> Result<Plan
     Ok(plan)
 }
 
-/// The address of the GEMM shim JIT code calls, for [`Jit::new`].
-pub fn sgemm_address() -> *const u8 {
-    native::attnc_sgemm as *const u8
+/// The addresses of the GEMM shims JIT code calls, for [`Jit::new`].
+pub fn shims() -> Shims {
+    Shims {
+        sgemm: native::attnc_sgemm as *const u8,
+        packed: native::attnc_sgemm_packed as *const u8,
+    }
 }
 
 /// A pool of `threads` workers (at least one).

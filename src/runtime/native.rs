@@ -20,6 +20,8 @@ use rayon::prelude::*;
 use std::sync::{Mutex, OnceLock};
 
 #[cfg(target_arch = "x86_64")]
+mod panel;
+#[cfg(target_arch = "x86_64")]
 mod scatter;
 mod tile;
 
@@ -119,6 +121,71 @@ pub unsafe extern "C" fn attnc_sgemm(
             false,
             gemm::Parallelism::None,
         )
+    }
+}
+
+/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j]` for an `m × n` tile with a `k`-long inner dim,
+/// `b` packed ([`crate::kernel::Gemm::packed`]: `n·k` floats from `b`, panels of
+/// [`crate::kernel::PANEL`] columns, the tile's first column a panel's). Called by JIT code.
+/// With AVX-512 and a unit column stride for `c`, [`panel`]'s streaming product; otherwise
+/// (`ATTNC_NO_TILE` too) the `gemm` crate, panel by panel. The choice depends on the shape
+/// and the CPU only, never on the thread.
+///
+/// # Safety
+/// The `n·k` floats from `b` are inside their allocation; for every `i < m`, `j < n`,
+/// `p < k`, the elements `c + i·c_rs + j·c_cs` and `a + i·a_rs + p·a_cs` are inside theirs,
+/// `c`'s are not read or written by another thread during the call, and no element of `c`
+/// is one of `a`'s or `b`'s. The JIT code calls it only with tiles and panels that
+/// `Plan::validate` proved inside their buffers, each task writing its own columns.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn attnc_sgemm_packed(
+    m: i64,
+    n: i64,
+    k: i64,
+    c: *mut f32,
+    c_rs: i64,
+    c_cs: i64,
+    a: *const f32,
+    a_rs: i64,
+    a_cs: i64,
+    b: *const f32,
+    alpha: f32,
+) {
+    if m <= 0 || n <= 0 {
+        return;
+    }
+    let u = |x: i64| x.max(0) as usize;
+    #[cfg(target_arch = "x86_64")]
+    if c_cs == 1 && a_rs >= 0 && c_rs >= 0 && a_cs >= 0 && use_tile() {
+        // SAFETY: AVX-512F is available (`use_tile` checks it), the strides are not
+        // negative (checked), and this function's contract is `panel::sgemm`'s.
+        unsafe { panel::sgemm((u(m), u(n), u(k)), (c, u(c_rs)), (a, u(a_rs), u(a_cs)), b, alpha) };
+        return;
+    }
+    let (n, k) = (u(n), u(k));
+    for j in (0..n).step_by(crate::kernel::PANEL) {
+        let w = (n - j).min(crate::kernel::PANEL);
+        // SAFETY: the panel of columns `j..j + w` is `k` rows of `w` floats from `b + j·k`,
+        // inside the `n·k` from `b`; the columns `j..j + w` of `c` are inside the tile
+        // (this function's contract, which is then `attnc_sgemm`'s).
+        unsafe {
+            attnc_sgemm(
+                m,
+                w as i64,
+                k as i64,
+                c.wrapping_offset(j as isize * c_cs as isize),
+                c_rs,
+                c_cs,
+                a,
+                a_rs,
+                a_cs,
+                b.add(j * k),
+                w as i64,
+                1,
+                alpha,
+                0,
+            )
+        };
     }
 }
 
