@@ -5,9 +5,11 @@
 //! operand, where checking any other op takes microseconds. The same operands come back
 //! many times in one compile: every call of a function, every head's `rope`, the checker
 //! and then the optimizer's extraction of the same program. An answer depends only on the
-//! operands' types, the result's shape and what the dim table knows about their dims
-//! ([`DimTable::context`]), so with all three as its key it holds for any table: the
-//! checker's, which changes as it goes, the optimizer's, and the next program's.
+//! operands' types, the result's shape, what the dim table knows about their dims
+//! ([`DimTable::context`]) and what the proof asked of `known` (whether an operand's
+//! strides are PyTorch's on its axes of size 1, which its history decides, not its type).
+//! With the first three as its key and the last kept beside each answer, it holds for any
+//! table: the checker's, which changes as it goes, the optimizer's, and the next program's.
 
 use super::Layout;
 use crate::dims::{Context, DimTable, Poly};
