@@ -60,10 +60,16 @@ pub fn order_is_exact(dims: &DimTable, operands: &[&TensorType], result: &Tensor
         if shape.iter().any(|d| dims.with_consts(d).is_zero()) {
             return true;
         }
-        let ops: Vec<(Vec<Poly>, Vec<Poly>)> =
-            operands.iter().map(|t| (at(&t.shape), at(&t.strides))).collect();
+        let ops: Vec<TensorType> = operands
+            .iter()
+            .map(|t| TensorType {
+                shape: at(&t.shape),
+                strides: at(&t.strides),
+                ..(*t).clone()
+            })
+            .collect();
         let sized = |d: &Poly| dims.is_one(d) || (dims.never_one(d) && dims.provably_positive(d));
-        if !ops.iter().flat_map(|(s, _)| s).chain(&shape).all(sized) {
+        if !ops.iter().flat_map(|t| &t.shape).chain(&shape).all(sized) {
             return false;
         }
         let expected = at(&result.strides);
@@ -74,51 +80,33 @@ pub fn order_is_exact(dims: &DimTable, operands: &[&TensorType], result: &Tensor
     })
 }
 
-/// The strides TensorIterator gives a result of `shape` from operands `(shape, strides)`
-/// at sizes where each is 1 or at least 2, on every axis; `None` where a comparison is
-/// not decided or the fast path may take the operands' strides.
-fn iterator_strides(
-    dims: &DimTable,
-    operands: &[(Vec<Poly>, Vec<Poly>)],
-    shape: &[Poly],
-) -> Option<Vec<Poly>> {
+/// The strides TensorIterator gives a result of `shape` from `operands` at sizes where
+/// each is 1 or at least 2, on every axis; `None` where a comparison is not decided or the
+/// fast path may take the operands' strides.
+fn iterator_strides(dims: &DimTable, operands: &[TensorType], shape: &[Poly]) -> Option<Vec<Poly>> {
     let same_shape = operands
         .iter()
-        .all(|(s, _)| s.len() == shape.len() && s.iter().zip(shape).all(|(a, b)| dims.equal(a, b)));
+        .all(|t| t.rank() == shape.len() && t.shape.iter().zip(shape).all(|(a, b)| dims.equal(a, b)));
     if same_shape {
         // `fast_set_up`: all contiguous gives the row-major formula; the other fast paths
         // keep an operand's strides, which are not followed here.
-        let contiguous = operands.iter().all(|(s, st)| {
-            let row_major = row_major_strides(s);
-            (0..s.len()).all(|i| dims.is_one(&s[i]) || dims.equal(&st[i], &row_major[i]))
+        let contiguous = operands.iter().all(|t| {
+            let row_major = row_major_strides(&t.shape);
+            (0..t.rank()).all(|i| dims.is_one(&t.shape[i]) || dims.equal(&t.strides[i], &row_major[i]))
         });
         return contiguous.then(|| row_major_strides(shape));
     }
     let strides: Vec<Vec<Option<Poly>>> = operands
         .iter()
-        .map(|(s, st)| {
-            let pad = shape.len() - s.len();
-            (0..shape.len())
-                .map(|i| {
-                    let j = i.checked_sub(pad)?;
-                    let broadcast = dims.is_one(&s[j]) && !dims.is_one(&shape[i]);
-                    (!broadcast && !dims.with_consts(&st[j]).is_zero()).then(|| st[j].clone())
-                })
-                .collect()
-        })
+        .map(|t| broadcast_strides(dims, t, shape))
         .collect();
     let mut perm: Vec<usize> = (0..shape.len()).rev().collect();
     for i in 1..perm.len() {
-        let mut dim1 = i;
-        for dim0 in (0..i).rev() {
-            match swaps(dims, &strides, shape, perm[dim0], perm[dim1])? {
-                Ordering::Greater => {
-                    perm.swap(dim0, dim1);
-                    dim1 = dim0;
-                }
-                Ordering::Less => break,
-                Ordering::Equal => {}
-            }
+        let (mut dim1, mut left) = (i, i);
+        while left > 0 {
+            let dim0 = left - 1;
+            let outcome = swaps(dims, &strides, shape, perm[dim0], perm[dim1])?;
+            (dim1, left) = sort_step(outcome, &mut perm, dim0, dim1);
         }
     }
     Some(dense_in_order(shape, &perm))
