@@ -14,12 +14,30 @@ use crate::ir::{BinaryOp, DType, Node, Op, Program, UnaryOp, ValueId};
 
 /// Runs `program` on `bound`; one contiguous tensor per output, in declaration order.
 pub fn interpret(program: &Program, bound: &Bound) -> Result<Vec<(String, Tensor)>, RunError> {
+    run(program, bound, None)
+}
+
+/// [`interpret`] with every float32 value the program computes (its inputs and params
+/// included) moved by one ulp, up or down at random from `seed`: how far an output then
+/// moves is how far a backend's own rounding (an `exp` 1 ulp away, a sum in another order)
+/// may move it, which the fuzzers' tolerance needs where an output amplifies rounding
+/// (`layer_norm` of two nearly equal values).
+pub fn interpret_perturbed(
+    program: &Program,
+    bound: &Bound,
+    seed: u64,
+) -> Result<Vec<(String, Tensor)>, RunError> {
+    run(program, bound, Some(seed | 1))
+}
+
+fn run(program: &Program, bound: &Bound, perturb: Option<u64>) -> Result<Vec<(String, Tensor)>, RunError> {
     let mut run = Interp {
         program,
         dims: bound.dims.clone(),
         values: vec![None; program.nodes.len()],
         params: bound.params.iter().cloned().map(Strided::from).collect(),
         inputs: bound.inputs.iter().cloned().map(Strided::from).collect(),
+        perturb,
     };
     for &id in &program.body {
         run.eval(id)?;
@@ -63,6 +81,8 @@ struct Interp<'p> {
     values: Vec<Option<Value>>,
     params: Vec<Strided>,
     inputs: Vec<Strided>,
+    /// The state of the random moves of [`interpret_perturbed`], if it runs.
+    perturb: Option<u64>,
 }
 
 impl<'p> Interp<'p> {
@@ -81,7 +101,10 @@ impl<'p> Interp<'p> {
                     );
                     return Err(internal(id, &what));
                 }
-                Value::Tensor(value)
+                match (&mut self.perturb, self.program.tensor_type(id).dtype) {
+                    (Some(state), DType::F32) => Value::Tensor(perturbed(&value, state)),
+                    _ => Value::Tensor(value),
+                }
             }
             Eval::Loop {
                 var,
@@ -362,6 +385,26 @@ fn binary(op: BinaryOp, a: &Strided, b: &Strided) -> Option<Strided> {
 }
 
 /// A program the interpreter cannot run although the checker accepted it: a bug.
+/// `value`'s elements, each moved by one ulp up or down as the xorshift `state` draws;
+/// zeros, infinities and NaN stay (rounding makes neither from a finite nonzero value, and
+/// an infinity moved would be a finite value).
+fn perturbed(value: &Strided, state: &mut u64) -> Strided {
+    let mut t = value.to_tensor();
+    for x in t.data.iter_mut() {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let moved = match *state & 1 {
+            0 => x.next_up(),
+            _ => x.next_down(),
+        };
+        if *x != 0.0 && moved.is_finite() {
+            *x = moved;
+        }
+    }
+    Strided::from(t)
+}
+
 fn internal(id: ValueId, what: &str) -> RunError {
     RunError::new(
         None,

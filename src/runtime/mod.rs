@@ -146,6 +146,16 @@ pub fn interpret(program: &Program, bound: &Bound) -> Result<Vec<(String, Tensor
     interp::interpret(program, bound)
 }
 
+/// [`interpret`] with every float32 value computed moved by one ulp at random from `seed`,
+/// to measure how far rounding may move each output (the fuzzers' tolerance).
+pub fn interpret_perturbed(
+    program: &Program,
+    bound: &Bound,
+    seed: u64,
+) -> Result<Vec<(String, Tensor)>, RunError> {
+    interp::interpret_perturbed(program, bound, seed)
+}
+
 /// Writes the outputs as float32 safetensors, each under its name, atomically.
 pub fn save_outputs(path: &Path, outputs: &[(String, Tensor)]) -> Result<(), RunError> {
     files::save(path, outputs)
