@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Compile time of every case, two attnc binaries side by side, in one run.
 
-Each case is `attnc ir FILE --stage clif` at the case's dims: parsing, checking, optimizing,
-lowering and Cranelift for every kernel, no weights and no run. The two binaries take turns
+Each case is `attnc ir FILE --stage asm` at the case's dims: parsing, checking, optimizing,
+lowering, and Cranelift translating and compiling every distinct kernel (printing its
+register-allocated code), no weights and no run. `--stage clif` stops before Cranelift's
+compile (CLIF built, verified and printed). The two binaries take turns
 (`--rounds` rounds; in each, every case once with each binary), each call under
 `perf stat -e task-clock`, and the table gives each case's median CPU ms (all threads;
 steadier than wall time on a shared machine) beside its median wall ms.
@@ -27,10 +29,10 @@ CASES["SmolLM2 prefill 512"] = ("examples/models/smollm2.attn", dict(B=1, N=512,
 CASES["SmolLM2 decode at 128"] = ("examples/models/smollm2.attn", dict(B=1, N=1, C=129))
 
 
-def compile_once(binary, case, scratch):
-    """CPU ms and wall ms of one `attnc ir --stage clif` of `case`."""
+def compile_once(binary, case, stage, scratch):
+    """CPU ms and wall ms of one `attnc ir --stage STAGE` of `case`."""
     path, dims = CASES[case]
-    cmd = [binary, "ir", path, "--stage", "clif"]
+    cmd = [binary, "ir", path, "--stage", stage]
     for k, v in dims.items():
         cmd += ["--dim", f"{k}={v}"]
     stat = os.path.join(scratch, "stat")
@@ -56,6 +58,7 @@ def main():
     ap.add_argument("--after", default="target/release/attnc")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--stage", default="asm", choices=["asm", "clif", "kernels", "optimized"])
     args = ap.parse_args()
     cases = args.cases.split(",")
     times = {(b, c): [] for b in ("before", "after") for c in cases}
@@ -63,7 +66,7 @@ def main():
         for _ in range(args.rounds):
             for case in cases:
                 for which in ("before", "after"):
-                    times[which, case].append(compile_once(getattr(args, which), case, scratch))
+                    times[which, case].append(compile_once(getattr(args, which), case, args.stage, scratch))
     print("| case | CPU ms before | CPU ms after | wall ms before | wall ms after |")
     print("| --- | --- | --- | --- | --- |")
     for case in cases:
