@@ -285,6 +285,15 @@ impl Poly {
     }
 
     pub fn mul(&self, other: &Poly) -> Poly {
+        // A constant factor only scales the coefficients (most products in a proof are a
+        // size times a constant dim's value, or a substituted term times its coefficient):
+        // the terms keep their monomials, which the general loop would rebuild one by one.
+        if let Some(k) = other.constant_factor() {
+            return Poly(self.0.iter().map(|(m, c)| (m.clone(), c.mul(k))).collect());
+        }
+        if let Some(k) = self.constant_factor() {
+            return Poly(other.0.iter().map(|(m, c)| (m.clone(), k.mul(*c))).collect());
+        }
         let mut out = Poly::default();
         for (m1, c1) in &self.0 {
             for (m2, c2) in &other.0 {
@@ -292,6 +301,15 @@ impl Poly {
             }
         }
         out
+    }
+
+    /// The value of a constant other than 0, whose products keep every term (a product
+    /// of two non-zero rationals is never 0).
+    fn constant_factor(&self) -> Option<Ratio> {
+        match self.single_term() {
+            Some((m, c)) if m.0.is_empty() => Some(c),
+            _ => None,
+        }
     }
 
     /// The single term of a one-term polynomial.
@@ -456,7 +474,11 @@ impl Poly {
             let inv = Poly::int(1).quotient(self).unwrap_or_default();
             return inv.pow(-e);
         }
-        (0..e).fold(Poly::int(1), |acc, _| acc.mul(self))
+        match e {
+            0 => Poly::int(1),
+            // Nearly every exponent in a size is 1: no product to form.
+            _ => (1..e).fold(self.clone(), |acc, _| acc.mul(self)),
+        }
     }
 
     pub fn terms(&self) -> impl Iterator<Item = (&Monomial, Ratio)> {

@@ -279,21 +279,31 @@ impl Pricing<'_> {
     }
 }
 
-/// Layouts and costs already worked out, by class, node and operand types (interned):
-/// extraction evaluates the same nodes many times over.
+/// Layouts and costs already worked out, by class and node (interned types): extraction
+/// evaluates the same nodes many times over, and each trial of the refinement lays out
+/// the nodes after the one it switches again for their operands' new types.
 #[derive(Default)]
 struct Memo {
     types: RefCell<Vec<TensorType>>,
     index: RefCell<HashMap<TensorType, u32>>,
-    seen: RefCell<HashMap<(Id, usize), Vec<Seen>>>,
+    seen: RefCell<HashMap<(Id, usize), Seen>>,
 }
 
 /// A node's type (interned, with strides), whether it copies, its cost per run and the
 /// hash of its own text (for structural keys).
 type Laid = (Option<u32>, bool, Cost, u64);
 
-/// The operand types a node was laid out for, and the result.
-type Seen = (Vec<Option<u32>>, Laid);
+/// What one node has given so far. Its text and its cost are worked out once: the cost
+/// reads the classes' shapes, never the operands' strides, but for whether a `reshape`
+/// copies, so each of the two is priced once (sizing every shape costs a substitution of
+/// the constant dims per dim).
+struct Seen {
+    text: u64,
+    /// The cost without a copy, and with one.
+    cost: [Option<Cost>; 2],
+    /// The operand types the node was laid out for, its type then and whether it copies.
+    laid: Vec<(Vec<Option<u32>>, Option<u32>, bool)>,
+}
 
 impl Memo {
     fn intern(&self, t: TensorType) -> u32 {
@@ -313,13 +323,16 @@ impl Memo {
 
     /// Node `index` of class `id`, its operands of types `kids`.
     fn lay_out(&self, eg: &EG, id: Id, index: usize, kids: &[Option<u32>]) -> Laid {
-        if let Some(seen) = self.seen.borrow().get(&(id, index)) {
-            if let Some((_, l)) = seen.iter().find(|(k, _)| k == kids) {
-                return *l;
-            }
-        }
         let node = &eg[id].nodes[index];
         let data = &eg[id].data;
+        let found = self.seen.borrow().get(&(id, index)).and_then(|seen| {
+            let (_, ty, copies) = seen.laid.iter().find(|(k, _, _)| k == kids)?;
+            let cost = seen.cost[usize::from(*copies)]?;
+            Some((*ty, *copies, cost, seen.text))
+        });
+        if let Some(laid) = found {
+            return laid;
+        }
         let attrs: Vec<&Data> = node.children().iter().map(|c| &eg[*c].data).collect();
         let owned: Vec<Option<TensorType>> = kids.iter().map(|k| k.map(|i| self.ty(i))).collect();
         let types: Vec<Option<&TensorType>> = owned.iter().map(Option::as_ref).collect();
@@ -327,14 +340,15 @@ impl Memo {
             Some((t, c)) => (Some(self.intern(t)), c),
             None => (None, false),
         };
-        let text = fnv(node.to_string().as_bytes(), FNV_BASIS);
-        let laid = (ty, copies, node_cost(eg, data, node, copies), text);
-        self.seen
-            .borrow_mut()
-            .entry((id, index))
-            .or_default()
-            .push((kids.to_vec(), laid));
-        laid
+        let mut seen = self.seen.borrow_mut();
+        let seen = seen.entry((id, index)).or_insert_with(|| Seen {
+            text: fnv(node.to_string().as_bytes(), FNV_BASIS),
+            cost: [None; 2],
+            laid: Vec::new(),
+        });
+        let cost = *seen.cost[usize::from(copies)].get_or_insert_with(|| node_cost(eg, data, node, copies));
+        seen.laid.push((kids.to_vec(), ty, copies));
+        (ty, copies, cost, seen.text)
     }
 }
 
