@@ -285,7 +285,7 @@ mod tests {
     }
 
     #[test]
-    fn packed_products_equal_a_plain_loop_for_every_few_rows_and_tail() {
+    fn packed_products_equal_a_plain_loop_for_every_row_count_and_tail() {
         // Every row count across the streaming product's and the many-row product's
         // (`WIDE_ROWS`): row blocks of 8 and the tails of each; columns in one, two and three
         // panels and their tails; `k` in one block, and past one (`KC` = 256) where the
