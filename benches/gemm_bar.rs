@@ -7,12 +7,18 @@
 //! `cargo bench --bench gemm_bar`; 2 threads unless `ATTNC_THREADS` says otherwise;
 //! `ATTNC_ROUNDS` rounds (default 3), the median round shown; `ATTNC_BLOCKS=llama_S,..`
 //! picks blocks.
+//!
+//! `cargo bench --bench gemm_bar -- packed`: the product from weights packed once in panels
+//! (`Gemm::packed`, `runtime/native/panel.rs`) against the same product from `[in, out]`
+//! weights (the `gemm` crate per tile, packing at every call) and one call of the crate, at
+//! the models' shapes with many rows, hot (the weights in cache from the call before) and
+//! cold (the caches swept between calls), on 1 and 2 threads.
 
 use attnc::check::DimOverride;
 use attnc::driver::check_source;
-use attnc::kernel::{BufferKind, Gemm, KernelOp, Plan};
+use attnc::kernel::{Buffer, BufferKind, Gemm, Kernel, KernelOp, Operand, Plan, PANEL};
 use attnc::runtime::jit::{self, pool, Executable};
-use attnc::runtime::{bind, Bound, RunOptions};
+use attnc::runtime::{bind, Bound, RunOptions, Tensor};
 use std::time::{Duration, Instant};
 
 /// A block's name, its example and its dims.
@@ -63,7 +69,13 @@ fn cpu_seconds() -> f64 {
 /// Per call of `f` after a warm-up, over at least 0.4 s and 5 calls: the median wall
 /// seconds, and the median CPU seconds of every thread divided by `threads` (on a shared
 /// machine the wall time counts the neighbours' share of the cores; the CPU time does not).
-fn time(threads: usize, mut f: impl FnMut()) -> (f64, f64) {
+fn time(threads: usize, f: impl FnMut()) -> (f64, f64) {
+    time_swept(threads, f, &mut [])
+}
+
+/// As [`time`], writing all of `sweep` (untimed) before each call: with a sweep larger
+/// than the caches, every call starts cold.
+fn time_swept(threads: usize, mut f: impl FnMut(), sweep: &mut [u8]) -> (f64, f64) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(100) {
         f();
@@ -71,6 +83,7 @@ fn time(threads: usize, mut f: impl FnMut()) -> (f64, f64) {
     let (mut wall, mut cpu) = (Vec::new(), Vec::new());
     let start = Instant::now();
     while wall.len() < 5 || start.elapsed() < Duration::from_millis(400) {
+        sweep.iter_mut().for_each(|b| *b = b.wrapping_add(1));
         let (t, c) = (Instant::now(), cpu_seconds());
         f();
         cpu.push((cpu_seconds() - c) / threads as f64);
@@ -134,7 +147,17 @@ fn run_time(exe: &Executable, bound: &Bound, pool: &rayon::ThreadPool) -> (f64, 
 
 /// Seconds per call of one `gemm` crate call of `c [m, n] = a [m, k] @ b [k, n]`, all
 /// row-major, with the crate's own parallelism over `threads`.
-fn crate_time((m, n, k): (usize, usize, usize), threads: usize, pool: &rayon::ThreadPool) -> (f64, f64) {
+fn crate_time(shape: (usize, usize, usize), threads: usize, pool: &rayon::ThreadPool) -> (f64, f64) {
+    crate_time_swept(shape, threads, pool, &mut [])
+}
+
+/// As [`crate_time`], writing all of `sweep` before each call ([`time_swept`]).
+fn crate_time_swept(
+    (m, n, k): (usize, usize, usize),
+    threads: usize,
+    pool: &rayon::ThreadPool,
+    sweep: &mut [u8],
+) -> (f64, f64) {
     let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1).collect();
     let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.1).collect();
     let mut c = vec![0.0f32; m * n];
@@ -143,33 +166,37 @@ fn crate_time((m, n, k): (usize, usize, usize), threads: usize, pool: &rayon::Th
         t => gemm::Parallelism::Rayon(t),
     };
     pool.install(|| {
-        time(threads, || {
-            // SAFETY: `a`, `b` and `c` hold m·k, k·n and m·n floats, row-major, as the
-            // strides passed say.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    c.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    a.as_ptr(),
-                    1,
-                    k as isize,
-                    b.as_ptr(),
-                    1,
-                    n as isize,
-                    1.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    parallelism,
-                )
-            }
-        })
+        time_swept(
+            threads,
+            || {
+                // SAFETY: `a`, `b` and `c` hold m·k, k·n and m·n floats, row-major, as the
+                // strides passed say.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        n,
+                        k,
+                        c.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        a.as_ptr(),
+                        1,
+                        k as isize,
+                        b.as_ptr(),
+                        1,
+                        n as isize,
+                        1.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        parallelism,
+                    )
+                }
+            },
+            sweep,
+        )
     })
 }
 
@@ -178,6 +205,164 @@ fn crate_time((m, n, k): (usize, usize, usize), threads: usize, pool: &rayon::Th
 fn crate_shape(g: &Gemm) -> (usize, usize, usize) {
     let batch: usize = g.batch.iter().product();
     (g.m, batch * g.n, g.k)
+}
+
+/// The models' products with many rows: MiniLM at 32 × 128 and 8 × 256 tokens (QKV
+/// merged, out, up, down), SmolLM2's prefill of 512 (o, QKV merged, gate/up, down, tied
+/// output).
+const PACKED_SHAPES: &[(usize, usize, usize)] = &[
+    (4096, 1152, 384),
+    (4096, 384, 384),
+    (4096, 1536, 384),
+    (4096, 384, 1536),
+    (2048, 1152, 384),
+    (2048, 384, 1536),
+    (512, 576, 576),
+    (512, 960, 576),
+    (512, 1536, 576),
+    (512, 576, 1536),
+    (512, 49152, 576),
+];
+
+/// `b [k, n]` row-major laid out as [`Gemm::packed`] says: panels of [`PANEL`] columns,
+/// each `k` rows of its width.
+fn pack(b: &[f32], k: usize, n: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * k);
+    for j in (0..n).step_by(PANEL) {
+        let w = (n - j).min(PANEL);
+        for p in 0..k {
+            out.extend_from_slice(&b[p * n + j..p * n + j + w]);
+        }
+    }
+    out
+}
+
+/// `y [m, n] = x [m, k] @ w [k, n]` as one planned GEMM kernel, tiled as the lowering
+/// tiles it, reading `w` packed or row-major; and its data.
+fn product((m, n, k): (usize, usize, usize), packed: bool) -> (Executable, Bound) {
+    let op = |buf, strides: &[usize]| Operand {
+        buf,
+        offset: 0,
+        strides: strides.to_vec(),
+    };
+    let mut g = Gemm {
+        batch: vec![],
+        m,
+        n,
+        k,
+        a: op(0, &[k, 1]),
+        b: if packed { op(1, &[1, k]) } else { op(1, &[n, 1]) },
+        c: op(2, &[n, 1]),
+        alpha: 1.0,
+        bias: None,
+        epilogue: None,
+        rope: Vec::new(),
+        block: (m, n),
+        packed,
+    };
+    g.block = attnc::lower::gemm_blocks(&g);
+    let buffer = |kind, len, name: &str| Buffer {
+        kind,
+        len,
+        name: name.into(),
+    };
+    let plan = Plan {
+        buffers: vec![
+            buffer(BufferKind::Input(0), m * k, "x"),
+            buffer(BufferKind::Param(0), k * n, "w"),
+            buffer(BufferKind::Output(0), m * n, "y"),
+        ],
+        prologue: vec![],
+        kernels: vec![Kernel {
+            label: "x @ w".into(),
+            op: KernelOp::Gemm(g),
+        }],
+        outputs: vec![("y".into(), 2, vec![m, n])],
+        arena_len: 0,
+        derived_len: 0,
+        flops: 2.0 * (m * n * k) as f64,
+    };
+    let data = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7 + seed) % 11) as f32 * 0.1 - 0.5)
+            .collect()
+    };
+    let w = data(k * n, 3);
+    let w = if packed { pack(&w, k, n) } else { w };
+    let bound = Bound {
+        params: vec![Tensor::new(vec![k, n], w)],
+        inputs: vec![Tensor::new(vec![m, k], data(m * k, 1))],
+        dims: vec![],
+    };
+    (Executable::from_plan(plan).unwrap(), bound)
+}
+
+/// The table of `-- packed`: GFLOP/s of CPU time per thread (of wall time in parentheses).
+fn packed_table(rounds: usize) {
+    println!(
+        "Products of many rows, GFLOP/s of CPU time per thread (in parentheses: of wall time), medians of \
+         {rounds} alternating rounds; cold: 512 MiB written between calls"
+    );
+    println!("| m × n × k | threads | cache | packed | `[in, out]`, crate per tile | crate, one call | packed / best other |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let mut sweep = vec![0u8; 512 << 20];
+    for &shape in PACKED_SHAPES {
+        let flops = 2.0 * (shape.0 * shape.1 * shape.2) as f64;
+        let (packed, packed_data) = product(shape, true);
+        let (plain, plain_data) = product(shape, false);
+        for threads in [1, 2] {
+            let pool = pool(threads).unwrap();
+            let (p1, p2) = (
+                packed.prepare(&packed_data.params, &pool).unwrap(),
+                plain.prepare(&plain_data.params, &pool).unwrap(),
+            );
+            for cold in [false, true] {
+                let sweep = if cold { &mut sweep[..] } else { &mut [][..] };
+                let mut out = Vec::new();
+                let mut t: [Vec<(f64, f64)>; 3] = Default::default();
+                for _ in 0..rounds {
+                    t[0].push(time_swept(
+                        threads,
+                        || {
+                            packed
+                                .run_prepared(&packed_data, &p1, &pool, &mut out, None)
+                                .unwrap()
+                        },
+                        sweep,
+                    ));
+                    t[1].push(time_swept(
+                        threads,
+                        || {
+                            plain
+                                .run_prepared(&plain_data, &p2, &pool, &mut out, None)
+                                .unwrap()
+                        },
+                        sweep,
+                    ));
+                    t[2].push(crate_time_swept(shape, threads, &pool, sweep));
+                }
+                let gf = |t: &[(f64, f64)], cpu: bool| {
+                    flops / median(t.iter().map(|&(w, c)| if cpu { c } else { w }).collect()) / 1e9
+                };
+                let cells: Vec<String> = t
+                    .iter()
+                    .map(|t| format!("{:.1} ({:.1})", gf(t, true), gf(t, false)))
+                    .collect();
+                let best = gf(&t[1], true).max(gf(&t[2], true));
+                println!(
+                    "| {} × {} × {} | {threads} | {} | {} | {} | {} | {:.2} |",
+                    shape.0,
+                    shape.1,
+                    shape.2,
+                    if cold { "cold" } else { "hot" },
+                    cells[0],
+                    cells[1],
+                    cells[2],
+                    gf(&t[0], true) / best
+                );
+            }
+        }
+    }
 }
 
 fn main() {
@@ -191,6 +376,9 @@ fn main() {
         .unwrap_or(3);
     let wanted =
         std::env::var("ATTNC_BLOCKS").unwrap_or_else(|_| "encoder_M,gpt2_S,self_attention_M,llama_S".into());
+    if std::env::args().any(|a| a == "packed") {
+        return packed_table(rounds);
+    }
     let pool = pool(threads).unwrap();
     println!(
         "GEMM kernels of the blocks, {threads} thread(s), GFLOP/s of CPU time per thread (in parentheses: of \

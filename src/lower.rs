@@ -50,6 +50,7 @@ use attention::{Extras, KeyOperand, Masking};
 pub use flops::source_flops;
 use fuse::{Fused, Fusion, Scale, SoftmaxPat};
 use std::collections::HashMap;
+pub use tiling::gemm_blocks;
 pub use view::View;
 
 /// Lowers `program` for the dim values `dims` (by [`crate::dims::Sym`], as

@@ -133,29 +133,52 @@ output z = y + 1.0
 
 #[test]
 fn few_row_products_read_their_weights_packed_and_agree_at_odd_shapes() {
-    // 70 and 37 columns: whole panels of 16 and a narrower last one; odd inner dims.
-    let src = "\
+    // 70 and 37 columns: whole panels of 16 and a narrower last one; odd inner dims; `D` =
+    // 300 is a longer `k`. A weight read transposed is packed straight from the param.
+    let src = |d: usize| {
+        format!(
+            "\
 dim B, N
-dim D = 37, F = 70
+dim D = {d}, F = 70
 input x: [B, N, D]
 param w: [F, D]
 param bias: [F]
 param v: [F, D]
 let h = linear(x, w, bias).relu()
 output y = h @ v
-";
-    for (b, n, packed) in [(1, 1, 2), (1, 5, 2), (2, 8, 2), (1, 17, 0), (3, 7, 0)] {
-        let prog = program(src, &[("B", b), ("N", n)]);
-        differential(&format!("B {b}, N {n}"), &prog, 11);
+"
+        )
+    };
+    for (d, b, n, packed) in [
+        (37, 1, 1, 2),
+        (37, 1, 5, 2),
+        (37, 2, 8, 2),
+        (37, 1, 17, 0),
+        (37, 3, 7, 0),
+        (300, 1, 3, 2),
+    ] {
+        let prog = program(&src(d), &[("B", b), ("N", n)]);
+        differential(&format!("D {d}, B {b}, N {n}"), &prog, 11);
         let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
         let exe = Executable::compile(&prog, &dims).unwrap();
-        let count = exe
-            .plan()
+        let plan = exe.plan();
+        let count = plan
             .kernels
             .iter()
             .filter(|k| matches!(&k.op, attnc::kernel::KernelOp::Gemm(g) if g.packed))
             .count();
-        assert_eq!(count, packed, "B {b}, N {n}: products of {} rows", b * n);
+        assert_eq!(count, packed, "D {d}, B {b}, N {n}: products of {} rows", b * n);
+        // Packed, `w` is copied from the param into panels: no `[in, out]` copy on the way.
+        let layouts = plan
+            .prologue
+            .iter()
+            .filter(|k| k.label.contains("weight layout"))
+            .count();
+        assert_eq!(
+            layouts,
+            usize::from(packed == 0),
+            "D {d}, B {b}, N {n}: weight layout copies"
+        );
     }
 }
 

@@ -31,7 +31,9 @@ const STREAMED: usize = 512 << 10;
 /// Rows up to which a product whose `b` is a weight reads it packed in panels
 /// ([`crate::kernel::Gemm::packed`], `lower/pack.rs`): MiniLM's 16 tokens and a decode
 /// step's one, measured faster that way in `BENCHMARKS.md` ("Few-row products from packed
-/// weights"); the row count where the `gemm` crate catches up is not measured yet.
+/// weights"). Past it the `gemm` crate, packing at every call, still measured faster than
+/// the many-row product from packed panels, 0.5-0.9x its speed at the models' shapes
+/// ("Products of many rows from packed weights").
 pub const PACKED_ROWS: usize = 16;
 
 /// Tiles of the result, chosen from the shape alone (never from the thread count, so that
