@@ -373,7 +373,7 @@ fn visit(
         true => {
             if a.score.is_some() || a.mask.is_some() || a.positions.is_some() {
                 e.for_range(zero, rows, 1, |e, i| {
-                    scored_row(e, a, (task, keys), i, scratch, |e, row| store_scores(e, row))
+                    scored_row(e, a, (task, keys), i, scratch, store_scores)
                 });
             }
             let out = (task.out, os[r], os[r + 1], a.dv);

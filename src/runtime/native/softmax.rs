@@ -480,14 +480,14 @@ mod tests {
             return;
         }
         let removed = |i: usize, j: usize| {
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 f32::NEG_INFINITY
             } else {
                 score(i, j)
             }
         };
         let nan = |i: usize, j: usize| if i == 1 && j == 2 { f32::NAN } else { score(i, j) };
-        let huge = |i: usize, j: usize| score(i, j) * 1e30 * if j % 2 == 0 { 1.0 } else { -1.0 };
+        let huge = |i: usize, j: usize| score(i, j) * 1e30 * if j.is_multiple_of(2) { 1.0 } else { -1.0 };
         for cols in [1, 6, 19] {
             check(&Case::new(5, cols, removed));
             check(&Case::new(5, cols, nan));
