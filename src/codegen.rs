@@ -33,6 +33,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, FuncId, Linkage, Module, ModuleReloc};
 use emit::Emit;
+pub(crate) use emit::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_POLY, EXP_SCALE_LOG2};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -43,6 +44,9 @@ pub const SGEMM_SYMBOL: &str = "attnc_sgemm";
 /// The name JIT code calls the shim for a packed `b` by ([`crate::kernel::Gemm::packed`]).
 pub const PACKED_SYMBOL: &str = "attnc_sgemm_packed";
 
+/// The name JIT code calls the attention tile's softmax by ([`Shims::softmax`]).
+pub const SOFTMAX_SYMBOL: &str = "attnc_softmax_tile";
+
 /// The addresses of the microkernel shims JIT code calls.
 #[derive(Clone, Copy, Debug)]
 pub struct Shims {
@@ -50,6 +54,10 @@ pub struct Shims {
     pub sgemm: *const u8,
     /// `attnc_sgemm_packed`: a packed `b` ([`emit::Emit::sgemm_packed`]).
     pub packed: *const u8,
+    /// `attnc_softmax_tile`, the attention tile's online softmax on 512-bit vectors
+    /// ([`emit::Emit::softmax_tile`]), where this CPU runs it; without it the generated
+    /// code computes the softmax itself.
+    pub softmax: Option<*const u8>,
 }
 
 /// Compiled kernels: one code pointer per kernel of the plan, and the module that owns the
@@ -82,6 +90,8 @@ pub struct Jit {
     packed: (FuncId, Signature),
     /// Each math function of [`math::Call::ALL`] as an import, with its signature.
     calls: Vec<(FuncId, Signature)>,
+    /// The tile softmax shim as an import, with its signature, where [`Shims`] has one.
+    softmax: Option<(FuncId, Signature)>,
 }
 
 /// The host ISA, with the flags the JIT needs.
@@ -116,6 +126,15 @@ fn sgemm_signature(module: &JITModule) -> Signature {
     sig
 }
 
+fn softmax_signature(module: &JITModule) -> Signature {
+    let mut sig = module.make_signature();
+    for _ in 0..10 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    sig.params.push(AbiParam::new(I32));
+    sig
+}
+
 fn packed_signature(module: &JITModule) -> Signature {
     let mut sig = module.make_signature();
     for _ in 0..10 {
@@ -131,6 +150,9 @@ impl Jit {
         let mut builder = JITBuilder::with_isa(isa("speed")?, default_libcall_names());
         builder.symbol(SGEMM_SYMBOL, shims.sgemm);
         builder.symbol(PACKED_SYMBOL, shims.packed);
+        if let Some(softmax) = shims.softmax {
+            builder.symbol(SOFTMAX_SYMBOL, softmax);
+        }
         for f in math::Call::ALL {
             builder.symbol(f.symbol(), f.address());
         }
@@ -155,6 +177,16 @@ impl Jit {
             .declare_function(PACKED_SYMBOL, Linkage::Import, &sig)
             .map_err(|e| e.to_string())?;
         let packed = (packed, sig);
+        let softmax = match shims.softmax {
+            Some(_) => {
+                let sig = softmax_signature(&module);
+                let id = module
+                    .declare_function(SOFTMAX_SYMBOL, Linkage::Import, &sig)
+                    .map_err(|e| e.to_string())?;
+                Some((id, sig))
+            }
+            None => None,
+        };
         Ok(Jit {
             builder_ctx: FunctionBuilderContext::new(),
             ctx: module.make_context(),
@@ -162,6 +194,7 @@ impl Jit {
             sgemm,
             packed,
             calls,
+            softmax,
         })
     }
 
@@ -187,6 +220,7 @@ impl Jit {
             end: p[3],
             sgemm,
             packed: (&self.packed, None),
+            softmax: (self.softmax.as_ref(), None),
             calls: &self.calls,
             imported: [None; math::Call::ALL.len()],
         };

@@ -3,12 +3,13 @@
 //! float64: tiles skipped, tested or kept whole must give the dense result, NaN and uniform
 //! rows included.
 
+use attnc::codegen::Shims;
 use attnc::ir::CmpOp;
 use attnc::kernel::{
     Affine, Attention, BinaryOp, Buffer, BufferKind, Expr, IndexMask, Keep, Kernel, KernelOp, KeyTail,
     MaskFill, Operand, Plan, ScoreMod, TileCounts, UnaryOp,
 };
-use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::jit::{pool, shims, Executable};
 use attnc::runtime::{Bound, Tensor};
 
 mod common;
@@ -241,7 +242,12 @@ impl Case {
     }
 
     fn run(&self, inputs: &[Tensor], threads: usize) -> Tensor {
-        let exe = Executable::from_plan(self.plan()).unwrap();
+        self.run_with(inputs, threads, shims())
+    }
+
+    /// [`Case::run`] with the kernel's code calling `shims`.
+    fn run_with(&self, inputs: &[Tensor], threads: usize, shims: Shims) -> Tensor {
+        let exe = Executable::from_plan_with(self.plan(), shims).unwrap();
         let bound = Bound {
             params: vec![],
             inputs: self.split_keys(inputs),
@@ -296,13 +302,35 @@ impl Case {
         out
     }
 
-    /// Runs on 1 and 2 threads (same bits) and compares with the reference.
+    /// Runs on 1 and 2 threads (same bits), with the tile's softmax in the native shim
+    /// where this CPU has it and in the generated code (same bits, NaN for NaN), and
+    /// compares with the reference.
     fn check(&self, seed: u64) {
         let inputs = self.inputs(seed);
         let got = self.run(&inputs, 1);
         let got2 = self.run(&inputs, 2);
         let bits = |t: &Tensor| t.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&got), bits(&got2), "1 and 2 threads differ");
+        let generated = Shims {
+            softmax: None,
+            ..shims()
+        };
+        let nan_as_one = |t: &Tensor| {
+            let canonical = |x: &f32| {
+                if x.is_nan() {
+                    f32::NAN.to_bits()
+                } else {
+                    x.to_bits()
+                }
+            };
+            t.data.iter().map(canonical).collect::<Vec<_>>()
+        };
+        let fallback = self.run_with(&inputs, 2, generated);
+        assert_eq!(
+            nan_as_one(&got),
+            nan_as_one(&fallback),
+            "the native and generated softmax differ"
+        );
         let want = self.reference(&inputs);
         let scale = want
             .iter()

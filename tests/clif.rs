@@ -4,6 +4,7 @@
 //! call, the exp polynomial), not the program around it.
 
 use attnc::codegen::Jit;
+use attnc::codegen::Shims;
 use attnc::ir::CmpOp;
 use attnc::kernel::{
     Affine, Attention, BinaryOp, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp,
@@ -51,8 +52,20 @@ fn plan(inputs: &[usize], out: usize, kernel: KernelOp) -> Plan {
     p
 }
 
+/// The IR with the attention tile's softmax in the generated code, as on a CPU without
+/// AVX-512 (the text is the same on every machine).
 fn clif(plan: &Plan) -> String {
-    let jit = Jit::new(shims()).unwrap();
+    clif_with(
+        plan,
+        Shims {
+            softmax: None,
+            ..shims()
+        },
+    )
+}
+
+fn clif_with(plan: &Plan, shims: Shims) -> String {
+    let jit = Jit::new(shims).unwrap();
     let funcs = jit.clif(plan).unwrap();
     assert_eq!(funcs.len(), 1);
     funcs[0].1.clone()
@@ -179,7 +192,34 @@ fn attention_keeps_a_running_max_and_sum() {
 
 #[test]
 fn attention_decides_each_tile_of_a_causal_mask_from_its_corners() {
-    let a = Attention {
+    let p = plan(
+        &[24, 40, 40],
+        24,
+        KernelOp::Attention(Box::new(causal_attention())),
+    );
+    insta::assert_snapshot!(clif(&p));
+}
+
+/// With the tile's softmax in the native shim, the generated code fills what the mask of
+/// positions removes and calls `attnc_softmax_tile` once per tile. The IR never runs, so the
+/// shim's address is not needed.
+#[test]
+fn attention_calls_the_tile_softmax_after_its_masks() {
+    let p = plan(
+        &[24, 40, 40],
+        24,
+        KernelOp::Attention(Box::new(causal_attention())),
+    );
+    let tile = Shims {
+        softmax: Some(std::ptr::null()),
+        ..shims()
+    };
+    insta::assert_snapshot!(clif_with(&p, tile));
+}
+
+/// A causal attention kernel at tiny sizes: 3 rows, 5 keys, tiles of 2 × 4.
+fn causal_attention() -> Attention {
+    Attention {
         batch: vec![2],
         n: 3,
         m: 5,
@@ -201,9 +241,7 @@ fn attention_decides_each_tile_of_a_causal_mask_from_its_corners() {
         zero_empty_rows: false,
         block: (2, 4),
         split: None,
-    };
-    let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));
-    insta::assert_snapshot!(clif(&p));
+    }
 }
 
 #[test]

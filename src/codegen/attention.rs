@@ -11,7 +11,7 @@
 //! `-inf` (every key so far removed) subtracts 0 instead, so `-inf - -inf` never makes NaN.
 
 use super::emit::Emit;
-use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, Change, Row};
+use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, Row};
 use crate::kernel::{Attention, Keep, MaskFill};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, I32, I8};
@@ -369,9 +369,21 @@ fn visit(
     ]);
     let later = e.b.use_var(task.started);
     let zero = e.int(0);
-    e.for_range(zero, rows, 1, |e, i| {
-        update_row(e, a, (task, keys), i, later, os, scratch)
-    });
+    match e.has_softmax_tile() {
+        true => {
+            if a.score.is_some() || a.mask.is_some() || a.positions.is_some() {
+                e.for_range(zero, rows, 1, |e, i| {
+                    scored_row(e, a, (task, keys), i, scratch, store_scores)
+                });
+            }
+            let out = (task.out, os[r], os[r + 1], a.dv);
+            let stats = (scratch.max_row, scratch.sum_row);
+            tile_softmax(e, (rows, cols), (tile, bc), stats, out, later);
+        }
+        false => e.for_range(zero, rows, 1, |e, i| {
+            update_row(e, a, (task, keys), i, later, os, scratch)
+        }),
+    }
     // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
     let vb = e.step(seg.v, keys.jl, vs[r]);
     let dv = e.int(a.dv as i64);
@@ -398,6 +410,22 @@ fn update_row(
     later: Value,
     os: &[usize],
     scratch: &Scratch,
+) {
+    scored_row(e, a, (task, keys), i, scratch, |e, row| {
+        online_update(e, a, task, (i, later), os, scratch, row)
+    });
+}
+
+/// Row `i` of a visited tile as [`Row`] for `then`: a mask of positions and the score
+/// change it must follow applied in place, and the tensor mask and any other score change
+/// left to the row's first pass.
+fn scored_row(
+    e: &mut Emit,
+    a: &Attention,
+    (task, keys): (&Rows, &Keys),
+    i: Value,
+    scratch: &Scratch,
+    then: impl FnOnce(&mut Emit, &Row),
 ) {
     let r = a.batch.len();
     let (j0, cols) = (keys.j0, keys.cols);
@@ -446,7 +474,22 @@ fn update_row(
         mask: mrow,
         change,
     };
-    let row_max = scale_mask_max(e, &row);
+    then(e, &row);
+}
+
+/// The online softmax's update of row `i` on Cranelift's vectors: its running maximum and
+/// sum, `exp` of its scores, and its outputs rescaled where the maximum moved.
+fn online_update(
+    e: &mut Emit,
+    a: &Attention,
+    task: &Rows,
+    (i, later): (Value, Value),
+    os: &[usize],
+    scratch: &Scratch,
+    row: &Row,
+) {
+    let r = a.batch.len();
+    let row_max = scale_mask_max(e, row);
     let m_at = e.step(scratch.max_row, i, 1);
     let s_at = e.step(scratch.sum_row, i, 1);
     let m_old = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), m_at, 0);
@@ -455,7 +498,7 @@ fn update_row(
     let none_yet = e.cmp(FloatCC::Equal, m_new, ninf);
     let z = e.f32(0.0);
     let base = e.pick(none_yet, z, m_new);
-    let sum = exp_sum(e, &row, base, false);
+    let sum = exp_sum(e, row, base, false);
     // `base` is at least `m_old`: the exponent is never positive, and a maximum that
     // moved by more than 104 gives exactly 0 without an underflowing product.
     let d = e.b.ins().fsub(m_old, base);

@@ -18,8 +18,24 @@ pub const LANES: usize = 4;
 
 /// `exp_nonpositive_scaled` multiplies by `2^EXP_SCALE_LOG2`: enough to keep `e^-104`
 /// normal, small enough that a sum of 2^100 of them stays finite.
-const EXP_SCALE_LOG2: u32 = 25;
+pub(crate) const EXP_SCALE_LOG2: u32 = 25;
 const EXP_SCALE: f32 = (1 << EXP_SCALE_LOG2) as f32;
+
+/// `exp`'s range reduction below which every result rounds to 0 (see
+/// [`Emit::exp4_reduced`]), its rounding constant `1.5·2^23`, `-ln 2` split in two for an
+/// exact reduction, and its degree-5 polynomial: shared with the native tile softmax
+/// (`runtime/native/softmax.rs`), which computes the same bits on 512-bit vectors.
+pub(crate) const EXP_LO: f32 = -104.0;
+pub(crate) const EXP_MAGIC: f32 = 12_582_912.0;
+pub(crate) const EXP_LN2: [f32; 2] = [-0.693_359_4, 2.121_944_4e-4];
+pub(crate) const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
 
 /// A kernel function being built: `fn(args, scratch, begin, end)`.
 pub struct Emit<'a> {
@@ -35,6 +51,9 @@ pub struct Emit<'a> {
     /// The `attnc_sgemm_packed` shim's declaration, and its reference in this function once
     /// imported by [`Emit::sgemm_packed`] (so the IR of other kernels does not name it).
     pub packed: (&'a (FuncId, Signature), Option<FuncRef>),
+    /// The `attnc_softmax_tile` shim's declaration where the CPU runs it, and its reference
+    /// in this function once imported by [`Emit::softmax_tile`].
+    pub softmax: (Option<&'a (FuncId, Signature)>, Option<FuncRef>),
     /// The module's declaration of each math function ([`Call::ALL`] order).
     pub calls: &'a [(FuncId, Signature)],
     /// Each math function's reference in this function, once imported by [`Emit::call`].
@@ -322,7 +341,7 @@ impl Emit<'_> {
         let x = self.b.ins().bitselect(over, hi, x);
         let (y, bits, under) = self.exp4_reduced(x);
         // `t`'s low mantissa bits hold `n`: its bits less the magic number's are `n`.
-        let magic_bits = self.vconst(I32X4, 12_582_912f32.to_bits());
+        let magic_bits = self.vconst(I32X4, EXP_MAGIC.to_bits());
         let n = self.b.ins().isub(bits, magic_bits);
         let half = self.b.ins().iconst(I32, 1);
         let n1 = self.b.ins().sshr(n, half);
@@ -382,28 +401,20 @@ impl Emit<'_> {
     /// finite) and the caller zeroes them. NaN passes through every step. Each `fma` takes
     /// a single-use value first, which x86 may overwrite without a copy.
     fn exp4_reduced(&mut self, x: Value) -> (Value, Value, Value) {
-        let lo = self.splat(-104.0, 4);
+        let lo = self.splat(EXP_LO, 4);
         let under = self.cmp(FloatCC::LessThan, x, lo);
         let x = self.b.ins().bitselect(under, lo, x);
         let log2e = self.splat(std::f32::consts::LOG2_E, 4);
-        let magic = self.splat(12_582_912.0, 4); // 1.5 * 2^23
+        let magic = self.splat(EXP_MAGIC, 4);
         let t = self.b.ins().fma(log2e, x, magic);
-        let magic = self.splat(12_582_912.0, 4);
+        let magic = self.splat(EXP_MAGIC, 4);
         let n = self.b.ins().fsub(t, magic);
-        let c1 = self.splat(-0.693_359_4, 4);
+        let c1 = self.splat(EXP_LN2[0], 4);
         let r = self.b.ins().fma(c1, n, x);
-        let c2 = self.splat(2.121_944_4e-4, 4);
+        let c2 = self.splat(EXP_LN2[1], 4);
         let r = self.b.ins().fma(c2, n, r);
-        let coeffs = [
-            1.987_569_1e-4,
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            0.5,
-        ];
-        let mut p = self.splat(coeffs[0], 4);
-        for &c in &coeffs[1..] {
+        let mut p = self.splat(EXP_POLY[0], 4);
+        for &c in &EXP_POLY[1..] {
             let c = self.splat(c, 4);
             p = self.b.ins().fma(p, r, c);
         }
@@ -477,6 +488,26 @@ impl Emit<'_> {
                 self.packed.1 = Some(r);
                 r
             }
+        };
+        self.b.ins().call(func_ref, &args);
+    }
+
+    /// Whether the attention tile's softmax runs in the native shim ([`Emit::softmax_tile`]).
+    pub fn has_softmax_tile(&self) -> bool {
+        self.softmax.0.is_some()
+    }
+
+    /// Calls `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs,
+    /// dv, later)`; only where [`Emit::has_softmax_tile`].
+    pub fn softmax_tile(&mut self, args: [Value; 11]) {
+        let func_ref = match self.softmax {
+            (_, Some(r)) => r,
+            (Some(decl), None) => {
+                let r = self.import(decl.0, &decl.1);
+                self.softmax.1 = Some(r);
+                r
+            }
+            (None, None) => unreachable!("the tile softmax is called only where the shim is bound"),
         };
         self.b.ins().call(func_ref, &args);
     }

@@ -3,7 +3,7 @@
 use super::emit::{Emit, LANES};
 use super::math::{eval, float_cc};
 use crate::kernel::{Expr, MaskFill, Softmax};
-use cranelift_codegen::ir::types::{F32, F32X4};
+use cranelift_codegen::ir::types::{F32, F32X4, I32};
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 /// One row of scores being normalized: `len` elements at `src` (stride `src_stride`),
@@ -194,6 +194,40 @@ pub fn exp_sum(e: &mut Emit, row: &Row, max: Value, scaled: bool) -> Value {
     let a = e.hsum(v);
     let s = e.b.use_var(ssum);
     e.b.ins().fadd(a, s)
+}
+
+/// Pass 1 without the maximum, for [`tile_softmax`] to follow: the row's scores (changed,
+/// scaled or masked) stored in `dst`; nothing where it has none to change.
+pub fn store_scores(e: &mut Emit, row: &Row) {
+    if !row.stores_scores() {
+        return;
+    }
+    lanes(e, row.len, row.vector(), |e, j, w| {
+        let y = score(e, row, j, w);
+        let addr = e.step(row.dst, j, row.dst_stride);
+        e.store(y, addr);
+    });
+}
+
+/// The attention tile's online softmax in the native 512-bit shim (`attnc_softmax_tile`),
+/// on the scores as the generated code left them: per row of the `rows × cols` tile (row
+/// stride `tile_rs`), its maximum, `exp` and sum, the running maximum and sum at `stats`,
+/// and its output row (`out` with its row and column strides and `dv` columns) rescaled
+/// where the maximum moved and `later` (an `i8`: a tile was visited before). The bits are
+/// those of [`scale_mask_max`], [`exp_sum`] and the update that follows them.
+pub fn tile_softmax(
+    e: &mut Emit,
+    (rows, cols): (Value, Value),
+    (tile, tile_rs): (Value, usize),
+    (max, sum): (Value, Value),
+    (out, out_rs, out_cs, dv): (Value, usize, usize, usize),
+    later: Value,
+) {
+    let [tile_rs, out_rs, out_cs, dv] = [tile_rs, out_rs, out_cs, dv].map(|s| e.int(s as i64));
+    let later = e.b.ins().uextend(I32, later);
+    e.softmax_tile([
+        rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, later,
+    ]);
 }
 
 /// `dst[j] *= factor` over `len` elements of stride `stride`.

@@ -84,7 +84,7 @@ impl Executable {
         let start = Instant::now();
         let plan = plan(program, dims, budget)?;
         let lower = start.elapsed().as_secs_f64() * 1e3;
-        let mut exe = Executable::from_plan_since(plan, start, budget)?;
+        let mut exe = Executable::from_plan_since(plan, start, budget, shims())?;
         exe.phases.lower = lower;
         Ok(exe)
     }
@@ -92,7 +92,14 @@ impl Executable {
     /// Compiles a plan made by hand (kernel tests and benchmarks). Its params and inputs
     /// are the `Bound`'s by index, as for a program.
     pub fn from_plan(plan: Plan) -> Result<Executable, RunError> {
-        Executable::from_plan_since(plan, Instant::now(), budget::physical_memory())
+        Executable::from_plan_with(plan, shims())
+    }
+
+    /// [`Executable::from_plan`] with its code calling `shims`: tests compare the
+    /// attention kernel's softmax in the native shim with the generated code's
+    /// (`Shims::softmax` set and `None`).
+    pub fn from_plan_with(plan: Plan, shims: Shims) -> Result<Executable, RunError> {
+        Executable::from_plan_since(plan, Instant::now(), budget::physical_memory(), shims)
     }
 
     /// The validated plan the executable runs.
@@ -102,14 +109,19 @@ impl Executable {
 
     /// Every executable's plan is validated here, once: the runtime calls kernels of valid
     /// plans only.
-    fn from_plan_since(plan: Plan, start: Instant, budget: u64) -> Result<Executable, RunError> {
+    fn from_plan_since(
+        plan: Plan,
+        start: Instant,
+        budget: u64,
+        shims: Shims,
+    ) -> Result<Executable, RunError> {
         let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
         let validating = Instant::now();
         budget::plan(&plan, budget)?;
         plan.validate().map_err(internal)?;
         let validate = ms(validating);
         let generating = Instant::now();
-        let compiled = Jit::new(shims())
+        let compiled = Jit::new(shims)
             .and_then(|jit| jit.compile(&plan))
             .map_err(internal)?;
         let phases = CompilePhases {
@@ -353,6 +365,7 @@ pub fn shims() -> Shims {
     Shims {
         sgemm: native::attnc_sgemm as *const u8,
         packed: native::attnc_sgemm_packed as *const u8,
+        softmax: native::softmax_shim(),
     }
 }
 

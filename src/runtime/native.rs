@@ -23,6 +23,8 @@ use std::sync::{Mutex, OnceLock};
 mod panel;
 #[cfg(target_arch = "x86_64")]
 mod scatter;
+#[cfg(target_arch = "x86_64")]
+mod softmax;
 mod tile;
 
 /// Whether the AVX-512 tile product runs on this CPU (checked once).
@@ -33,6 +35,18 @@ fn use_tile() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     let detect = || false;
     *AVAILABLE.get_or_init(|| detect() && std::env::var_os("ATTNC_NO_TILE").is_none())
+}
+
+/// The address of the attention tile's softmax shim (`softmax::attnc_softmax_tile`), where
+/// the AVX-512 tile routines run here ([`use_tile`]); `None` keeps the softmax in the
+/// generated code (no AVX-512, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_SOFTMAX`, which leaves
+/// the tile products native: the benchmarks' before and after in one binary).
+pub fn softmax_shim() -> Option<*const u8> {
+    #[cfg(target_arch = "x86_64")]
+    if use_tile() && std::env::var_os("ATTNC_NO_TILE_SOFTMAX").is_none() {
+        return Some(softmax::attnc_softmax_tile as *const u8);
+    }
+    None
 }
 
 /// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ c[i, j] when acc != 0)` for an `m × n` tile

@@ -1,0 +1,497 @@
+//! The attention tile's online softmax on 512-bit vectors, called from the generated code
+//! after the tile's score changes and masks (`codegen/softmax.rs`, [`tile_softmax`]): per
+//! row of the scores tile, the row's maximum, `exp(s - max)` written back with its sum, the
+//! running maximum and sum updated, and the row's outputs rescaled where the maximum moved.
+//!
+//! It computes the bits the 128-bit JIT path computes (`codegen/softmax.rs`'s
+//! `scale_mask_max` and `exp_sum`, `codegen/attention.rs`'s `update_row`), so that the
+//! interpreter's tolerances and every thread count see one result: the same `exp`
+//! polynomial, operation for operation, and the same order of every sum and maximum. The
+//! JIT accumulates a row four lanes at a time (lane `l` takes the keys `j ≡ l mod 4`, in
+//! order); here one 512-bit vector holds four keys of four rows, one row per 128-bit
+//! quarter, so each quarter is that row's four-lane accumulator and the order is kept.
+//!
+//! [`tile_softmax`]: crate::codegen
+
+use crate::codegen::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_POLY, EXP_SCALE_LOG2};
+use std::arch::x86_64::*;
+
+/// Rows per vector: one per 128-bit quarter.
+const GROUP: usize = 4;
+
+/// The running state of the tile's rows: each row's maximum and sum so far (`rows` floats
+/// each), and its output row (`dv` floats, strides `rs` between rows and `cs` between
+/// columns), rescaled only when `later` (a tile was visited before this one).
+pub struct Running {
+    pub max: *mut f32,
+    pub sum: *mut f32,
+    pub out: *mut f32,
+    pub rs: usize,
+    pub cs: usize,
+    pub dv: usize,
+    pub later: bool,
+}
+
+/// Runs the online softmax's update on `rows × cols` scores at `tile` (row stride
+/// `tile_rs`, unit column stride): see the module's documentation.
+///
+/// # Safety
+/// The CPU has AVX-512F ([`super::tile::available`]); the tile's `rows × cols` elements,
+/// `rows` floats at `run.max` and at `run.sum`, and `run.out + i·rs + c·cs` for `i < rows`,
+/// `c < dv` are inside their allocations, written by no other thread during the call, and
+/// none of them is another's.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn tile_softmax((rows, cols): (usize, usize), (tile, tile_rs): (*mut f32, usize), run: &Running) {
+    let mut i = 0;
+    while i < rows {
+        let g = (rows - i).min(GROUP);
+        // Rows past the tile repeat the group's last row and are never written.
+        let mut at = [tile; GROUP];
+        for (q, row) in at.iter_mut().enumerate() {
+            // SAFETY: row `i + min(q, g - 1)` is one of the tile's `rows` (the contract).
+            *row = unsafe { tile.add((i + q.min(g - 1)) * tile_rs) };
+        }
+        // SAFETY: the group's rows are inside the tile, and its rows' statistics and
+        // outputs inside theirs (the contract).
+        unsafe { group(&at, g, cols, i, run) };
+        i += g;
+    }
+}
+
+/// Rows `i..i + g` of the tile, at `at` (`g ≤ 4`; the rest repeat row `g - 1`).
+///
+/// # Safety
+/// [`tile_softmax`]'s contract, for these rows.
+#[target_feature(enable = "avx512f")]
+unsafe fn group(at: &[*mut f32; GROUP], g: usize, cols: usize, i: usize, run: &Running) {
+    // SAFETY: the rows' `cols` scores are inside the tile (the contract).
+    let row_max = unsafe { group_max(at, cols) };
+    let mut base = [0.0f32; GROUP];
+    let mut m_old = [0.0f32; GROUP];
+    let mut m_new = [0.0f32; GROUP];
+    for q in 0..g {
+        // SAFETY: row `i + q` of the statistics is inside them (the contract).
+        m_old[q] = unsafe { *run.max.add(i + q) };
+        m_new[q] = max(m_old[q], row_max[q]);
+        // A row whose every key so far is removed subtracts 0, so `-inf - -inf` is not NaN.
+        base[q] = if m_new[q] == f32::NEG_INFINITY {
+            0.0
+        } else {
+            m_new[q]
+        };
+    }
+    // The rows past `g` repeat row `g - 1`, and its base with it.
+    for q in g..GROUP {
+        base[q] = base[g - 1];
+    }
+    // SAFETY: as for the maximum; the rows past `g` are not written.
+    let sum = unsafe { group_exp_sum(at, g, cols, base) };
+    for q in 0..g {
+        // `base` is at least `m_old`: the exponent is never positive.
+        let corr = exp_nonpositive1(m_old[q] - base[q]);
+        // SAFETY: row `i + q` of the statistics and of the output are inside them (the
+        // contract).
+        unsafe {
+            let l_at = run.sum.add(i + q);
+            *l_at = (*l_at).mul_add(corr, sum[q]);
+            *run.max.add(i + q) = m_new[q];
+            // A product by exactly 1 changes no bit: a row whose maximum stayed is left.
+            if run.later && corr != 1.0 {
+                scale(run.out.add((i + q) * run.rs), run.dv, run.cs, corr);
+            }
+        }
+    }
+}
+
+/// The larger of `a` and `b` as the JIT's `max` takes it: `a` where `a > b`, else `b`
+/// (`_mm512_max_ps`'s rule, NaN and signed zeros included).
+fn max(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Four keys of each of the four rows, from key `j`: row `q` in quarter `q`.
+///
+/// # Safety
+/// Keys `j..j + 4` of every row are inside the tile.
+#[target_feature(enable = "avx512f")]
+unsafe fn gather(at: &[*mut f32; GROUP], j: usize) -> __m512 {
+    // SAFETY: the four keys of each row are inside the tile (the contract).
+    unsafe {
+        let v = _mm512_castps128_ps512(_mm_loadu_ps(at[0].add(j)));
+        let v = _mm512_insertf32x4::<1>(v, _mm_loadu_ps(at[1].add(j)));
+        let v = _mm512_insertf32x4::<2>(v, _mm_loadu_ps(at[2].add(j)));
+        _mm512_insertf32x4::<3>(v, _mm_loadu_ps(at[3].add(j)))
+    }
+}
+
+/// Writes quarter `q` of `v` to keys `j..j + 4` of row `q`, for the first `g` rows.
+///
+/// # Safety
+/// Keys `j..j + 4` of the first `g` rows are inside the tile.
+#[target_feature(enable = "avx512f")]
+unsafe fn scatter(at: &[*mut f32; GROUP], g: usize, j: usize, v: __m512) {
+    // SAFETY: the four keys of each of the `g` rows are inside the tile (the contract).
+    unsafe {
+        _mm_storeu_ps(at[0].add(j), _mm512_castps512_ps128(v));
+        if g > 1 {
+            _mm_storeu_ps(at[1].add(j), _mm512_extractf32x4_ps::<1>(v));
+        }
+        if g > 2 {
+            _mm_storeu_ps(at[2].add(j), _mm512_extractf32x4_ps::<2>(v));
+        }
+        if g > 3 {
+            _mm_storeu_ps(at[3].add(j), _mm512_extractf32x4_ps::<3>(v));
+        }
+    }
+}
+
+/// The four lanes of each quarter of `v`.
+#[target_feature(enable = "avx512f")]
+fn quarters(v: __m512) -> [[f32; 4]; GROUP] {
+    // SAFETY: `__m512` and `[[f32; 4]; 4]` have the same size, and every bit pattern is a
+    // float.
+    unsafe { std::mem::transmute::<__m512, [[f32; GROUP]; 4]>(v) }
+}
+
+/// Each row's maximum over its `cols` scores, in the JIT's order: four lanes over the keys
+/// of whole vectors, those lanes paired, then the keys left one by one.
+///
+/// # Safety
+/// The rows' `cols` scores are inside the tile.
+#[target_feature(enable = "avx512f")]
+unsafe fn group_max(at: &[*mut f32; GROUP], cols: usize) -> [f32; GROUP] {
+    let whole = cols & !3;
+    let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+    for j in (0..whole).step_by(4) {
+        // SAFETY: keys `j..j + 4 ≤ cols` of each row are inside the tile.
+        acc = _mm512_max_ps(acc, unsafe { gather(at, j) });
+    }
+    let mut out = [f32::NEG_INFINITY; GROUP];
+    for (q, l) in quarters(acc).into_iter().enumerate() {
+        let mut rest = f32::NEG_INFINITY;
+        for j in whole..cols {
+            // SAFETY: key `j < cols` of row `q` is inside the tile.
+            rest = max(rest, unsafe { *at[q].add(j) });
+        }
+        out[q] = max(max(max(l[0], l[1]), max(l[2], l[3])), rest);
+    }
+    out
+}
+
+/// `exp(s - base)` over each row's `cols` scores, written back to the first `g` rows, and
+/// each row's sum in the JIT's order: four lanes over the keys of whole vectors, the lanes
+/// summed in pairs, then the keys left one by one.
+///
+/// # Safety
+/// The rows' `cols` scores are inside the tile.
+#[target_feature(enable = "avx512f")]
+unsafe fn group_exp_sum(at: &[*mut f32; GROUP], g: usize, cols: usize, base: [f32; GROUP]) -> [f32; GROUP] {
+    let whole = cols & !3;
+    let b = _mm512_castps128_ps512(_mm_set1_ps(base[0]));
+    let b = _mm512_insertf32x4::<1>(b, _mm_set1_ps(base[1]));
+    let b = _mm512_insertf32x4::<2>(b, _mm_set1_ps(base[2]));
+    let b = _mm512_insertf32x4::<3>(b, _mm_set1_ps(base[3]));
+    let mut acc = _mm512_setzero_ps();
+    for j in (0..whole).step_by(4) {
+        // SAFETY: keys `j..j + 4 ≤ cols` of each row are inside the tile.
+        unsafe {
+            let p = exp_nonpositive(_mm512_sub_ps(gather(at, j), b));
+            scatter(at, g, j, p);
+            acc = _mm512_add_ps(acc, p);
+        }
+    }
+    let mut sum = [0.0; GROUP];
+    for (q, l) in quarters(acc).into_iter().enumerate().take(g) {
+        let mut rest = 0.0f32;
+        for j in whole..cols {
+            // SAFETY: key `j < cols` of row `q < g` is inside the tile.
+            unsafe {
+                let p = exp_nonpositive1(*at[q].add(j) - base[q]);
+                *at[q].add(j) = p;
+                rest += p;
+            }
+        }
+        sum[q] = ((l[0] + l[1]) + (l[2] + l[3])) + rest;
+    }
+    sum
+}
+
+/// `dst[c·cs] *= factor` for `c < len`.
+///
+/// # Safety
+/// Those elements are inside their allocation.
+#[target_feature(enable = "avx512f")]
+unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32) {
+    if cs != 1 {
+        for c in 0..len {
+            // SAFETY: element `c < len` is inside the allocation (the contract).
+            unsafe { *dst.add(c * cs) *= factor };
+        }
+        return;
+    }
+    let f = _mm512_set1_ps(factor);
+    let mut c = 0;
+    while c < len {
+        let lanes = (len - c).min(16);
+        let mask = if lanes == 16 {
+            u16::MAX
+        } else {
+            (1u16 << lanes) - 1
+        };
+        // SAFETY: the lanes set in `mask` are elements `c..c + lanes ≤ len`; the others
+        // are not touched.
+        unsafe {
+            let at = dst.add(c);
+            let y = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, at), f);
+            _mm512_mask_storeu_ps(at, mask, y);
+        }
+        c += lanes;
+    }
+}
+
+/// `e^x` for `x ≤ 0`, each lane as the JIT's `exp_nonpositive` computes it
+/// (`codegen/emit.rs`): Cephes' reduction and polynomial, the lanes below -104 set to 0
+/// before the power of two, the power `2^(n + 25)` (normal) and then `2^-25`, which
+/// rounds once, to a subnormal where the true value is one. NaN passes through.
+#[target_feature(enable = "avx512f")]
+fn exp_nonpositive(x: __m512) -> __m512 {
+    let lo = _mm512_set1_ps(EXP_LO);
+    let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
+    let x = _mm512_mask_blend_ps(under, x, lo);
+    let magic = _mm512_set1_ps(EXP_MAGIC);
+    let t = _mm512_fmadd_ps(_mm512_set1_ps(std::f32::consts::LOG2_E), x, magic);
+    let n = _mm512_sub_ps(t, magic);
+    let r = _mm512_fmadd_ps(_mm512_set1_ps(EXP_LN2[0]), n, x);
+    let r = _mm512_fmadd_ps(_mm512_set1_ps(EXP_LN2[1]), n, r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let r2 = _mm512_mul_ps(r, r);
+    let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
+    let y = _mm512_mask_blend_ps(under, y, _mm512_setzero_ps());
+    let bias = _mm512_set1_epi32(((127 + EXP_SCALE_LOG2) << 23) as i32);
+    let pow = _mm512_add_epi32(_mm512_slli_epi32::<23>(_mm512_castps_si512(t)), bias);
+    let scaled = _mm512_mul_ps(y, _mm512_castsi512_ps(pow));
+    _mm512_mul_ps(scaled, _mm512_set1_ps(1.0 / (1u32 << EXP_SCALE_LOG2) as f32))
+}
+
+/// [`exp_nonpositive`] of one float (the JIT's does its one lane on a vector too).
+#[target_feature(enable = "avx512f")]
+fn exp_nonpositive1(x: f32) -> f32 {
+    _mm_cvtss_f32(_mm512_castps512_ps128(exp_nonpositive(_mm512_set1_ps(x))))
+}
+
+/// `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv,
+/// later)`: [`tile_softmax`] for JIT code. The code generator calls it only where
+/// [`super::use_tile`] holds (the shim is bound to no symbol otherwise).
+///
+/// # Safety
+/// [`tile_softmax`]'s: the CPU has AVX-512F, and the tile, the statistics and the outputs
+/// are inside their allocations and this call's alone. The JIT code passes its thread's
+/// scratch (tile and statistics, sized by `KernelOp::scratch`) and its task's own output
+/// rows, which `Plan::validate` proved inside their buffer.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn attnc_softmax_tile(
+    rows: i64,
+    cols: i64,
+    tile: *mut f32,
+    tile_rs: i64,
+    max: *mut f32,
+    sum: *mut f32,
+    out: *mut f32,
+    out_rs: i64,
+    out_cs: i64,
+    dv: i64,
+    later: i32,
+) {
+    if rows <= 0 || cols <= 0 || tile_rs < 0 || out_rs < 0 || out_cs < 0 || dv < 0 {
+        return;
+    }
+    let u = |x: i64| x as usize;
+    let run = Running {
+        max,
+        sum,
+        out,
+        rs: u(out_rs),
+        cs: u(out_cs),
+        dv: u(dv),
+        later: later != 0,
+    };
+    // SAFETY: the sizes and strides are not negative (checked), and this function's
+    // contract is `tile_softmax`'s.
+    unsafe { tile_softmax((u(rows), u(cols)), (tile, u(tile_rs)), &run) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tile of `rows × cols` scores in rows of `cols + 3` (the 3 past each row a
+    /// sentinel the routine must not touch), and the state of each row before it.
+    struct Case {
+        rows: usize,
+        cols: usize,
+        tile: Vec<f32>,
+        max: Vec<f32>,
+        sum: Vec<f32>,
+        out: Vec<f32>,
+        dv: usize,
+    }
+
+    const SENTINEL: f32 = 12345.0;
+
+    impl Case {
+        fn new(rows: usize, cols: usize, score: impl Fn(usize, usize) -> f32) -> Case {
+            let rs = cols + 3;
+            let tile = (0..rows * rs)
+                .map(|x| match x % rs < cols {
+                    true => score(x / rs, x % rs),
+                    false => SENTINEL,
+                })
+                .collect();
+            let dv = 5;
+            Case {
+                rows,
+                cols,
+                tile,
+                max: (0..rows).map(|i| [f32::NEG_INFINITY, 0.5, 3.0][i % 3]).collect(),
+                sum: (0..rows).map(|i| [0.0, 1.5, 2.0][i % 3]).collect(),
+                out: (0..rows * (dv + 1)).map(|x| x as f32 * 0.25 - 1.0).collect(),
+                dv,
+            }
+        }
+
+        /// Runs the routine on a copy; returns the tile, maxima, sums and outputs after.
+        fn run(&self) -> Case {
+            let mut c = self.clone();
+            let run = Running {
+                max: c.max.as_mut_ptr(),
+                sum: c.sum.as_mut_ptr(),
+                out: c.out.as_mut_ptr(),
+                rs: self.dv + 1,
+                cs: 1,
+                dv: self.dv,
+                later: true,
+            };
+            // SAFETY: the CPU has AVX-512F (checked by the caller), and every element the
+            // routine reaches is inside these vectors, which nothing else uses.
+            unsafe { tile_softmax((c.rows, c.cols), (c.tile.as_mut_ptr(), c.cols + 3), &run) };
+            c
+        }
+    }
+
+    impl Clone for Case {
+        fn clone(&self) -> Case {
+            Case {
+                tile: self.tile.clone(),
+                max: self.max.clone(),
+                sum: self.sum.clone(),
+                out: self.out.clone(),
+                ..*self
+            }
+        }
+    }
+
+    /// A plain loop of the online softmax's update in float64, against which each row's
+    /// results are compared (`exp` within 3·10⁻⁷ relative, the sums within 10⁻⁶).
+    fn check(before: &Case) {
+        let after = before.run();
+        let rs = before.cols + 3;
+        for i in 0..before.rows {
+            let row = &before.tile[i * rs..i * rs + before.cols];
+            let got = &after.tile[i * rs..(i + 1) * rs];
+            assert!(
+                got[before.cols..].iter().all(|&x| x == SENTINEL),
+                "row {i}: wrote past the tile"
+            );
+            let m_old = before.max[i] as f64;
+            let nan = row.iter().any(|x| x.is_nan());
+            let m_new = row.iter().fold(m_old, |m, &x| m.max(x as f64));
+            let base = if m_new == f64::NEG_INFINITY { 0.0 } else { m_new };
+            let mut sum = 0.0;
+            for (j, &s) in row.iter().enumerate() {
+                // The exponent is rounded to f32 before `exp`, as the kernel computes it.
+                let want = ((s - base as f32) as f64).exp();
+                sum += want;
+                let close = match nan {
+                    true => true,
+                    false => (got[j] as f64 - want).abs() <= 3e-7 * want + 1.5e-45,
+                };
+                assert!(
+                    close,
+                    "row {i} key {j}: exp({s} - {base}) = {}, want {want}",
+                    got[j]
+                );
+            }
+            let corr = ((before.max[i] - base as f32) as f64).exp();
+            let l = before.sum[i] as f64 * corr + sum;
+            let got_l = after.sum[i] as f64;
+            match nan {
+                true => assert!(
+                    got_l.is_nan(),
+                    "row {i}: a NaN score gives a NaN sum, got {got_l}"
+                ),
+                false => {
+                    assert!((got_l - l).abs() <= 1e-6 * l, "row {i}: sum {got_l}, want {l}");
+                    assert_eq!(after.max[i] as f64, m_new, "row {i}: maximum");
+                }
+            }
+            let o = i * (before.dv + 1);
+            for c in 0..before.dv {
+                let want = before.out[o + c] as f64 * corr;
+                let got = after.out[o + c] as f64;
+                assert!(
+                    nan || (got - want).abs() <= 1e-6 * want.abs(),
+                    "row {i} output {c}: {got}, want {want}"
+                );
+            }
+            assert_eq!(
+                after.out[o + before.dv],
+                before.out[o + before.dv],
+                "row {i}: wrote past dv"
+            );
+        }
+    }
+
+    fn score(i: usize, j: usize) -> f32 {
+        ((i * 31 + j * 17) % 41) as f32 * 0.37 - 6.0
+    }
+
+    #[test]
+    fn tiles_of_every_width_and_height_match_a_plain_loop() {
+        if !super::super::tile::available() {
+            return;
+        }
+        for rows in [1, 3, 4, 5, 8] {
+            for cols in [1, 2, 3, 4, 5, 7, 16, 17, 64, 67] {
+                check(&Case::new(rows, cols, score));
+            }
+        }
+    }
+
+    #[test]
+    fn rows_removed_whole_nan_and_huge_scores_match_a_plain_loop() {
+        if !super::super::tile::available() {
+            return;
+        }
+        let removed = |i: usize, j: usize| {
+            if i.is_multiple_of(2) {
+                f32::NEG_INFINITY
+            } else {
+                score(i, j)
+            }
+        };
+        let nan = |i: usize, j: usize| if i == 1 && j == 2 { f32::NAN } else { score(i, j) };
+        let huge = |i: usize, j: usize| score(i, j) * 1e30 * if j.is_multiple_of(2) { 1.0 } else { -1.0 };
+        for cols in [1, 6, 19] {
+            check(&Case::new(5, cols, removed));
+            check(&Case::new(5, cols, nan));
+            check(&Case::new(5, cols, huge));
+        }
+    }
+}
