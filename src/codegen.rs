@@ -21,6 +21,7 @@ mod map;
 mod math;
 mod row;
 mod softmax;
+mod visible;
 
 use crate::kernel::{KernelOp, Plan};
 use cranelift_codegen::control::ControlPlane;

@@ -9,9 +9,15 @@
 //! not visited (where the kernel may skip), a tile it keeps whole tests no element, and only
 //! a tile it keeps in part evaluates the formula per element. A row whose maximum is still
 //! `-inf` (every key so far removed) subtracts 0 instead, so `-inf - -inf` never makes NaN.
+//!
+//! A tensor mask that fills with `-inf` is read once per block of rows for the keys any row
+//! keeps (`visible.rs`), and a tile outside them is not visited unless its values are not
+//! all finite; a block that visits no tile writes its rows as a visited one whose every
+//! score was removed would (0, then normalized as such a row is).
 
 use super::emit::Emit;
 use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, Row};
+use super::visible::{values_finite, visible_keys, MaskRows};
 use crate::kernel::{Attention, Keep, MaskFill};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, I32, I8};
@@ -107,7 +113,8 @@ impl Scratch {
 
 /// One task's rows: the first and how many, and the pointers at them of `q`, the output,
 /// the mask and each score input; `started` says whether a tile was visited yet (the first
-/// one writes the output rows, later ones rescale and add to them).
+/// one writes the output rows, later ones rescale and add to them); `visible`, the keys any
+/// of the rows keeps where the kernel skips the tiles a tensor mask removes.
 struct Rows<'a> {
     i0: Value,
     rows: Value,
@@ -116,6 +123,7 @@ struct Rows<'a> {
     mask: Option<(Value, &'a MaskFill)>,
     score: Vec<Value>,
     started: Variable,
+    visible: Option<(Value, Value)>,
 }
 
 /// One segment of the keys (`k` and `v`, then the tail's): its pointers at this task's
@@ -175,6 +183,16 @@ fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scr
     });
     let no = e.b.ins().iconst(I8, 0);
     let started = e.var(I8, no);
+    let visible = mask.filter(|_| a.skips_masked_tiles()).map(|(at, m)| {
+        let mask = MaskRows {
+            at,
+            row_stride: m.mask.strides[r],
+            key_stride: m.mask.strides[r + 1],
+            fill: m,
+        };
+        let all = (zero, e.int(a.m as i64));
+        visible_keys(e, &mask, rows, keys.unwrap_or(all))
+    });
     let task = Rows {
         i0,
         rows,
@@ -183,6 +201,7 @@ fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scr
         mask,
         score,
         started,
+        visible,
     };
     for segment in &segments {
         walk_segment(e, a, (&task, segment), (keys, zero), &os.strides, scratch);
@@ -199,6 +218,17 @@ fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scr
             visited,
         );
         return;
+    }
+    if visible.is_some() {
+        // No tile visited: the rows are those of a visited tile that removed every score.
+        let visited = e.b.use_var(started);
+        let none = e.b.ins().bxor_imm_u(visited, 1);
+        e.when(none, |e| {
+            e.for_range(zero, rows, 1, |e, i| {
+                let orow = e.step(out, i, os.strides[r]);
+                zero_row(e, orow, a.dv, os.strides[r + 1]);
+            });
+        });
     }
     normalize(e, a, (out, &os.strides[r..]), (zero, rows), scratch.sum_row);
 }
@@ -334,7 +364,10 @@ fn walk_segment(
             self::truth(e, &p.keep, (task.i0, last_i), (j0, last_j))
         });
         let tile = Keys { jl, j0, cols, truth };
-        let mut visit = |e: &mut Emit| visit(e, a, (task, seg, &tile), os, scratch);
+        let mut visit = |e: &mut Emit| match task.visible {
+            Some(range) => visit_if_seen(e, a, (task, seg, &tile), range, os, scratch),
+            None => visit(e, a, (task, seg, &tile), os, scratch),
+        };
         match truth.filter(|_| skip) {
             Some((_, none)) => {
                 let some = e.b.ins().bxor_imm_u(none, 1);
@@ -343,6 +376,33 @@ fn walk_segment(
             None => visit(e),
         }
     });
+}
+
+/// A tile visited where it meets the keys `range` the task's rows keep, or where its values
+/// are not all finite (PyTorch's `0 · v` then gives NaN, which visiting it gives too).
+fn visit_if_seen(
+    e: &mut Emit,
+    a: &Attention,
+    (task, seg, keys): (&Rows, &Segment, &Keys),
+    (lo, hi): (Value, Value),
+    os: &[usize],
+    scratch: &Scratch,
+) {
+    let end = e.b.ins().iadd(keys.j0, keys.cols);
+    let before = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, lo);
+    let after = e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, keys.j0, hi);
+    let outside = e.b.ins().bor(before, after);
+    let inside = e.b.ins().bxor_imm_u(outside, 1);
+    let seen = e.var(I8, inside);
+    e.when(outside, |e| {
+        let r = a.batch.len();
+        let vb = e.step(seg.v, keys.jl, seg.vs[r]);
+        let finite = values_finite(e, vb, (seg.vs[r], seg.vs[r + 1]), keys.cols, a.dv);
+        let not_finite = e.b.ins().bxor_imm_u(finite, 1);
+        e.b.def_var(seen, not_finite);
+    });
+    let seen = e.b.use_var(seen);
+    e.when(seen, |e| visit(e, a, (task, seg, keys), os, scratch));
 }
 
 /// One tile: the scores `scale · q kᵀ` into scratch, each row's update, then the tile
@@ -561,13 +621,7 @@ fn finish_chunk(
     e.for_range(zero, rows, 1, |e, i| {
         let orow = e.step(out, i, os[0]);
         let none = e.b.ins().bxor_imm_u(visited, 1);
-        e.when(none, |e| {
-            let (z, dv) = (e.f32(0.0), e.int(dv as i64));
-            e.for_range(zero, dv, 1, |e, j| {
-                let at = e.step(orow, j, os[1]);
-                e.store(z, at);
-            });
-        });
+        e.when(none, |e| zero_row(e, orow, dv, os[1]));
         for (k, stat) in [max_row, sum_row].into_iter().enumerate() {
             let from = e.step(stat, i, 1);
             let x = e.b.ins().load(F32, MemFlagsData::new().with_notrap(), from, 0);
@@ -575,6 +629,15 @@ fn finish_chunk(
             let to = e.step(orow, col, os[1]);
             e.store(x, to);
         }
+    });
+}
+
+/// `row[j] = 0` for the `dv` outputs of a row, `stride` apart.
+fn zero_row(e: &mut Emit, row: Value, dv: usize, stride: usize) {
+    let (zero, z, dv) = (e.int(0), e.f32(0.0), e.int(dv as i64));
+    e.for_range(zero, dv, 1, |e, j| {
+        let at = e.step(row, j, stride);
+        e.store(z, at);
     });
 }
 

@@ -103,6 +103,13 @@ impl Attention {
             .is_some_and(|p| tensor_mask_ok && p.every_row_keeps(self.n, self.m, self.block.1))
     }
 
+    /// Whether a key tile the tensor mask removes from every row of a task is skipped,
+    /// decided at run time from the mask: only a `-inf` fill removes a key whatever the
+    /// other scores are (under a finite one, a row that keeps no key needs every key).
+    pub fn skips_masked_tiles(&self) -> bool {
+        self.mask.as_ref().is_some_and(|m| m.fill == f32::NEG_INFINITY)
+    }
+
     /// The tiles `positions` keeps whole, in part, and removes (removed ones are visited
     /// like partial ones where [`Attention::skips_tiles`] does not hold).
     pub fn tile_counts(&self) -> Option<TileCounts> {

@@ -221,6 +221,12 @@ fn attention(out: &mut String, a: &Attention) {
         }
     }
     mask(out, &a.mask);
+    if a.skips_masked_tiles() {
+        let _ = writeln!(
+            out,
+            "      tiles the mask removes from every row of a block: skipped, found at run time (visited where their values are not finite)"
+        );
+    }
     positions(out, a);
     if a.zero_empty_rows {
         let _ = writeln!(out, "      a row without keys is 0");

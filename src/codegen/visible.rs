@@ -1,0 +1,127 @@
+//! The keys a block of query rows can see under a tensor mask that fills with `-inf`, found
+//! at run time by reading the mask. A mask computed from run-time positions (a cache's
+//! filled length, `arange(C)[None, :] <= cache_position[:, None]`, padding) is known only
+//! when the program runs, so the attention kernel reads it once per block of rows and
+//! visits only the key tiles that meet the range any row keeps: the tiles it removes from
+//! every row add nothing to the result, as with a mask of compile-time positions.
+//!
+//! A removed tile's values are still read, not multiplied: PyTorch's `softmax(s) @ v`
+//! multiplies a removed key's values by 0, which gives NaN where they are inf or NaN, so
+//! such a tile is visited as before and gives PyTorch's NaN.
+
+use super::emit::Emit;
+use super::math::float_cc;
+use super::softmax::lanes;
+use crate::kernel::MaskFill;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::{F32, F32X4, I64};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
+
+/// The mask of a block of rows: a pointer at its first row, the strides between rows and
+/// between keys, and what it does.
+pub struct MaskRows<'a> {
+    pub at: Value,
+    pub row_stride: usize,
+    pub key_stride: usize,
+    pub fill: &'a MaskFill,
+}
+
+/// `[lo, hi)`: from the first key of `keys` that any of the `rows` rows keeps to one past
+/// the last (`lo >= hi` where none keeps one). Each row is read from both ends only up to
+/// the range the rows before it found, so a block reads the elements outside its range and
+/// few others.
+pub fn visible_keys(e: &mut Emit, mask: &MaskRows, rows: Value, keys: (Value, Value)) -> (Value, Value) {
+    let (start, end) = keys;
+    let lo = e.var(I64, end);
+    let hi = e.var(I64, start);
+    let zero = e.int(0);
+    e.for_range(zero, rows, 1, |e, i| {
+        let row = e.step(mask.at, i, mask.row_stride);
+        let removed = |e: &mut Emit, j: Value| {
+            let at = e.step(row, j, mask.key_stride);
+            let x =
+                e.b.ins()
+                    .load(F32, MemFlagsData::new().with_notrap().with_readonly(), at, 0);
+            let rhs = e.f32(mask.fill.rhs);
+            e.cmp(float_cc(mask.fill.op), x, rhs)
+        };
+        let l = e.b.use_var(lo);
+        let first = scan(e, (start, l), 1, removed);
+        e.b.def_var(lo, first);
+        let h = e.b.use_var(hi);
+        let (from, to) = (e.b.ins().iadd_imm_s(end, -1), e.b.ins().iadd_imm_s(h, -1));
+        let last = scan(e, (from, to), -1, removed);
+        let past = e.b.ins().iadd_imm_s(last, 1);
+        e.b.def_var(hi, past);
+    });
+    (e.b.use_var(lo), e.b.use_var(hi))
+}
+
+/// The first `j` from `from` towards `to` (excluded), by `step` (1 or -1), where `removed`
+/// does not hold, or `to`.
+fn scan(
+    e: &mut Emit,
+    (from, to): (Value, Value),
+    step: i64,
+    removed: impl Fn(&mut Emit, Value) -> Value,
+) -> Value {
+    let var = e.var(I64, from);
+    let header = e.b.create_block();
+    let test = e.b.create_block();
+    let next = e.b.create_block();
+    let exit = e.b.create_block();
+    e.b.ins().jump(header, &[]);
+    e.b.switch_to_block(header);
+    let j = e.b.use_var(var);
+    let cc = if step > 0 {
+        IntCC::SignedLessThan
+    } else {
+        IntCC::SignedGreaterThan
+    };
+    let more = e.b.ins().icmp(cc, j, to);
+    e.b.ins().brif(more, test, &[], exit, &[]);
+    e.b.switch_to_block(test);
+    // Only the header leads here.
+    e.b.seal_block(test);
+    let gone = removed(e, j);
+    e.b.ins().brif(gone, next, &[], exit, &[]);
+    e.b.switch_to_block(next);
+    // Only the test leads here.
+    e.b.seal_block(next);
+    let j_next = e.b.ins().iadd_imm_s(j, step);
+    e.b.def_var(var, j_next);
+    e.b.ins().jump(header, &[]);
+    // The entry jump and the back edge both exist now.
+    e.b.seal_block(header);
+    e.b.switch_to_block(exit);
+    // The header and the test both branch here.
+    e.b.seal_block(exit);
+    e.b.use_var(var)
+}
+
+/// Whether every one of `dv` values of the `cols` keys at `v` (strided by `strides`: keys,
+/// then values) is finite: `x * 0` is 0 for a finite `x` and NaN for inf and NaN.
+pub fn values_finite(e: &mut Emit, v: Value, strides: (usize, usize), cols: Value, dv: usize) -> Value {
+    let zero_v = e.splat(0.0, 4);
+    let zero_s = e.f32(0.0);
+    let acc4 = e.var(F32X4, zero_v);
+    let acc1 = e.var(F32, zero_s);
+    let (zero, dv_v) = (e.int(0), e.int(dv as i64));
+    e.for_range(zero, cols, 1, |e, key| {
+        let row = e.step(v, key, strides.0);
+        lanes(e, dv_v, strides.1 == 1, |e, j, w| {
+            let at = e.step(row, j, strides.1);
+            let x = e.load(at, w, strides.1, true);
+            let z = e.splat(0.0, w);
+            let x0 = e.b.ins().fmul(x, z);
+            let acc = if w == 1 { acc1 } else { acc4 };
+            let sum = e.b.use_var(acc);
+            let sum = e.b.ins().fadd(sum, x0);
+            e.b.def_var(acc, sum);
+        });
+    });
+    let (a4, a1) = (e.b.use_var(acc4), e.b.use_var(acc1));
+    let a4 = e.hsum(a4);
+    let total = e.b.ins().fadd(a4, a1);
+    e.cmp(FloatCC::Equal, total, zero_s)
+}

@@ -1,0 +1,166 @@
+//! Attention under a mask computed from run-time positions (`arange(C)[None, :] <=
+//! cache_position[:, None]`, a padding mask): the kernel skips the key tiles the mask
+//! removes from every row of a block, found at run time, and agrees with the interpreter
+//! for causal masks, positions not starting at 0, padding, rows that keep no key, and a
+//! capacity beyond the filled positions; removed keys whose values are NaN give PyTorch's
+//! NaN (`softmax(s) @ v` multiplies them by 0), as checked with PyTorch 2.15:
+//! `scaled_dot_product_attention` and `softmax(masked_fill(..)) @ v` both give NaN rows.
+
+use attnc::kernel::KernelOp;
+use attnc::runtime::jit::{pool, Executable};
+use attnc::runtime::{bind, interpret, Bound, RunOptions, Tensor};
+
+mod common;
+use common::{assert_close, program, Rng};
+
+const SRC: &str = "
+dim B, N, C
+dim H = 2, E = 16
+input q: [B, H, N, E]
+input k: [B, H, C, E]
+input v: [B, H, C, E]
+input cache_position: [N] int64
+input valid: [B, C] bool
+let causal = torch.arange(C)[None, :] <= cache_position[:, None]
+let padded = causal[None, None, :, :] & valid[:, None, None, :]
+output sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+output sdpa_padded = F.scaled_dot_product_attention(q, k, v, attn_mask=padded)
+let s = (q @ k.transpose(-2, -1)) * 0.25
+output soft = torch.softmax(s.masked_fill(~causal, -inf), dim=-1) @ v
+";
+
+/// The inputs: `q`, `k`, `v` drawn, the given positions, and keys `0..valid[b]` valid in
+/// batch `b`.
+fn inputs(
+    bound: &mut Bound,
+    (n, c): (usize, usize),
+    positions: &[i64],
+    valid: &[usize],
+    nan_key: Option<usize>,
+) {
+    let mut rng = Rng(7);
+    let mut draw = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| (rng.below(2001) as f32 - 1000.0) / 1000.0)
+            .collect()
+    };
+    let b = valid.len();
+    bound.inputs[0] = Tensor::new(vec![b, 2, n, 16], draw(b * 2 * n * 16));
+    bound.inputs[1] = Tensor::new(vec![b, 2, c, 16], draw(b * 2 * c * 16));
+    let mut v = draw(b * 2 * c * 16);
+    if let Some(key) = nan_key {
+        for head in 0..b * 2 {
+            v[(head * c + key) * 16] = f32::NAN;
+        }
+    }
+    bound.inputs[2] = Tensor::new(vec![b, 2, c, 16], v);
+    let pos = positions.iter().map(|&p| p as f32).collect();
+    bound.inputs[3] = Tensor::new(vec![n], pos);
+    let mask = valid
+        .iter()
+        .flat_map(|&len| (0..c).map(move |j| if j < len { 1.0 } else { 0.0 }))
+        .collect();
+    bound.inputs[4] = Tensor::new(vec![b, c], mask);
+}
+
+/// Every output on the native backend (the program as checked and as optimized) against the
+/// interpreter; returns the interpreter's.
+fn agrees(
+    what: &str,
+    (n, c): (usize, usize),
+    positions: &[i64],
+    valid: &[usize],
+    nan_key: Option<usize>,
+) -> Vec<(String, Tensor)> {
+    let dims = [("B", valid.len() as i64), ("N", n as i64), ("C", c as i64)];
+    let prog = program(SRC, &dims);
+    let mut bound = bind(&prog, &RunOptions::default()).unwrap();
+    inputs(&mut bound, (n, c), positions, valid, nan_key);
+    let want = interpret(&prog, &bound).unwrap();
+    let optimized = attnc::opt::optimize(&prog).program;
+    for (path, p) in [("typed", &prog), ("optimized", &optimized)] {
+        let exe = Executable::compile(p, &bound.dims).unwrap();
+        let skips = exe.plan().kernels.iter().any(|k| match &k.op {
+            KernelOp::Attention(a) => a.skips_masked_tiles(),
+            _ => false,
+        });
+        let text = exe.plan().to_text();
+        assert!(skips, "{what} ({path}): no kernel skips masked tiles\n{text}");
+        let shown = text.contains("skipped, found at run time");
+        assert!(
+            shown,
+            "{what} ({path}): `--stage kernels` does not say so\n{text}"
+        );
+        let got = exe.run(&bound, &pool(2).unwrap()).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            assert_close(&format!("{what} ({path}): {name}"), g, w);
+        }
+    }
+    want
+}
+
+fn output<'a>(outputs: &'a [(String, Tensor)], name: &str) -> &'a Tensor {
+    &outputs.iter().find(|(n, _)| n == name).unwrap().1
+}
+
+/// The rows `rows` of every head of output `name`, `E` = 16 values each.
+fn rows_of(t: &Tensor, n: usize, rows: &[usize]) -> Vec<f32> {
+    let data = t.data.as_slice();
+    let heads = data.len() / (n * 16);
+    (0..heads)
+        .flat_map(|h| {
+            rows.iter()
+                .flat_map(move |&i| (0..16).map(move |e| (h * n + i) * 16 + e))
+        })
+        .map(|at| data[at])
+        .collect()
+}
+
+#[test]
+fn causal_prefill_from_position_zero() {
+    let n = 300;
+    let positions: Vec<i64> = (0..n as i64).collect();
+    agrees("prefill", (n, n), &positions, &[n, 200], None);
+}
+
+#[test]
+fn positions_not_starting_at_zero_in_a_larger_cache() {
+    let n = 70;
+    let positions: Vec<i64> = (400..400 + n as i64).collect();
+    agrees("chunk at 400", (n, 1100), &positions, &[1100, 450], None);
+}
+
+#[test]
+fn one_token_in_a_cache_mostly_empty() {
+    agrees("decode at 5", (1, 2048), &[5], &[2048, 3], None);
+    agrees("decode at 1500", (1, 2048), &[1500], &[2048, 1600], None);
+}
+
+#[test]
+fn rows_that_keep_no_key_give_pytorchs_values() {
+    // Position -1 keeps no key: `scaled_dot_product_attention` gives 0, `softmax` NaN; a
+    // block of rows where every row keeps none visits no tile.
+    let n = 130;
+    let positions: Vec<i64> = (0..n as i64).map(|i| if i < 70 { -1 } else { i }).collect();
+    let want = agrees("empty rows", (n, 600), &positions, &[600, 600], None);
+    let empty: Vec<usize> = (0..70).collect();
+    assert!(rows_of(output(&want, "sdpa"), n, &empty)
+        .iter()
+        .all(|&x| x == 0.0));
+    assert!(rows_of(output(&want, "soft"), n, &empty)
+        .iter()
+        .all(|x| x.is_nan()));
+}
+
+#[test]
+fn removed_keys_with_nan_values_give_nan_as_pytorch_does() {
+    // Key 1000 lies in a tile no row keeps; PyTorch multiplies its values by 0.
+    let want = agrees("nan at 1000", (4, 1100), &[0, 1, 2, 3], &[1100, 1100], Some(1000));
+    let rows: Vec<usize> = (0..4).collect();
+    assert!(rows_of(output(&want, "sdpa"), 4, &rows)
+        .iter()
+        .any(|x| x.is_nan()));
+    assert!(rows_of(output(&want, "soft"), 4, &rows)
+        .iter()
+        .any(|x| x.is_nan()));
+}
