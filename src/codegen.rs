@@ -26,7 +26,7 @@ mod visible;
 use crate::kernel::{KernelOp, Plan};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::types::{F32, I32, I64};
-use cranelift_codegen::ir::{AbiParam, Function, InstBuilder, Signature, UserFuncName};
+use cranelift_codegen::ir::{AbiParam, Function, InstBuilder, Signature, Type, UserFuncName};
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::Context;
@@ -109,40 +109,26 @@ pub fn isa(opt: &str) -> Result<OwnedTargetIsa, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A signature of `count` parameters of each type, in order. The shims' parameters: a
+/// kernel's 4 pointers and indices; `attnc_sgemm`'s 12 sizes, pointers and strides, `alpha`
+/// and `acc`; `attnc_sgemm_packed`'s 10 and `alpha`; `attnc_softmax_tile`'s 10 and a flag.
+fn signature(module: &JITModule, params: &[(Type, usize)]) -> Signature {
+    let mut sig = module.make_signature();
+    for &(ty, count) in params {
+        sig.params.extend((0..count).map(|_| AbiParam::new(ty)));
+    }
+    sig
+}
+
 fn kernel_signature(module: &JITModule) -> Signature {
-    let mut sig = module.make_signature();
-    for _ in 0..4 {
-        sig.params.push(AbiParam::new(I64));
-    }
-    sig
+    signature(module, &[(I64, 4)])
 }
 
-fn sgemm_signature(module: &JITModule) -> Signature {
-    let mut sig = module.make_signature();
-    for _ in 0..12 {
-        sig.params.push(AbiParam::new(I64));
-    }
-    sig.params.push(AbiParam::new(F32));
-    sig.params.push(AbiParam::new(I32));
-    sig
-}
-
-fn softmax_signature(module: &JITModule) -> Signature {
-    let mut sig = module.make_signature();
-    for _ in 0..10 {
-        sig.params.push(AbiParam::new(I64));
-    }
-    sig.params.push(AbiParam::new(I32));
-    sig
-}
-
-fn packed_signature(module: &JITModule) -> Signature {
-    let mut sig = module.make_signature();
-    for _ in 0..10 {
-        sig.params.push(AbiParam::new(I64));
-    }
-    sig.params.push(AbiParam::new(F32));
-    sig
+/// `symbol` declared as an import of `module` with `sig`.
+fn import(module: &mut JITModule, symbol: &str, sig: &Signature) -> Result<FuncId, String> {
+    module
+        .declare_function(symbol, Linkage::Import, sig)
+        .map_err(|e| e.to_string())
 }
 
 impl Jit {
@@ -158,32 +144,23 @@ impl Jit {
             builder.symbol(f.symbol(), f.address());
         }
         let mut module = JITModule::new(builder);
-        let sig = sgemm_signature(&module);
-        let sgemm = module
-            .declare_function(SGEMM_SYMBOL, Linkage::Import, &sig)
-            .map_err(|e| e.to_string())?;
+        let sig = signature(&module, &[(I64, 12), (F32, 1), (I32, 1)]);
+        let sgemm = import(&mut module, SGEMM_SYMBOL, &sig)?;
         let mut calls = Vec::new();
         for f in math::Call::ALL {
-            let mut sig = module.make_signature();
-            sig.params.extend((0..f.arity()).map(|_| AbiParam::new(F32)));
+            let mut sig = signature(&module, &[(F32, f.arity())]);
             sig.returns.push(AbiParam::new(F32));
-            let id = module
-                .declare_function(f.symbol(), Linkage::Import, &sig)
-                .map_err(|e| e.to_string())?;
+            let id = import(&mut module, f.symbol(), &sig)?;
             calls.push((id, sig));
         }
         // Declared last, so the math functions keep their ids in the IR's text.
-        let sig = packed_signature(&module);
-        let packed = module
-            .declare_function(PACKED_SYMBOL, Linkage::Import, &sig)
-            .map_err(|e| e.to_string())?;
+        let sig = signature(&module, &[(I64, 10), (F32, 1)]);
+        let packed = import(&mut module, PACKED_SYMBOL, &sig)?;
         let packed = (packed, sig);
         let softmax = match shims.softmax {
             Some(_) => {
-                let sig = softmax_signature(&module);
-                let id = module
-                    .declare_function(SOFTMAX_SYMBOL, Linkage::Import, &sig)
-                    .map_err(|e| e.to_string())?;
+                let sig = signature(&module, &[(I64, 10), (I32, 1)]);
+                let id = import(&mut module, SOFTMAX_SYMBOL, &sig)?;
                 Some((id, sig))
             }
             None => None,
