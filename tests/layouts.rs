@@ -725,8 +725,7 @@ fn cases() -> usize {
 /// Whatever the checker accepts, the model accepts at every size, with the shape and one
 /// of the strides the checker says. Where the checker refuses a chain that the model
 /// runs at every size with one rank (an over-rejection), it is counted by code and the
-/// first few are printed (`--nocapture`); at the default count they must be exactly
-/// [`OVER_REJECTED`], recorded in `LAYOUT.md`.
+/// first few are printed (`--nocapture`); at the default count there is none.
 #[test]
 fn accepted_chains_run_in_pytorch_at_every_size() {
     let mut rng = Rng(0x5eed_0011);
@@ -804,25 +803,12 @@ fn accepted_chains_run_in_pytorch_at_every_size() {
         "few chains reach several layouts: {several}"
     );
     if cases == DEFAULT_CASES {
-        let known: BTreeMap<String, usize> = OVER_REJECTED
-            .iter()
-            .map(|&(code, n)| (code.to_string(), n))
-            .collect();
-        assert_eq!(
-            over, known,
-            "over-rejections changed: fewer is progress (update `OVER_REJECTED` and `LAYOUT.md`), more a regression"
+        assert!(
+            over.is_empty(),
+            "refused, though the model runs them at every size with one rank: {over:?}"
         );
     }
 }
-
-/// The chains of the default run that the checker refuses and PyTorch runs at every size
-/// with one rank, by code, each class named in `LAYOUT.md`: E0203 views of an elementwise
-/// result whose order TensorIterator may change where a slice's size (`N - 1`) is 1, in
-/// ways the checker does not follow: two after `rms_norm` (the strides of its copy on axes
-/// of size 1 are not known, more choices than it tries, so any strides), one where the
-/// other free dims keep their general form while `N - 1` is 1 (the strides `3 * N - 3`
-/// and `3` compare either way, though `N = 2` makes them equal).
-const OVER_REJECTED: &[(&str, usize)] = &[("E0203", 3)];
 
 /// The over-rejections of issue 11, each now accepted as PyTorch accepts it for every size.
 #[test]

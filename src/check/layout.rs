@@ -221,17 +221,80 @@ fn elementwise_of_exact(
         return laid;
     }
     let general: Vec<usize> = (0..shape.len()).rev().collect();
-    let Some(orders) = iterator_orders(dims, operands, shape) else {
+    let (operands, within) = where_not_empty(dims, operands, shape);
+    let operands: Vec<&TensorType> = operands.iter().collect();
+    let Some(orders) = iterator_orders(dims, &operands, &within) else {
         return Layout::any(dense_in_order(shape, &general));
     };
     let perm = &orders[0];
-    let Some(at_ones) = orders_where_dims_are_one(dims, operands, known, shape, perm) else {
+    let Some(at_ones) = orders_where_dims_are_one(dims, &operands, known, &within, perm) else {
         return Layout::any(dense_in_order(shape, perm));
     };
     Layout::one_of(
         dims,
         orders.iter().chain(&at_ones).map(|o| dense_in_order(shape, o)),
     )
+}
+
+/// The operands and the result's `shape` where the result is not empty: a free dim `s` of
+/// an axis `c * s - k` (`N - 1`, `3 * N - 3`) is at least `m = ceil((k + 1) / c)` there, so
+/// it is written `s + m - 1` with `s >= 1`. An empty result has no order to give (and every
+/// view of it is legal), while these sizes decide the comparisons the general form leaves
+/// open: `3 * N - 3` against `1` is at least 3 against 1, and `N - 1` at 1 is the scenario
+/// `N = 2`, where the strides `3 * N - 3` and `3` are equal. Not above [`SHIFTED_RANK`],
+/// for the cost of expanding powers.
+fn where_not_empty(
+    dims: &DimTable,
+    operands: &[&TensorType],
+    shape: &[Poly],
+) -> (Vec<TensorType>, Vec<Poly>) {
+    let mut least: Vec<(Sym, i64)> = Vec::new();
+    for size in shape.iter().filter(|_| shape.len() <= SHIFTED_RANK) {
+        let Some((s, m)) = free_dim_at_least(dims, &dims.with_consts(size)) else {
+            continue;
+        };
+        match least.iter_mut().find(|(t, _)| *t == s) {
+            Some((_, n)) => *n = (*n).max(m),
+            None => least.push((s, m)),
+        }
+    }
+    let shift = |p: &Poly| {
+        p.substitute(&|s| {
+            let &(_, m) = least.iter().find(|(t, _)| *t == s)?;
+            Some(Poly::sym(s).add(&Poly::int(m - 1)))
+        })
+    };
+    let shifted = |ps: &[Poly]| ps.iter().map(shift).collect::<Vec<_>>();
+    let operands = operands
+        .iter()
+        .map(|t| match least.is_empty() {
+            true => (*t).clone(),
+            false => TensorType {
+                shape: shifted(&t.shape),
+                strides: shifted(&t.strides),
+                ..(*t).clone()
+            },
+        })
+        .collect();
+    (operands, shifted(shape))
+}
+
+/// `(s, m)` where `size` is `c * s - k` of a free dim `s` (`c, k >= 1`) and is at least 1
+/// exactly where `s >= m`, with `m >= 2`.
+fn free_dim_at_least(dims: &DimTable, size: &Poly) -> Option<(Sym, i64)> {
+    let (mut sym, mut c, mut k) = (None, 0i128, 0i128);
+    for (mono, coeff) in size.terms() {
+        let mut atoms = mono.atoms();
+        match (atoms.next(), atoms.next(), coeff.as_int()) {
+            (None, _, Some(n)) if n < 0 => k = -n,
+            (Some((&Atom::Sym(s), 1)), None, Some(n)) if n > 0 && sym.is_none() => (sym, c) = (Some(s), n),
+            _ => return None,
+        }
+    }
+    let s = sym.filter(|&s| k > 0 && matches!(dims.info(s).kind, DimKind::Free { .. }))?;
+    // `c * s - k >= 1` where `s >= ceil((k + 1) / c)`.
+    let m = i64::try_from((k + c) / c).ok()?;
+    (m >= 2).then_some((s, m))
 }
 
 /// The common case quickly: one tensor operand, of the result's shape and row-major for
