@@ -485,6 +485,24 @@ impl Poly {
         self.0.iter().map(|(m, c)| (m, *c))
     }
 
+    /// Whether `self`, a size, is 1 for no values of its dims: by its residues
+    /// ([`Poly::never_one_by_residues`]), or, where a dim `s` divides every term and the
+    /// coefficients are integers, by `self` at `s = 1`, since `s * q = 1` in integers with
+    /// `s >= 0` needs `s = 1` (`B * N * N - B` is 1 only where `N * N - 1` is, which it never
+    /// is modulo 3).
+    pub(crate) fn never_one_by_factors(&self) -> bool {
+        let integers = self.0.values().all(|c| c.as_int().is_some());
+        self.never_one_by_residues()
+            || integers
+                && self.syms().into_iter().any(|s| {
+                    let factor = |m: &Monomial| m.0.iter().any(|(a, e)| *a == Atom::Sym(s) && *e > 0);
+                    self.0.keys().all(factor)
+                        && self
+                            .substitute(&|t| (t == s).then(|| Poly::int(1)))
+                            .never_one_by_factors()
+                })
+    }
+
     /// Whether `self` is 1 for no integer values of its dims, by a residue argument: every
     /// coefficient shares a factor at least 2 (`2 * N - 2`), or for a small prime `q` no
     /// residues of the dims modulo `q` make `self` 1 modulo `q` (`N * N - N`, a product of

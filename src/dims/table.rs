@@ -193,7 +193,7 @@ impl DimTable {
     pub fn never_one(&self, p: &Poly) -> bool {
         self.provably_nonneg(&p.sub(&Poly::int(2)))
             || self.provably_nonneg(&p.neg())
-            || self.with_consts(p).never_one_by_residues()
+            || self.with_consts(p).never_one_by_factors()
     }
 
     /// Whether `p` is at least 1 for every value of the free dims: a size that is never 0.

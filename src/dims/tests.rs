@@ -314,6 +314,13 @@ fn sizes_never_one_by_their_residues() {
     );
     assert!(!t.never_one(&b.mul(&n).sub(&b)), "B * N - B is 1 at B = 1, N = 2");
     assert!(!t.never_one(&n.mul(&n)), "N * N is 1 at N = 1");
+    let squares = b.mul(&n).mul(&n).sub(&b);
+    assert!(
+        t.never_one(&squares),
+        "B * (N * N - 1) needs N * N - 1 = 1 at B = 1"
+    );
+    let halves = b.mul(&n).mul(&Poly::term(Ratio::new(1, 2), &[]));
+    assert!(!t.never_one(&halves), "B * N / 2 is 1 at B = 2, N = 1");
     let half = consecutive.mul(&Poly::term(Ratio::new(1, 2), &[]));
     assert!(!t.never_one(&half), "(N * N - N) / 2 is 1 at N = 2");
 }
