@@ -7,7 +7,7 @@
 //! strides of `x.unsqueeze(3)` at `E = 1` (`[N, 1, 1, 1]`) say so. A value built from
 //! inputs and fresh results by the ops below has PyTorch's strides on every axis.
 
-use crate::dims::DimTable;
+use crate::dims::{DimTable, Poly};
 use crate::ir::{row_major_strides, Op, Program, TensorType, Type, ValueId};
 use std::collections::HashMap;
 
@@ -25,7 +25,8 @@ const DEPTH: usize = 32;
 ///   the stride `inferUnsqueezeGeometry` gives, `squeeze`, slices, `select`) of such a
 ///   value, `expand` of one where no axis is expanded to a size that may be 1, and
 ///   `contiguous()` of one that is contiguous at every size (PyTorch returns it; where it
-///   copies at some sizes only, it returns the operand at the others);
+///   copies at some sizes only, it returns the operand at the others), and `contiguous()`
+///   of one contiguous at no size (an expanded axis), which is always a fresh copy;
 /// - an elementwise result, a `cat`, a `view` or a `reshape` that is row-major on every
 ///   axis, of operands that are all row-major on every axis and known: TensorIterator's
 ///   comparisons then never reorder the axes (equal strides only beside axes of size 1,
@@ -116,11 +117,14 @@ fn known(walk: &mut Known, v: ValueId, depth: usize) -> bool {
             x.rank() > 0 && !t.varies() && decided && operand(0)
         }
         // PyTorch returns the operand wherever it is contiguous, keeping its strides on
-        // axes of size 1, even where the checker's rule copies for other sizes.
+        // axes of size 1, even where the checker's rule copies for other sizes; an operand
+        // that is contiguous at no size (expanded, as `repeat_interleave` builds it) is
+        // always copied into `at::empty(shape)`.
         Op::Contiguous => {
             let x = prog.tensor_type(node.args[0]);
             let kept = !x.varies() && x.strides.iter().zip(&t.strides).all(|(a, b)| dims.equal(a, b));
-            !t.varies() && kept && operand(0)
+            (!t.varies() && kept && operand(0))
+                || (never_contiguous(dims, x) && row_major_everywhere(dims, t))
         }
         Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Where if !t.varies() => {
             let operands: Vec<&TensorType> = node.args.iter().map(|&a| prog.tensor_type(a)).collect();
@@ -140,6 +144,16 @@ fn known(walk: &mut Known, v: ValueId, depth: usize) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `t` is contiguous at no size where it has elements: in each of its layouts, an
+/// axis that is never 1 has stride 0 (expanded).
+fn never_contiguous(dims: &DimTable, t: &TensorType) -> bool {
+    let expanded = |strides: &[Poly]| {
+        (0..t.rank()).any(|i| dims.never_one(&t.shape[i]) && dims.with_consts(&strides[i]).is_zero())
+    };
+    t.layouts()
+        .is_some_and(|layouts| layouts.into_iter().all(expanded))
 }
 
 /// Whether `t` has one list of strides, the row-major formula on every axis.
