@@ -16,8 +16,9 @@ const DEPTH: usize = 32;
 
 /// Whether `v`'s strides (a `for`'s: its items') are PyTorch's at every size, on axes of
 /// size 1 too:
-/// - an input or a parameter, a reduction, a `softmax`, a `masked_fill`, a `matmul` or a
-///   `linear` (PyTorch allocates each with `at::empty(shape)` or a contiguous clone, or
+/// - an input or a parameter, a reduction, a `softmax`, a `masked_fill`, a `tril` or a
+///   `triu` (whose meta function gives no strides, so row-major whatever the input's), a
+///   `matmul` or a `linear` (PyTorch allocates each with `at::empty(shape)` or a contiguous clone, or
 ///   views such a result with `computeStride` on one chunk; checked for `matmul` and
 ///   `linear` of 2-d to 4-d operands, transposed or not, with every size 1 or not), whose
 ///   strides are the row-major formula on every axis;
@@ -94,6 +95,7 @@ fn known(walk: &mut Known, v: ValueId, depth: usize) -> bool {
         | Op::Reduce { .. }
         | Op::Softmax(_)
         | Op::MaskedFill
+        | Op::Tri { .. }
         | Op::MatMul
         | Op::Linear => row_major_everywhere(dims, t),
         Op::Transpose(..)
