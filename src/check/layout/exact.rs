@@ -49,6 +49,11 @@ pub fn order_is_exact(dims: &DimTable, operands: &[&TensorType], result: &Tensor
     if result.varies() || operands.iter().any(|t| t.varies()) {
         return false;
     }
+    memo::remembered_exact(dims, operands, result, || sorted_as_given(dims, operands, result))
+}
+
+/// [`order_is_exact`] of operands and a result of one layout each, worked out.
+fn sorted_as_given(dims: &DimTable, operands: &[&TensorType], result: &TensorType) -> bool {
     let sizes = operands.iter().flat_map(|t| t.shape.iter().chain(&t.strides));
     let free = free_dims(dims, sizes.chain(&result.shape).chain(&result.strides));
     let Some(scenarios) = scenarios(&free) else {

@@ -90,6 +90,44 @@ pub(super) fn remembered(
     laid
 }
 
+/// What an exactness answer depends on: the operands' types, the result's, the context.
+type ExactKey = (Vec<TensorType>, TensorType, Context);
+
+static EXACT: Mutex<Option<HashMap<ExactKey, bool>>> = Mutex::new(None);
+
+/// `prove()`'s answer to whether TensorIterator gives `result` exactly
+/// ([`super::exact::order_is_exact`]), worked out once for the operands' and the result's
+/// types under what `dims` knows of their dims. Every layer of a loop asks it again of the
+/// same types (each of SmolLM2's 30 layers, of each elementwise value, when the next op
+/// asks whether its strides are known): a sixth of that model's compile before.
+pub(super) fn remembered_exact(
+    dims: &DimTable,
+    operands: &[&TensorType],
+    result: &TensorType,
+    prove: impl FnOnce() -> bool,
+) -> bool {
+    let sizes = operands.iter().flat_map(|t| t.shape.iter().chain(&t.strides));
+    let context = dims.context(sizes.chain(&result.shape).chain(&result.strides));
+    let key: ExactKey = (
+        operands.iter().map(|&t| t.clone()).collect(),
+        result.clone(),
+        context,
+    );
+    let lock = || EXACT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&found) = lock().as_ref().and_then(|m| m.get(&key)) {
+        return found;
+    }
+    // Proved without the lock, as `remembered`'s proofs are.
+    let exact = prove();
+    let mut answers = lock();
+    let answers = answers.get_or_insert_with(HashMap::new);
+    if answers.len() >= PROOFS_KEPT {
+        answers.clear();
+    }
+    answers.insert(key, exact);
+    exact
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::elementwise_order;
