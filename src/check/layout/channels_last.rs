@@ -3,6 +3,7 @@
 //! c10's `is_channels_last_strides_2d_s4`/`_3d_s5` decide it.
 
 use super::*;
+use crate::dims::Context;
 
 /// Channels-last strides of a 4-d or 5-d `shape`: axis 1 innermost, then the last axes
 /// from the right, then axis 0.
@@ -41,6 +42,18 @@ pub(super) fn may_be_channels_last(dims: &DimTable, t: &TensorType, known: bool,
     if !matches!(shape.len(), 4 | 5) {
         return false;
     }
+    let context = dims.context(t.shape.iter().chain(&t.strides).chain(shape));
+    let key = (t.clone(), known, shape.to_vec(), context);
+    SUGGESTED.get_or_prove(key, || suggested_in_a_scenario(dims, t, known, shape))
+}
+
+/// [`may_be_channels_last`]'s answers by the item's type, `known`, the result's shape and what
+/// the table knows of their dims: RoPE's `cat` asks it again in every layer of a loop.
+static SUGGESTED: super::memo::Answers<(TensorType, bool, Vec<Poly>, Context), bool> =
+    super::memo::Answers::new();
+
+/// [`may_be_channels_last`] of a 4-d or 5-d result, worked out.
+fn suggested_in_a_scenario(dims: &DimTable, t: &TensorType, known: bool, shape: &[Poly]) -> bool {
     let Some(layouts) = t.layouts().filter(|_| t.rank() == shape.len()) else {
         return true;
     };

@@ -1,4 +1,5 @@
-//! The elementwise layout proof, remembered for the whole process.
+//! The elementwise layout proof, remembered for the whole process (and, by [`Answers`], the
+//! other proofs that a loop's every layer asks again of the same types).
 //!
 //! The proof follows TensorIterator's order at every size (each combination of free dims at
 //! 1, each stride it cannot know): about a millisecond for a 4-d `add` with a broadcast
@@ -16,6 +17,7 @@ use crate::dims::{Context, DimTable, Poly};
 use crate::ir::TensorType;
 use std::cell::OnceCell;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 
 /// At most this many answers are kept; then the memo starts over, so that a process that
@@ -90,42 +92,32 @@ pub(super) fn remembered(
     laid
 }
 
-/// What an exactness answer depends on: the operands' types, the result's, the context.
-type ExactKey = (Vec<TensorType>, TensorType, Context);
+/// A process-wide table of answers that are functions of their key, started over past
+/// [`PROOFS_KEPT`] entries. Each answer is worked out without the lock (another thread may
+/// work out the same at once, to the same end).
+pub(super) struct Answers<K, V>(Mutex<Option<HashMap<K, V>>>);
 
-static EXACT: Mutex<Option<HashMap<ExactKey, bool>>> = Mutex::new(None);
+impl<K: Hash + Eq, V: Clone> Answers<K, V> {
+    pub const fn new() -> Self {
+        Answers(Mutex::new(None))
+    }
 
-/// `prove()`'s answer to whether TensorIterator gives `result` exactly
-/// ([`super::exact::order_is_exact`]), worked out once for the operands' and the result's
-/// types under what `dims` knows of their dims. Every layer of a loop asks it again of the
-/// same types (each of SmolLM2's 30 layers, of each elementwise value, when the next op
-/// asks whether its strides are known): a sixth of that model's compile before.
-pub(super) fn remembered_exact(
-    dims: &DimTable,
-    operands: &[&TensorType],
-    result: &TensorType,
-    prove: impl FnOnce() -> bool,
-) -> bool {
-    let sizes = operands.iter().flat_map(|t| t.shape.iter().chain(&t.strides));
-    let context = dims.context(sizes.chain(&result.shape).chain(&result.strides));
-    let key: ExactKey = (
-        operands.iter().map(|&t| t.clone()).collect(),
-        result.clone(),
-        context,
-    );
-    let lock = || EXACT.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(&found) = lock().as_ref().and_then(|m| m.get(&key)) {
-        return found;
+    /// The answer for `key`, from `prove()` the first time.
+    pub fn get_or_prove(&self, key: K, prove: impl FnOnce() -> V) -> V {
+        // A panic elsewhere while the lock was held leaves the map whole.
+        let lock = || self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = lock().as_ref().and_then(|m| m.get(&key).cloned()) {
+            return found;
+        }
+        let answer = prove();
+        let mut answers = lock();
+        let answers = answers.get_or_insert_with(HashMap::new);
+        if answers.len() >= PROOFS_KEPT {
+            answers.clear();
+        }
+        answers.insert(key, answer.clone());
+        answer
     }
-    // Proved without the lock, as `remembered`'s proofs are.
-    let exact = prove();
-    let mut answers = lock();
-    let answers = answers.get_or_insert_with(HashMap::new);
-    if answers.len() >= PROOFS_KEPT {
-        answers.clear();
-    }
-    answers.insert(key, exact);
-    exact
 }
 
 #[cfg(test)]
