@@ -52,13 +52,14 @@ fn plan(inputs: &[usize], out: usize, kernel: KernelOp) -> Plan {
     p
 }
 
-/// The IR with the attention tile's softmax in the generated code, as on a CPU without
-/// AVX-512 (the text is the same on every machine).
+/// The IR with the attention tile's softmax and the GEMM epilogues in the generated code,
+/// as on a CPU without AVX-512 (the text is the same on every machine).
 fn clif(plan: &Plan) -> String {
     clif_with(
         plan,
         Shims {
             softmax: None,
+            epilogue: None,
             ..shims()
         },
     )
@@ -114,8 +115,8 @@ fn gemm_of_a_packed_b_calls_the_packed_microkernel_from_its_tile_panel() {
     insta::assert_snapshot!(clif(&p));
 }
 
-#[test]
-fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
+/// ReLU over `c` plus a residual, with its tile of 3 × 8.
+fn residual_relu_gemm() -> Plan {
     let g = Gemm {
         batch: vec![],
         m: 6,
@@ -141,8 +142,25 @@ fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
         block: (3, 8),
         packed: false,
     };
-    let p = plan(&[30, 40, 48], 48, KernelOp::Gemm(g));
-    insta::assert_snapshot!(clif(&p));
+    plan(&[30, 40, 48], 48, KernelOp::Gemm(g))
+}
+
+#[test]
+fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
+    insta::assert_snapshot!(clif(&residual_relu_gemm()));
+}
+
+/// With the GEMM epilogues in the native shim, each tile's product is followed by one call
+/// of `attnc_epilogue_tile` (ReLU's code 1, the residual as `pre`, its row stride 8) in
+/// place of the loop. The IR never runs, so the shim's address is not needed.
+#[test]
+fn gemm_epilogue_of_a_native_form_calls_the_tile_epilogue() {
+    let native = Shims {
+        softmax: None,
+        epilogue: Some(std::ptr::null()),
+        ..shims()
+    };
+    insta::assert_snapshot!(clif_with(&residual_relu_gemm(), native));
 }
 
 #[test]
