@@ -151,16 +151,28 @@ fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
 }
 
 /// With the GEMM epilogues in the native shim, each tile's product is followed by one call
-/// of `attnc_epilogue_tile` (ReLU's code 1, the residual as `pre`, its row stride 8) in
+/// of `attnc_epilogue_tile` (SiLU's code 1, the residual as `post`, its row stride 8) in
 /// place of the loop. The IR never runs, so the shim's address is not needed.
 #[test]
 fn gemm_epilogue_of_a_native_form_calls_the_tile_epilogue() {
+    let mut p = residual_relu_gemm();
+    let KernelOp::Gemm(g) = &mut p.kernels[0].op else {
+        unreachable!("a GEMM plan")
+    };
+    // silu(c) + residual
+    g.epilogue.as_mut().expect("an epilogue").expr = vec![
+        Expr::Input(0),
+        Expr::Unary(UnaryOp::Sigmoid, 0),
+        Expr::Binary(BinaryOp::Mul, 0, 1),
+        Expr::Input(1),
+        Expr::Binary(BinaryOp::Add, 2, 3),
+    ];
     let native = Shims {
         softmax: None,
         epilogue: Some(std::ptr::null()),
         ..shims()
     };
-    insta::assert_snapshot!(clif_with(&residual_relu_gemm(), native));
+    insta::assert_snapshot!(clif_with(&p, native));
 }
 
 #[test]

@@ -6,6 +6,11 @@
 //! it (`math.rs`), in the same order, so both give the same bits. Any other epilogue, and
 //! every epilogue without AVX-512 or under `ATTNC_NO_TILE_EPILOGUE`, stays in the
 //! generated code.
+//!
+//! The activations are the ones whose arithmetic costs more than the tile's memory traffic
+//! at 128 bits: GPT-2's tanh-GELU took its GEMM from 0.80 to 0.92 of the same GEMM without
+//! an epilogue. A bias, a residual or ReLU alone are memory-bound, and measured the same
+//! at 512 bits within the noise (`BENCHMARKS.md`), so they stay in the generated code.
 
 use crate::ir::CmpOp;
 use crate::kernel::formula::{binary, either, is_const, same, unary};
@@ -14,10 +19,6 @@ use crate::kernel::{BinaryOp, Epilogue, Expr, Gemm, UnaryOp};
 /// What the shim applies to `x = c [+ bias] [+ pre]`, as the formula writes it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
-    /// `x`
-    Identity,
-    /// `maximum(x, 0)`
-    Relu,
     /// `sigmoid(x)`
     Sigmoid,
     /// `x · sigmoid(x)`
@@ -34,28 +35,24 @@ impl Activation {
     /// The shim's code for it, and its three constants (unused ones 0).
     pub fn code(self) -> (i64, [f32; 3]) {
         match self {
-            Activation::Identity => (0, [0.0; 3]),
-            Activation::Relu => (1, [0.0; 3]),
-            Activation::Sigmoid => (2, [0.0; 3]),
-            Activation::Silu => (3, [0.0; 3]),
-            Activation::GeluTanh { kappa, beta, limit } => (4, [kappa, beta, limit]),
-            Activation::GeluErf { scale } => (5, [scale, 0.0, 0.0]),
+            Activation::Sigmoid => (0, [0.0; 3]),
+            Activation::Silu => (1, [0.0; 3]),
+            Activation::GeluTanh { kappa, beta, limit } => (2, [kappa, beta, limit]),
+            Activation::GeluErf { scale } => (3, [scale, 0.0, 0.0]),
         }
     }
 
     /// The activation of a shim's code and constants; `None` for a code it does not know.
     pub fn from_code(code: i64, [k0, k1, k2]: [f32; 3]) -> Option<Activation> {
         Some(match code {
-            0 => Activation::Identity,
-            1 => Activation::Relu,
-            2 => Activation::Sigmoid,
-            3 => Activation::Silu,
-            4 => Activation::GeluTanh {
+            0 => Activation::Sigmoid,
+            1 => Activation::Silu,
+            2 => Activation::GeluTanh {
                 kappa: k0,
                 beta: k1,
                 limit: k2,
             },
-            5 => Activation::GeluErf { scale: k0 },
+            3 => Activation::GeluErf { scale: k0 },
             _ => return None,
         })
     }
@@ -72,20 +69,13 @@ pub struct Form {
 
 /// The form of `g`'s bias and epilogue where the shim can run it: one of the forms, `c`,
 /// the bias and every input it reads contiguous along the row (rows at any stride), and
-/// not a paired epilogue. `None` for a GEMM with neither a bias nor an epilogue.
+/// not a paired epilogue.
 pub fn form(g: &Gemm) -> Option<Form> {
     let r = g.batch.len();
     let unit_rows = g.c.strides[r + 1] == 1 && g.bias.as_ref().is_none_or(|b| b.strides[0] == 1);
-    let form = match &g.epilogue {
-        None if g.bias.is_some() => Form {
-            pre: None,
-            act: Activation::Identity,
-            post: None,
-        },
-        None => return None,
-        Some(ep) => of_epilogue(ep)?,
-    };
-    let inputs = g.epilogue.as_ref().map_or(&[][..], |ep| &ep.inputs);
+    let ep = g.epilogue.as_ref()?;
+    let form = of_epilogue(ep)?;
+    let inputs = &ep.inputs;
     let unit = |k: Option<usize>| k.is_none_or(|k| inputs[k].strides[r + 1] == 1);
     (unit_rows && unit(form.pre) && unit(form.post)).then_some(form)
 }
@@ -125,9 +115,6 @@ fn operand(expr: &[Expr], x: usize, input: &dyn Fn(usize) -> Option<usize>) -> O
 /// The activation at node `n` and the node of its argument `x`.
 fn activation(expr: &[Expr], n: usize) -> Option<(Activation, usize)> {
     let is = |a: usize, x: usize| same(expr, a, x);
-    if let Some((x, zero)) = binary(expr, n, BinaryOp::Maximum) {
-        return (is_const(expr, zero, 0.0)).then_some((Activation::Relu, x));
-    }
     if let Some(x) = unary(expr, n, UnaryOp::Sigmoid) {
         return Some((Activation::Sigmoid, x));
     }
@@ -139,10 +126,7 @@ fn activation(expr: &[Expr], n: usize) -> Option<(Activation, usize)> {
     if let Some(found) = gelu_tanh(expr, n) {
         return Some(found);
     }
-    if let Some(found) = gelu_erf(expr, n) {
-        return Some(found);
-    }
-    Some((Activation::Identity, n))
+    gelu_erf(expr, n)
 }
 
 /// `x / (1 + where(e > limit, inf, e))`, `e = exp(u · -2)`, `u = (x + x·x·x · kappa) · beta`.

@@ -74,15 +74,6 @@ pub unsafe fn apply(tile: &Tile, reads: &Reads, act: Activation) {
 fn activation(act: Activation, x: __m512) -> __m512 {
     let one = _mm512_set1_ps(1.0);
     match act {
-        Activation::Identity => x,
-        Activation::Relu => {
-            // `torch.maximum(x, 0)`: `x` where `x >= 0`, else 0; NaN as `x + 0`.
-            let zero = _mm512_setzero_ps();
-            let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, zero);
-            let pick = _mm512_mask_blend_ps(keep, zero, x);
-            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, zero);
-            _mm512_mask_blend_ps(nan, pick, _mm512_add_ps(x, zero))
-        }
         Activation::Sigmoid => sigmoid(x),
         Activation::Silu => _mm512_mul_ps(x, sigmoid(x)),
         Activation::GeluTanh { kappa, beta, limit } => {
