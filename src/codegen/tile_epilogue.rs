@@ -13,7 +13,7 @@
 //! at 512 bits within the noise (`BENCHMARKS.md`), so they stay in the generated code.
 
 use crate::ir::CmpOp;
-use crate::kernel::formula::{binary, either, is_const, same, unary};
+use crate::kernel::formula::{binary, constant, either, is_const, same, unary};
 use crate::kernel::{BinaryOp, Epilogue, Expr, Gemm, UnaryOp};
 
 /// What the shim applies to `x = c [+ bias] [+ pre]`, as the formula writes it.
@@ -189,12 +189,4 @@ fn gelu_erf(expr: &[Expr], n: usize) -> Option<(Activation, usize)> {
         constant(expr, r)
     })?;
     Some((Activation::GeluErf { scale }, x))
-}
-
-/// The constant at node `n`, if it is one.
-fn constant(expr: &[Expr], n: usize) -> Option<f32> {
-    match expr[n] {
-        Expr::Const(c) => Some(c),
-        _ => None,
-    }
 }

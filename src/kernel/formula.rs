@@ -47,6 +47,14 @@ pub fn is_const(expr: &[Expr], n: usize, c: f32) -> bool {
     matches!(expr[n], Expr::Const(k) if k.to_bits() == c.to_bits())
 }
 
+/// The constant at node `n`, if it is one.
+pub fn constant(expr: &[Expr], n: usize) -> Option<f32> {
+    match expr[n] {
+        Expr::Const(c) => Some(c),
+        _ => None,
+    }
+}
+
 /// The operand of node `n` where it is `op` of one.
 pub fn unary(expr: &[Expr], n: usize, op: UnaryOp) -> Option<usize> {
     match expr[n] {
