@@ -190,3 +190,99 @@ fn gelu_erf(expr: &[Expr], n: usize) -> Option<(Activation, usize)> {
     })?;
     Some((Activation::GeluErf { scale }, x))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::Operand;
+
+    fn epilogue(expr: Vec<Expr>, inputs: usize) -> Epilogue {
+        let input = Operand {
+            buf: 0,
+            offset: 0,
+            strides: vec![8, 1],
+        };
+        Epilogue {
+            inputs: vec![input; inputs],
+            expr,
+            pair: false,
+        }
+    }
+
+    /// `in2 + sigmoid(in1 + in0) * (in1 + in0)`: SiLU over `c` plus input 0, with every
+    /// commutative operand in the other order and `x` repeated node for node, then input 1
+    /// added.
+    #[test]
+    fn silu_with_a_bias_and_a_residual_in_any_order() {
+        use BinaryOp::{Add, Mul};
+        let expr = vec![
+            Expr::Input(1),
+            Expr::Input(0),
+            Expr::Binary(Add, 0, 1),
+            Expr::Unary(UnaryOp::Sigmoid, 2),
+            Expr::Binary(Add, 0, 1),
+            Expr::Binary(Mul, 3, 4),
+            Expr::Input(2),
+            Expr::Binary(Add, 6, 5),
+        ];
+        let want = Form {
+            pre: Some(0),
+            act: Activation::Silu,
+            post: Some(1),
+        };
+        assert_eq!(of_epilogue(&epilogue(expr, 2)), Some(want));
+    }
+
+    /// `sigmoid(c) * in1` is no SiLU, `c + in1 + in2` no form (two inputs before the
+    /// activation), and a paired epilogue is never one.
+    #[test]
+    fn other_formulas_are_not_forms() {
+        use BinaryOp::{Add, Mul};
+        let gate = vec![
+            Expr::Input(0),
+            Expr::Unary(UnaryOp::Sigmoid, 0),
+            Expr::Input(1),
+            Expr::Binary(Mul, 1, 2),
+        ];
+        let sums = vec![
+            Expr::Input(0),
+            Expr::Input(1),
+            Expr::Binary(Add, 0, 1),
+            Expr::Input(2),
+            Expr::Binary(Add, 2, 3),
+            Expr::Unary(UnaryOp::Sigmoid, 4),
+        ];
+        assert_eq!(of_epilogue(&epilogue(gate.clone(), 1)), None);
+        assert_eq!(of_epilogue(&epilogue(sums, 2)), None);
+        let silu = vec![
+            Expr::Input(0),
+            Expr::Unary(UnaryOp::Sigmoid, 0),
+            Expr::Binary(Mul, 0, 1),
+        ];
+        assert!(of_epilogue(&epilogue(silu.clone(), 0)).is_some());
+        let mut paired = epilogue(silu, 0);
+        paired.pair = true;
+        assert_eq!(of_epilogue(&paired), None);
+    }
+
+    /// Every activation's code and constants read back as itself.
+    #[test]
+    fn codes_round_trip() {
+        for act in [
+            Activation::Sigmoid,
+            Activation::Silu,
+            Activation::GeluTanh {
+                kappa: 0.044_715,
+                beta: 0.797_884_6,
+                limit: 67_108_864.0,
+            },
+            Activation::GeluErf {
+                scale: std::f32::consts::FRAC_1_SQRT_2,
+            },
+        ] {
+            let (code, k) = act.code();
+            assert_eq!(Activation::from_code(code, k), Some(act));
+        }
+        assert_eq!(Activation::from_code(4, [0.0; 3]), None);
+    }
+}
