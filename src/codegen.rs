@@ -21,6 +21,7 @@ mod map;
 mod math;
 mod row;
 mod softmax;
+mod tile_epilogue;
 mod visible;
 
 use crate::kernel::{KernelOp, Plan};
@@ -35,9 +36,11 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, FuncId, Linkage, Module, ModuleReloc};
 use emit::Emit;
 pub(crate) use emit::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_POLY, EXP_SCALE_LOG2};
+pub(crate) use math::{ERF_LARGE, ERF_SMALL};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+pub use tile_epilogue::Activation;
 
 /// The name JIT code calls the GEMM microkernel shim by.
 pub const SGEMM_SYMBOL: &str = "attnc_sgemm";
@@ -47,6 +50,9 @@ pub const PACKED_SYMBOL: &str = "attnc_sgemm_packed";
 
 /// The name JIT code calls the attention tile's softmax by ([`Shims::softmax`]).
 pub const SOFTMAX_SYMBOL: &str = "attnc_softmax_tile";
+
+/// The name JIT code calls the GEMM tile's epilogue by ([`Shims::epilogue`]).
+pub const EPILOGUE_SYMBOL: &str = "attnc_epilogue_tile";
 
 /// The addresses of the microkernel shims JIT code calls.
 #[derive(Clone, Copy, Debug)]
@@ -59,6 +65,10 @@ pub struct Shims {
     /// ([`emit::Emit::softmax_tile`]), where this CPU runs it; without it the generated
     /// code computes the softmax itself.
     pub softmax: Option<*const u8>,
+    /// `attnc_epilogue_tile`, a GEMM tile's bias and epilogue on 512-bit vectors where
+    /// they are one of its forms ([`emit::Emit::epilogue_tile`]), where this CPU runs it;
+    /// without it the generated code applies every epilogue itself.
+    pub epilogue: Option<*const u8>,
 }
 
 /// Compiled kernels: one code pointer per kernel of the plan, and the module that owns the
@@ -93,6 +103,8 @@ pub struct Jit {
     calls: Vec<(FuncId, Signature)>,
     /// The tile softmax shim as an import, with its signature, where [`Shims`] has one.
     softmax: Option<(FuncId, Signature)>,
+    /// The tile epilogue shim as an import, with its signature, where [`Shims`] has one.
+    epilogue: Option<(FuncId, Signature)>,
 }
 
 /// The host ISA, with the flags the JIT needs.
@@ -111,7 +123,8 @@ pub fn isa(opt: &str) -> Result<OwnedTargetIsa, String> {
 
 /// A signature of `count` parameters of each type, in order. The shims' parameters: a
 /// kernel's 4 pointers and indices; `attnc_sgemm`'s 12 sizes, pointers and strides, `alpha`
-/// and `acc`; `attnc_sgemm_packed`'s 10 and `alpha`; `attnc_softmax_tile`'s 10 and a flag.
+/// and `acc`; `attnc_sgemm_packed`'s 10 and `alpha`; `attnc_softmax_tile`'s 10 and a flag;
+/// `attnc_epilogue_tile`'s 10 and 3 constants.
 fn signature(module: &JITModule, params: &[(Type, usize)]) -> Signature {
     let mut sig = module.make_signature();
     for &(ty, count) in params {
@@ -140,6 +153,9 @@ impl Jit {
         if let Some(softmax) = shims.softmax {
             builder.symbol(SOFTMAX_SYMBOL, softmax);
         }
+        if let Some(epilogue) = shims.epilogue {
+            builder.symbol(EPILOGUE_SYMBOL, epilogue);
+        }
         for f in math::Call::ALL {
             builder.symbol(f.symbol(), f.address());
         }
@@ -165,6 +181,14 @@ impl Jit {
             }
             None => None,
         };
+        let epilogue = match shims.epilogue {
+            Some(_) => {
+                let sig = signature(&module, &[(I64, 10), (F32, 3)]);
+                let id = import(&mut module, EPILOGUE_SYMBOL, &sig)?;
+                Some((id, sig))
+            }
+            None => None,
+        };
         Ok(Jit {
             builder_ctx: FunctionBuilderContext::new(),
             ctx: module.make_context(),
@@ -173,6 +197,7 @@ impl Jit {
             packed,
             calls,
             softmax,
+            epilogue,
         })
     }
 
@@ -199,6 +224,7 @@ impl Jit {
             sgemm,
             packed: (&self.packed, None),
             softmax: (self.softmax.as_ref(), None),
+            epilogue: (self.epilogue.as_ref(), None),
             calls: &self.calls,
             imported: [None; math::Call::ALL.len()],
         };

@@ -27,6 +27,7 @@ pub use crate::ops::prim::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt::{self, Write as _};
 
 mod attention;
+pub mod formula;
 mod index_mask;
 mod op;
 mod text;

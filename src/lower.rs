@@ -39,6 +39,7 @@ mod scores;
 mod sdpa;
 mod split;
 mod state;
+mod tanh_gelu;
 mod tiling;
 mod view;
 

@@ -52,13 +52,14 @@ fn plan(inputs: &[usize], out: usize, kernel: KernelOp) -> Plan {
     p
 }
 
-/// The IR with the attention tile's softmax in the generated code, as on a CPU without
-/// AVX-512 (the text is the same on every machine).
+/// The IR with the attention tile's softmax and the GEMM epilogues in the generated code,
+/// as on a CPU without AVX-512 (the text is the same on every machine).
 fn clif(plan: &Plan) -> String {
     clif_with(
         plan,
         Shims {
             softmax: None,
+            epilogue: None,
             ..shims()
         },
     )
@@ -114,8 +115,8 @@ fn gemm_of_a_packed_b_calls_the_packed_microkernel_from_its_tile_panel() {
     insta::assert_snapshot!(clif(&p));
 }
 
-#[test]
-fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
+/// ReLU over `c` plus a residual, with its tile of 3 × 8.
+fn residual_relu_gemm() -> Plan {
     let g = Gemm {
         batch: vec![],
         m: 6,
@@ -141,8 +142,37 @@ fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
         block: (3, 8),
         packed: false,
     };
-    let p = plan(&[30, 40, 48], 48, KernelOp::Gemm(g));
-    insta::assert_snapshot!(clif(&p));
+    plan(&[30, 40, 48], 48, KernelOp::Gemm(g))
+}
+
+#[test]
+fn gemm_epilogue_applies_a_residual_and_relu_to_each_tile() {
+    insta::assert_snapshot!(clif(&residual_relu_gemm()));
+}
+
+/// With the GEMM epilogues in the native shim, each tile's product is followed by one call
+/// of `attnc_epilogue_tile` (SiLU's code 1, the residual as `post`, its row stride 8) in
+/// place of the loop. The IR never runs, so the shim's address is not needed.
+#[test]
+fn gemm_epilogue_of_a_native_form_calls_the_tile_epilogue() {
+    let mut p = residual_relu_gemm();
+    let KernelOp::Gemm(g) = &mut p.kernels[0].op else {
+        unreachable!("a GEMM plan")
+    };
+    // silu(c) + residual
+    g.epilogue.as_mut().expect("an epilogue").expr = vec![
+        Expr::Input(0),
+        Expr::Unary(UnaryOp::Sigmoid, 0),
+        Expr::Binary(BinaryOp::Mul, 0, 1),
+        Expr::Input(1),
+        Expr::Binary(BinaryOp::Add, 2, 3),
+    ];
+    let native = Shims {
+        softmax: None,
+        epilogue: Some(std::ptr::null()),
+        ..shims()
+    };
+    insta::assert_snapshot!(clif_with(&p, native));
 }
 
 #[test]

@@ -274,6 +274,87 @@ fn tanh_and_erf_polynomials_stay_within_a_relative_epsilon_everywhere() {
     check_unary(UnaryOp::Erf, &xs, libm::erf, 1.0);
 }
 
+/// Tanh-GELU's float32 constants, `√(2/π)` and 0.044715, as the checker writes them.
+const GELU_BETA: f32 = 0.797_884_6;
+const GELU_KAPPA: f32 = 0.044_715;
+
+/// ATen's tanh-GELU of input 0, `(x · 0.5) · (1 + tanh((x + x³ · κ) · β))`, as the
+/// optimizer leaves it: the formula the native code ran before the lowering rewrote it.
+fn aten_gelu_tanh() -> Vec<Expr> {
+    let mut f = F::default();
+    let x = f.add(Expr::Input(0));
+    let x2 = f.add(Expr::Binary(BinaryOp::Mul, x, x));
+    let x3 = f.add(Expr::Binary(BinaryOp::Mul, x2, x));
+    let kappa = f.add(Expr::Const(GELU_KAPPA));
+    let cubic = f.add(Expr::Binary(BinaryOp::Mul, x3, kappa));
+    let sum = f.add(Expr::Binary(BinaryOp::Add, x, cubic));
+    let beta = f.add(Expr::Const(GELU_BETA));
+    let u = f.add(Expr::Binary(BinaryOp::Mul, sum, beta));
+    let t = f.add(Expr::Unary(UnaryOp::Tanh, u));
+    let one = f.add(Expr::Const(1.0));
+    let one_plus = f.add(Expr::Binary(BinaryOp::Add, one, t));
+    let half = f.add(Expr::Const(0.5));
+    let half_x = f.add(Expr::Binary(BinaryOp::Mul, x, half));
+    f.add(Expr::Binary(BinaryOp::Mul, half_x, one_plus));
+    f.0
+}
+
+/// The worst errors of `got[i]` against tanh-GELU of `xs[i]` in float64 (with the float32
+/// constants, as `x / (1 + e^(-2u))`): in units of `ulp(want) + |x| 2^-24`, and in ulps of
+/// `want` alone where it is normal and above `|x| 2^-25` (below, `1 + tanh u` rounds to 0
+/// in float32 and the result is `±0`). `1 + tanh u` rounds to within 2^-24 of its value and is then scaled
+/// by `x / 2`, so ATen's form in float32 is off by a multiple of `|x| 2^-24` where `tanh u`
+/// is near -1 (tens of percent of the result near `x = -5`), and by ulps elsewhere.
+fn gelu_tanh_errors(xs: &[f32], got: &[f32]) -> (f64, f64) {
+    let (beta, kappa) = (f64::from(GELU_BETA), f64::from(GELU_KAPPA));
+    let (mut bound, mut ulps) = (0f64, 0f64);
+    for (&x, &g) in xs.iter().zip(got) {
+        let x64 = f64::from(x);
+        // `0.5 x (1 + tanh u)` cancels in float64 too where `u` is below -18.
+        let want = x64 / (1.0 + (-2.0 * beta * (x64 + kappa * x64 * x64 * x64)).exp());
+        let ulp = (want as f32).abs() as f64 * f64::from(f32::EPSILON);
+        let err = (f64::from(g) - want).abs();
+        let unit = (ulp + x64.abs() * 2f64.powi(-24)).max(1e-45);
+        assert!(err.is_finite(), "gelu_tanh({x:e}) = {g:e}, want {want:e}");
+        bound = bound.max(err / unit);
+        if want.abs() >= (x64.abs() * 2f64.powi(-25)).max(f64::from(f32::MIN_POSITIVE)) {
+            ulps = ulps.max(err / ulp);
+        }
+    }
+    (bound, ulps)
+}
+
+/// Tanh-GELU over the dense sweep: as the lowering computes it now (`x / (1 + e^(-2u))`,
+/// compiled from the language), within the bound of the form it replaced (ATen's, with the
+/// `tanh` polynomial, run from a map built by hand) against float64, in units of
+/// `ulp(want) + |x| 2^-24`; and, without the cancellation of `1 + tanh u`, within 32 ulps
+/// of every normal result above `|x| 2^-25` (below, `1 + tanh u` rounds to 0 and both forms give
+/// `±0`, as PyTorch), where ATen's form is off by up to all of it. (What is left is `u`'s
+/// own rounding in float32, which the result's relative error takes times `2|u|`.) The
+/// worst errors are printed (`--nocapture`).
+#[test]
+fn tanh_gelu_as_a_sigmoid_stays_within_the_bound_of_atens_form() {
+    let xs = sweep();
+    let n = xs.len();
+    let aten = run(map(aten_gelu_tanh(), 1, n, 1), std::slice::from_ref(&xs), n);
+    let src = format!("dim N = {n}\ninput x: [N]\noutput t = gelu(x, approximate=\"tanh\")\n");
+    let prog = common::program(&src, &[]);
+    let bound = Bound {
+        params: vec![],
+        inputs: vec![Tensor::new(vec![n], xs.clone())],
+        dims: attnc::runtime::bind_dims(&prog).unwrap(),
+    };
+    let exe = Executable::compile(&prog, &bound.dims).unwrap();
+    let now = exe.run(&bound, &pool(2).unwrap()).unwrap().remove(0).1.data;
+    let (old, old_ulps) = gelu_tanh_errors(&xs, &aten);
+    let (new, new_ulps) = gelu_tanh_errors(&xs, &now);
+    println!("worst in ulp(want) + |x| 2^-24: ATen's form {old:.3}, as a sigmoid {new:.3}");
+    println!("worst in ulps of a normal result above |x| 2^-25: ATen's form {old_ulps:.1}, as a sigmoid {new_ulps:.1}");
+    assert!(old <= 1.0, "ATen's form: {old}");
+    assert!(new <= 1.0, "as a sigmoid: {new}");
+    assert!(new_ulps <= 32.0, "as a sigmoid, in ulps: {new_ulps}");
+}
+
 /// Every positive magnitude, subnormals to `f32::MAX`, and a fine sweep around 1.
 #[test]
 fn the_log_polynomial_stays_within_a_relative_epsilon_everywhere() {

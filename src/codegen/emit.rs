@@ -54,6 +54,9 @@ pub struct Emit<'a> {
     /// The `attnc_softmax_tile` shim's declaration where the CPU runs it, and its reference
     /// in this function once imported by [`Emit::softmax_tile`].
     pub softmax: (Option<&'a (FuncId, Signature)>, Option<FuncRef>),
+    /// The `attnc_epilogue_tile` shim's declaration where the CPU runs it, and its
+    /// reference in this function once imported by [`Emit::epilogue_tile`].
+    pub epilogue: (Option<&'a (FuncId, Signature)>, Option<FuncRef>),
     /// The module's declaration of each math function ([`Call::ALL`] order).
     pub calls: &'a [(FuncId, Signature)],
     /// Each math function's reference in this function, once imported by [`Emit::call`].
@@ -508,6 +511,26 @@ impl Emit<'_> {
                 r
             }
             (None, None) => unreachable!("the tile softmax is called only where the shim is bound"),
+        };
+        self.b.ins().call(func_ref, &args);
+    }
+
+    /// Whether GEMM epilogues of the shim's forms run in it ([`Emit::epilogue_tile`]).
+    pub fn has_epilogue_tile(&self) -> bool {
+        self.epilogue.0.is_some()
+    }
+
+    /// Calls `attnc_epilogue_tile(act, rows, cols, c, c_rs, bias, pre, pre_rs, post,
+    /// post_rs, k0, k1, k2)`; only where [`Emit::has_epilogue_tile`].
+    pub fn epilogue_tile(&mut self, args: [Value; 13]) {
+        let func_ref = match self.epilogue {
+            (_, Some(r)) => r,
+            (Some(decl), None) => {
+                let r = self.import(decl.0, &decl.1);
+                self.epilogue.1 = Some(r);
+                r
+            }
+            (None, None) => unreachable!("the tile epilogue is called only where the shim is bound"),
         };
         self.b.ins().call(func_ref, &args);
     }

@@ -3,10 +3,13 @@
 //! the bias and applies the epilogue to the tile it just wrote, in one pass, then the
 //! rotary embeddings. (The bias used to be a prologue the product accumulated onto: one
 //! more pass over the tile, 4–7 % of encoder_M's GEMMs with an epilogue; `BENCHMARKS.md`.)
+//! Where the CPU has AVX-512 and the bias and epilogue are one of the forms of
+//! `tile_epilogue.rs`, one call of the native shim applies them at 512 bits instead.
 
 use super::emit::Emit;
 use super::math::eval;
 use super::softmax::lanes;
+use super::tile_epilogue::{form, Form};
 use crate::kernel::{Gemm, Operand, Rope};
 use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{InstBuilder, Value};
@@ -130,8 +133,49 @@ fn tile(
             e.step(p, j0, o.strides[r + 1])
         })
         .collect();
-    epilogue(e, g, (c, second, rows, cols), &bases, bias);
+    let native = e.has_epilogue_tile().then(|| form(g)).flatten();
+    match native {
+        Some(form) => epilogue_tile(e, g, form, (c, rows, cols), &bases, bias),
+        None => epilogue(e, g, (c, second, rows, cols), &bases, bias),
+    }
     c
+}
+
+/// The bias and the epilogue over the tile at `c` by the native shim, in one call (the
+/// inputs at `bases`, as for [`epilogue`]).
+fn epilogue_tile(
+    e: &mut Emit,
+    g: &Gemm,
+    form: Form,
+    (c, rows, cols): (Value, Value, Value),
+    bases: &[Value],
+    bias: Option<(Value, usize)>,
+) {
+    let r = g.batch.len();
+    let inputs: &[Operand] = g.epilogue.as_ref().map_or(&[], |ep| &ep.inputs);
+    let null = e.int(0);
+    let mut read = |k: Option<usize>| match k {
+        Some(k) => (bases[k], e.int(inputs[k].strides[r] as i64)),
+        None => (null, null),
+    };
+    let ((pre, pre_rs), (post, post_rs)) = (read(form.pre), read(form.post));
+    let (code, [k0, k1, k2]) = form.act.code();
+    let args = [
+        e.int(code),
+        rows,
+        cols,
+        c,
+        e.int(g.c.strides[r] as i64),
+        bias.map_or(null, |(p, _)| p),
+        pre,
+        pre_rs,
+        post,
+        post_rs,
+        e.f32(k0),
+        e.f32(k1),
+        e.f32(k2),
+    ];
+    e.epilogue_tile(args);
 }
 
 /// `c[i, j] = expr(c[i, j] + bias[j], inputs[..][i, j])` over the tile at `c` (and at

@@ -289,40 +289,43 @@ fn tanh4(e: &mut Emit, x: Value) -> Value {
     e.b.ins().bitselect(below, small, big)
 }
 
+/// `erf4`'s polynomials, `P` below 1 and `Q` above: shared with the native GEMM epilogue
+/// (`runtime/native/epilogue.rs`), which computes the same bits on 512-bit vectors.
+pub(crate) const ERF_SMALL: [f32; 7] = [
+    7.898_139e-5,
+    -0.000_802_433_5,
+    0.005_190_051_6,
+    -0.026_854_808,
+    0.112_836_12,
+    -0.376_126_3,
+    0.128_379_17,
+];
+pub(crate) const ERF_LARGE: [f32; 9] = [
+    -0.012_078_412,
+    0.041_466_44,
+    -0.003_244_636_3,
+    -0.210_605_46,
+    0.474_972_55,
+    -0.462_063_1,
+    0.039_473_75,
+    0.559_415_4,
+    0.000_246_990_27,
+];
+
 /// `erf` on f32x4, odd, on `a = |x|` clamped at 4 (where it is 1 in float32): below 1,
 /// `a + a P(a²)`; above, `1 - e^(-a²) Q(1 / a)`. `P` (degree 6) and `Q` (degree 8) are
 /// least-squares fits in relative error; the result is within `2^-23 |erf x|` of the true
 /// value (`tests/kernels.rs` sweeps every magnitude). NaN stays NaN, a subnormal or signed
 /// zero comes back as the true value.
 fn erf4(e: &mut Emit, x: Value) -> Value {
-    const P: [f32; 7] = [
-        7.898_139e-5,
-        -0.000_802_433_5,
-        0.005_190_051_6,
-        -0.026_854_808,
-        0.112_836_12,
-        -0.376_126_3,
-        0.128_379_17,
-    ];
-    const Q: [f32; 9] = [
-        -0.012_078_412,
-        0.041_466_44,
-        -0.003_244_636_3,
-        -0.210_605_46,
-        0.474_972_55,
-        -0.462_063_1,
-        0.039_473_75,
-        0.559_415_4,
-        0.000_246_990_27,
-    ];
     let a = e.b.ins().fabs(x);
     let a = at_most(e, a, 4.0);
     let z = e.b.ins().fmul(a, a);
-    let p = horner(e, z, &P);
+    let p = horner(e, z, &ERF_SMALL);
     let small = e.b.ins().fma(p, a, a);
     let one = e.splat(1.0, 4);
     let t = e.b.ins().fdiv(one, a);
-    let q = horner(e, t, &Q);
+    let q = horner(e, t, &ERF_LARGE);
     let neg_z = e.b.ins().fneg(z);
     let ex = e.exp4(neg_z);
     let neg_ex = e.b.ins().fneg(ex);

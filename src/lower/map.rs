@@ -2,6 +2,7 @@
 //! can be), layout copies, and the joins of `cat`, `concat` and `stack`.
 
 use super::gemm::pair;
+use super::tanh_gelu;
 use super::{internal, view, Lowerer, Val, View};
 use crate::ir::{BinaryOp, CmpOp, Op, ValueId};
 use crate::kernel::{BufId, BufferKind, Epilogue, Expr, Kernel, KernelOp, Map, Operand, PlanError};
@@ -44,6 +45,7 @@ impl Lowerer<'_> {
         let mut inputs: Vec<Operand> = Vec::new();
         let mut expr = Vec::new();
         self.expr(id, id, &shape, &mut inputs, &mut expr)?;
+        let expr = tanh_gelu::as_sigmoid(expr);
         if let Some(v) = self.epilogue(id, &shape, &inputs, &expr) {
             return Ok(v);
         }

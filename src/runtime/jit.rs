@@ -366,6 +366,7 @@ pub fn shims() -> Shims {
         sgemm: native::attnc_sgemm as *const u8,
         packed: native::attnc_sgemm_packed as *const u8,
         softmax: native::softmax_shim(),
+        epilogue: native::epilogue_shim(),
     }
 }
 

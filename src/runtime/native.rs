@@ -20,6 +20,8 @@ use rayon::prelude::*;
 use std::sync::{Mutex, OnceLock};
 
 #[cfg(target_arch = "x86_64")]
+mod epilogue;
+#[cfg(target_arch = "x86_64")]
 mod panel;
 #[cfg(target_arch = "x86_64")]
 mod scatter;
@@ -45,6 +47,18 @@ pub fn softmax_shim() -> Option<*const u8> {
     #[cfg(target_arch = "x86_64")]
     if use_tile() && std::env::var_os("ATTNC_NO_TILE_SOFTMAX").is_none() {
         return Some(softmax::attnc_softmax_tile as *const u8);
+    }
+    None
+}
+
+/// The address of the GEMM tile's epilogue shim (`epilogue::attnc_epilogue_tile`), where
+/// the AVX-512 tile routines run here ([`use_tile`]); `None` keeps every epilogue in the
+/// generated code (no AVX-512, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_EPILOGUE`: the
+/// benchmarks' before and after in one binary).
+pub fn epilogue_shim() -> Option<*const u8> {
+    #[cfg(target_arch = "x86_64")]
+    if use_tile() && std::env::var_os("ATTNC_NO_TILE_EPILOGUE").is_none() {
+        return Some(epilogue::attnc_epilogue_tile as *const u8);
     }
     None
 }
