@@ -27,6 +27,8 @@ output sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
 output sdpa_padded = F.scaled_dot_product_attention(q, k, v, attn_mask=padded)
 let s = (q @ k.transpose(-2, -1)) * 0.25
 output soft = torch.softmax(s.masked_fill(~causal, -inf), dim=-1) @ v
+let window = causal & (torch.arange(C)[None, :] > cache_position[:, None] - 40)
+output sdpa_window = F.scaled_dot_product_attention(q, k, v, attn_mask=window)
 ";
 
 /// The inputs: `q`, `k`, `v` drawn, the given positions, and keys `0..valid[b]` valid in
@@ -114,6 +116,30 @@ fn rows_of(t: &Tensor, n: usize, rows: &[usize]) -> Vec<f32> {
         })
         .map(|at| data[at])
         .collect()
+}
+
+/// The scan for a block's keys passes over removed keys 16 at a time, then finds the exact
+/// key one at a time: rows whose last kept key (causal, padding) or first (a window of 40)
+/// falls at every offset within and across those chunks give the interpreter's values.
+#[test]
+fn kept_ranges_ending_at_every_offset_of_a_chunk() {
+    let n = 300;
+    let positions: Vec<i64> = (0..n as i64).collect();
+    let valid = [1, 15, 16, 17, 31, 33, 255, 256, 257, 300];
+    agrees("chunk offsets", (n, n), &positions, &valid, None);
+}
+
+/// Positions falling down a block (a chunk given in reverse order): each row removes the
+/// last key the rows before it keep, which must stay among the block's keys. Key 256, the
+/// first of the second tile, is kept by the first row only; the caches' capacities put it
+/// at every offset of the backward scan's chunks of 16.
+#[test]
+fn a_key_only_an_earlier_row_keeps_stays_visible() {
+    let n = 64;
+    let positions: Vec<i64> = (0..n as i64).map(|r| 256 - r).collect();
+    for c in 258..274 {
+        agrees(&format!("falling, C = {c}"), (n, c), &positions, &[c, 257], None);
+    }
 }
 
 #[test]
