@@ -32,13 +32,13 @@ output sdpa_window = F.scaled_dot_product_attention(q, k, v, attn_mask=window)
 ";
 
 /// The inputs: `q`, `k`, `v` drawn, the given positions, and keys `0..valid[b]` valid in
-/// batch `b`.
+/// batch `b`; `bad`, a key whose value `key % 16` is replaced in every head.
 fn inputs(
     bound: &mut Bound,
     (n, c): (usize, usize),
     positions: &[i64],
     valid: &[usize],
-    nan_key: Option<usize>,
+    bad: Option<(usize, f32)>,
 ) {
     let mut rng = Rng(7);
     let mut draw = |len: usize| -> Vec<f32> {
@@ -50,9 +50,9 @@ fn inputs(
     bound.inputs[0] = Tensor::new(vec![b, 2, n, 16], draw(b * 2 * n * 16));
     bound.inputs[1] = Tensor::new(vec![b, 2, c, 16], draw(b * 2 * c * 16));
     let mut v = draw(b * 2 * c * 16);
-    if let Some(key) = nan_key {
+    if let Some((key, x)) = bad {
         for head in 0..b * 2 {
-            v[(head * c + key) * 16] = f32::NAN;
+            v[(head * c + key) * 16 + key % 16] = x;
         }
     }
     bound.inputs[2] = Tensor::new(vec![b, 2, c, 16], v);
@@ -72,12 +72,12 @@ fn agrees(
     (n, c): (usize, usize),
     positions: &[i64],
     valid: &[usize],
-    nan_key: Option<usize>,
+    bad: Option<(usize, f32)>,
 ) -> Vec<(String, Tensor)> {
     let dims = [("B", valid.len() as i64), ("N", n as i64), ("C", c as i64)];
     let prog = program(SRC, &dims);
     let mut bound = bind(&prog, &RunOptions::default()).unwrap();
-    inputs(&mut bound, (n, c), positions, valid, nan_key);
+    inputs(&mut bound, (n, c), positions, valid, bad);
     let want = interpret(&prog, &bound).unwrap();
     let optimized = attnc::opt::optimize(&prog).program;
     for (path, p) in [("typed", &prog), ("optimized", &optimized)] {
@@ -178,15 +178,20 @@ fn rows_that_keep_no_key_give_pytorchs_values() {
         .all(|x| x.is_nan()));
 }
 
+/// Keys 1000 and 1013 lie in a tile no row keeps; PyTorch multiplies their values by 0, so
+/// a NaN or an infinity there (at values 8 and 5 of the key's 16, in different vectors of
+/// the check) gives NaN.
 #[test]
 fn removed_keys_with_nan_values_give_nan_as_pytorch_does() {
-    // Key 1000 lies in a tile no row keeps; PyTorch multiplies its values by 0.
-    let want = agrees("nan at 1000", (4, 1100), &[0, 1, 2, 3], &[1100, 1100], Some(1000));
-    let rows: Vec<usize> = (0..4).collect();
-    assert!(rows_of(output(&want, "sdpa"), 4, &rows)
-        .iter()
-        .any(|x| x.is_nan()));
-    assert!(rows_of(output(&want, "soft"), 4, &rows)
-        .iter()
-        .any(|x| x.is_nan()));
+    for (key, x) in [(1000, f32::NAN), (1013, f32::INFINITY)] {
+        let what = format!("{x} at {key}");
+        let want = agrees(&what, (4, 1100), &[0, 1, 2, 3], &[1100, 1100], Some((key, x)));
+        let rows: Vec<usize> = (0..4).collect();
+        assert!(rows_of(output(&want, "sdpa"), 4, &rows)
+            .iter()
+            .any(|x| x.is_nan()));
+        assert!(rows_of(output(&want, "soft"), 4, &rows)
+            .iter()
+            .any(|x| x.is_nan()));
+    }
 }
