@@ -217,7 +217,7 @@ fn scan(
 /// Whether every one of `dv` values of the `cols` keys at `v` (strided by `strides`: keys,
 /// then values) is finite: `x * 0` is 0 for a finite `x` and NaN for inf and NaN.
 pub fn values_finite(e: &mut Emit, v: Value, strides: (usize, usize), cols: Value, dv: usize) -> Value {
-    if strides.1 == 1 && dv % 4 == 0 && dv <= MAX_UNROLLED {
+    if strides.1 == 1 && dv.is_multiple_of(4) && dv <= MAX_UNROLLED {
         return rows_finite(e, v, strides.0, cols, dv);
     }
     let zero_v = e.splat(0.0, 4);
