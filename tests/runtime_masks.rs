@@ -195,3 +195,54 @@ fn removed_keys_with_nan_values_give_nan_as_pytorch_does() {
             .any(|x| x.is_nan()));
     }
 }
+
+const HOLES: &str = "
+dim B, N, C
+dim H = 2, E = 16
+input q: [B, H, N, E]
+input k: [B, H, C, E]
+input v: [B, H, C, E]
+input keep: [N, C] bool
+output sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+";
+
+/// A tile is left untested against the mask only where every row of the block keeps all of
+/// it: rows keeping a prefix of the keys with holes (one row removes key 100, inside the
+/// first tile the others keep whole; another removes a run in the second tile; every
+/// seventh row a key of its own) still have each hole removed.
+#[test]
+fn a_key_one_row_removes_inside_a_tile_the_others_keep_is_removed() {
+    let (n, c) = (64, 600);
+    let dims = [("B", 1), ("N", n as i64), ("C", c as i64)];
+    let prog = program(HOLES, &dims);
+    let mut bound = bind(&prog, &RunOptions::default()).unwrap();
+    let keep: Vec<f32> = (0..n)
+        .flat_map(|r| (0..c).map(move |j| (r, j)))
+        .map(|(r, j)| {
+            let hole =
+                (r == 5 && j == 100) || (r == 40 && (260..270).contains(&j)) || (r % 7 == 0 && j == 3 * r);
+            if j < 300 + r && !hole {
+                1.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    bound.inputs[3] = Tensor::new(vec![n, c], keep);
+    let want = interpret(&prog, &bound).unwrap();
+    let optimized = attnc::opt::optimize(&prog).program;
+    for (path, p) in [("typed", &prog), ("optimized", &optimized)] {
+        let exe = Executable::compile(p, &bound.dims).unwrap();
+        let skips = exe.plan().kernels.iter().any(|k| match &k.op {
+            KernelOp::Attention(a) => a.skips_masked_tiles(),
+            _ => false,
+        });
+        let got = exe.run(&bound, &pool(2).unwrap()).unwrap();
+        assert_close(&format!("holes ({path})"), &got[0].1, &want[0].1);
+        assert!(
+            skips,
+            "{path}: no kernel skips masked tiles\n{}",
+            exe.plan().to_text()
+        );
+    }
+}
