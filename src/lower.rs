@@ -80,7 +80,8 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
         });
         l.source(kind, &input.name, &input.shape)?;
     }
-    l.nodes(&program.body)?;
+    let body = rope::tables_first(program, &program.body, &l.fusion);
+    l.nodes(&body)?;
     l.outputs()?;
     l.pack_weights();
     l.plan.flops = l.plan.kernels.iter().map(|k| k.op.flops()).sum();

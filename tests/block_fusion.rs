@@ -237,6 +237,47 @@ fn rope_is_the_epilogue_of_the_projection() {
     }
 }
 
+/// The tables of RoPE computed in the program from positions, as Mistral's and Llama's
+/// rotary modules write them (inverse frequencies from `arange`, their product with the
+/// positions, `cos` and `sin` of the two halves joined), in place of the inputs.
+const TABLES: [&str; 2] = [
+    "let inv = 1.0 / (10000.0 ** (arange(0, Dk, 2).float() / Dk))\nlet freqs = arange(N).float()[:, None] * inv[None, :]\nlet emb = cat([freqs, freqs], dim=-1)\nlet cos = emb.cos()\nlet sin = emb.sin()\n",
+    "let inv_freq = 1.0 / 500000.0 ** (torch.arange(0, Dk, 2) / Dk)\nlet t = torch.arange(N)\nlet freqs = t[:, None] * inv_freq[None, :]\nlet emb = torch.cat((freqs, freqs), dim=-1)\nlet cos = torch.cos(emb)\nlet sin = torch.sin(emb)\n",
+];
+
+/// RoPE whose tables the program computes after the projections is fused as RoPE given as
+/// inputs is: the tables are computed first (once per weights, since they read no input),
+/// and the merged projection rotates q's and k's columns as it writes its tile; no
+/// rotation map is left, and the results equal the interpreter's.
+#[test]
+fn rope_computed_from_positions_is_the_epilogue_of_the_projection() {
+    let rope = "x * cos + rotate_half(x) * sin";
+    for (d, dims) in [(256, [("B", 1), ("N", 300)]), (512, [("B", 2), ("N", 150)])] {
+        for tables in TABLES {
+            let given = "input cos: [N, Dk]\ninput sin: [N, Dk]\n";
+            let src = rotated_attention(d, rope, HALVES, "").replace(given, tables);
+            let p = plan_at(&src, &dims);
+            assert_eq!(kinds(&p), ["gemm", "attention"], "{tables}: {}", p.to_text());
+            let KernelOp::Gemm(g) = &p.kernels[0].op else {
+                unreachable!()
+            };
+            let dk = d / 4;
+            let columns: Vec<_> = g.rope.iter().map(|r| (r.start, r.end(), r.dim)).collect();
+            assert_eq!(columns, [(0, d, dk), (d, d + 2 * dk, dk)], "{}", p.to_text());
+            agrees(tables, &program(&src, &dims));
+        }
+    }
+}
+
+/// The plan of RoPE from positions in the program: the tables' maps in the prologue, the
+/// rotation in the projection's GEMM.
+#[test]
+fn the_plan_of_rope_from_positions_rotates_in_the_projection() {
+    let given = "input cos: [N, Dk]\ninput sin: [N, Dk]\n";
+    let src = rotated_attention(64, "x * cos + rotate_half(x) * sin", HALVES, "").replace(given, TABLES[0]);
+    insta::assert_snapshot!(plan_at(&src, &[("B", 1), ("N", 8)]).to_text());
+}
+
 /// Where the un-rotated q is also read (an output), the projection keeps its values and
 /// the rotation is two maps, one per half, each reading its partner half; the same for a
 /// rotation of an input, which no GEMM writes.

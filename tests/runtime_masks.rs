@@ -27,16 +27,18 @@ output sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
 output sdpa_padded = F.scaled_dot_product_attention(q, k, v, attn_mask=padded)
 let s = (q @ k.transpose(-2, -1)) * 0.25
 output soft = torch.softmax(s.masked_fill(~causal, -inf), dim=-1) @ v
+let window = causal & (torch.arange(C)[None, :] > cache_position[:, None] - 40)
+output sdpa_window = F.scaled_dot_product_attention(q, k, v, attn_mask=window)
 ";
 
 /// The inputs: `q`, `k`, `v` drawn, the given positions, and keys `0..valid[b]` valid in
-/// batch `b`.
+/// batch `b`; `bad`, a key whose value `key % 16` is replaced in every head.
 fn inputs(
     bound: &mut Bound,
     (n, c): (usize, usize),
     positions: &[i64],
     valid: &[usize],
-    nan_key: Option<usize>,
+    bad: Option<(usize, f32)>,
 ) {
     let mut rng = Rng(7);
     let mut draw = |len: usize| -> Vec<f32> {
@@ -48,9 +50,9 @@ fn inputs(
     bound.inputs[0] = Tensor::new(vec![b, 2, n, 16], draw(b * 2 * n * 16));
     bound.inputs[1] = Tensor::new(vec![b, 2, c, 16], draw(b * 2 * c * 16));
     let mut v = draw(b * 2 * c * 16);
-    if let Some(key) = nan_key {
+    if let Some((key, x)) = bad {
         for head in 0..b * 2 {
-            v[(head * c + key) * 16] = f32::NAN;
+            v[(head * c + key) * 16 + key % 16] = x;
         }
     }
     bound.inputs[2] = Tensor::new(vec![b, 2, c, 16], v);
@@ -70,12 +72,12 @@ fn agrees(
     (n, c): (usize, usize),
     positions: &[i64],
     valid: &[usize],
-    nan_key: Option<usize>,
+    bad: Option<(usize, f32)>,
 ) -> Vec<(String, Tensor)> {
     let dims = [("B", valid.len() as i64), ("N", n as i64), ("C", c as i64)];
     let prog = program(SRC, &dims);
     let mut bound = bind(&prog, &RunOptions::default()).unwrap();
-    inputs(&mut bound, (n, c), positions, valid, nan_key);
+    inputs(&mut bound, (n, c), positions, valid, bad);
     let want = interpret(&prog, &bound).unwrap();
     let optimized = attnc::opt::optimize(&prog).program;
     for (path, p) in [("typed", &prog), ("optimized", &optimized)] {
@@ -116,6 +118,30 @@ fn rows_of(t: &Tensor, n: usize, rows: &[usize]) -> Vec<f32> {
         .collect()
 }
 
+/// The scan for a block's keys passes over removed keys 16 at a time, then finds the exact
+/// key one at a time: rows whose last kept key (causal, padding) or first (a window of 40)
+/// falls at every offset within and across those chunks give the interpreter's values.
+#[test]
+fn kept_ranges_ending_at_every_offset_of_a_chunk() {
+    let n = 300;
+    let positions: Vec<i64> = (0..n as i64).collect();
+    let valid = [1, 15, 16, 17, 31, 33, 255, 256, 257, 300];
+    agrees("chunk offsets", (n, n), &positions, &valid, None);
+}
+
+/// Positions falling down a block (a chunk given in reverse order): each row removes the
+/// last key the rows before it keep, which must stay among the block's keys. Key 256, the
+/// first of the second tile, is kept by the first row only; the caches' capacities put it
+/// at every offset of the backward scan's chunks of 16.
+#[test]
+fn a_key_only_an_earlier_row_keeps_stays_visible() {
+    let n = 64;
+    let positions: Vec<i64> = (0..n as i64).map(|r| 256 - r).collect();
+    for c in 258..274 {
+        agrees(&format!("falling, C = {c}"), (n, c), &positions, &[c, 257], None);
+    }
+}
+
 #[test]
 fn causal_prefill_from_position_zero() {
     let n = 300;
@@ -152,15 +178,72 @@ fn rows_that_keep_no_key_give_pytorchs_values() {
         .all(|x| x.is_nan()));
 }
 
+/// Keys 1000 and 1013 lie in a tile no row keeps; PyTorch multiplies their values by 0, so
+/// a NaN or an infinity there (at values 8 and 5 of the key's 16, in different vectors of
+/// the check) gives NaN.
 #[test]
 fn removed_keys_with_nan_values_give_nan_as_pytorch_does() {
-    // Key 1000 lies in a tile no row keeps; PyTorch multiplies its values by 0.
-    let want = agrees("nan at 1000", (4, 1100), &[0, 1, 2, 3], &[1100, 1100], Some(1000));
-    let rows: Vec<usize> = (0..4).collect();
-    assert!(rows_of(output(&want, "sdpa"), 4, &rows)
-        .iter()
-        .any(|x| x.is_nan()));
-    assert!(rows_of(output(&want, "soft"), 4, &rows)
-        .iter()
-        .any(|x| x.is_nan()));
+    for (key, x) in [(1000, f32::NAN), (1013, f32::INFINITY)] {
+        let what = format!("{x} at {key}");
+        let want = agrees(&what, (4, 1100), &[0, 1, 2, 3], &[1100, 1100], Some((key, x)));
+        let rows: Vec<usize> = (0..4).collect();
+        assert!(rows_of(output(&want, "sdpa"), 4, &rows)
+            .iter()
+            .any(|x| x.is_nan()));
+        assert!(rows_of(output(&want, "soft"), 4, &rows)
+            .iter()
+            .any(|x| x.is_nan()));
+    }
+}
+
+const HOLES: &str = "
+dim B, N, C
+dim H = 2, E = 16
+input q: [B, H, N, E]
+input k: [B, H, C, E]
+input v: [B, H, C, E]
+input keep: [N, C] bool
+output sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+";
+
+/// A tile is left untested against the mask only where every row of the block keeps all of
+/// it: rows keeping a prefix of the keys with holes (one row removes key 100, inside the
+/// first tile the others keep whole; another removes a run in the second tile; every
+/// seventh row a key of its own) still have each hole removed.
+#[test]
+fn a_key_one_row_removes_inside_a_tile_the_others_keep_is_removed() {
+    let (n, c) = (64, 600);
+    let dims = [("B", 1), ("N", n as i64), ("C", c as i64)];
+    let prog = program(HOLES, &dims);
+    let mut bound = bind(&prog, &RunOptions::default()).unwrap();
+    let keep: Vec<f32> = (0..n)
+        .flat_map(|r| (0..c).map(move |j| (r, j)))
+        .map(|(r, j)| {
+            let hole = (r == 5 && j == 100)
+                || (r == 40 && (260..270).contains(&j))
+                || (r % 7 == 0 && j == 3 * r + 1);
+            if j < 300 + r && !hole {
+                1.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    bound.inputs[3] = Tensor::new(vec![n, c], keep);
+    let want = interpret(&prog, &bound).unwrap();
+    let optimized = attnc::opt::optimize(&prog).program;
+    for (path, p) in [("typed", &prog), ("optimized", &optimized)] {
+        let exe = Executable::compile(p, &bound.dims).unwrap();
+        let skips = exe.plan().kernels.iter().any(|k| match &k.op {
+            KernelOp::Attention(a) => a.skips_masked_tiles(),
+            _ => false,
+        });
+        let got = exe.run(&bound, &pool(2).unwrap()).unwrap();
+        assert_close(&format!("holes ({path})"), &got[0].1, &want[0].1);
+        assert!(
+            skips,
+            "{path}: no kernel skips masked tiles\n{}",
+            exe.plan().to_text()
+        );
+    }
 }

@@ -17,7 +17,7 @@
 
 use super::emit::Emit;
 use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, Row};
-use super::visible::{values_finite, visible_keys, MaskRows};
+use super::visible::{kept_by_all, values_finite, visible_keys, MaskRows};
 use crate::kernel::{Attention, Keep, MaskFill};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, I32, I8};
@@ -114,7 +114,8 @@ impl Scratch {
 /// One task's rows: the first and how many, and the pointers at them of `q`, the output,
 /// the mask and each score input; `started` says whether a tile was visited yet (the first
 /// one writes the output rows, later ones rescale and add to them); `visible`, the keys any
-/// of the rows keeps where the kernel skips the tiles a tensor mask removes.
+/// of the rows keeps where the kernel skips the tiles a tensor mask removes, and `whole`,
+/// keys every row keeps (a tile inside them is not tested against the mask).
 struct Rows<'a> {
     i0: Value,
     rows: Value,
@@ -124,6 +125,7 @@ struct Rows<'a> {
     score: Vec<Value>,
     started: Variable,
     visible: Option<(Value, Value)>,
+    whole: Option<(Value, Value)>,
 }
 
 /// One segment of the keys (`k` and `v`, then the tail's): its pointers at this task's
@@ -183,7 +185,7 @@ fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scr
     });
     let no = e.b.ins().iconst(I8, 0);
     let started = e.var(I8, no);
-    let visible = mask.filter(|_| a.skips_masked_tiles()).map(|(at, m)| {
+    let ranges = mask.filter(|_| a.skips_masked_tiles()).map(|(at, m)| {
         let mask = MaskRows {
             at,
             row_stride: m.mask.strides[r],
@@ -191,8 +193,10 @@ fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scr
             fill: m,
         };
         let all = (zero, e.int(a.m as i64));
-        visible_keys(e, &mask, rows, keys.unwrap_or(all))
+        let visible = visible_keys(e, &mask, rows, keys.unwrap_or(all));
+        (visible, kept_by_all(e, &mask, rows, visible))
     });
+    let (visible, whole) = (ranges.map(|r| r.0), ranges.map(|r| r.1));
     let task = Rows {
         i0,
         rows,
@@ -202,6 +206,7 @@ fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scr
         score,
         started,
         visible,
+        whole,
     };
     for segment in &segments {
         walk_segment(e, a, (&task, segment), (keys, zero), &os.strides, scratch);
@@ -429,11 +434,11 @@ fn visit(
     ]);
     let later = e.b.use_var(task.started);
     let zero = e.int(0);
-    match e.has_softmax_tile() {
+    let rows_pass = |e: &mut Emit, masked: bool| match e.has_softmax_tile() {
         true => {
-            if a.score.is_some() || a.mask.is_some() || a.positions.is_some() {
+            if a.score.is_some() || masked || a.positions.is_some() {
                 e.for_range(zero, rows, 1, |e, i| {
-                    scored_row(e, a, (task, keys), i, scratch, store_scores)
+                    scored_row(e, a, (task, keys), (i, masked), scratch, store_scores)
                 });
             }
             let out = (task.out, os[r], os[r + 1], a.dv);
@@ -441,8 +446,21 @@ fn visit(
             tile_softmax(e, (rows, cols), (tile, bc), stats, out, later);
         }
         false => e.for_range(zero, rows, 1, |e, i| {
-            update_row(e, a, (task, keys), i, later, os, scratch)
+            update_row(e, a, (task, keys), (i, masked), later, os, scratch)
         }),
+    };
+    match task.whole {
+        // A tile of keys every row keeps: the mask test would keep every score.
+        Some((lo, hi)) => {
+            let end = e.b.ins().iadd(keys.j0, cols);
+            let from = e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, keys.j0, lo);
+            let to = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, hi);
+            let inside = e.b.ins().band(from, to);
+            let outside = e.b.ins().bxor_imm_u(inside, 1);
+            e.when(inside, |e| rows_pass(e, false));
+            e.when(outside, |e| rows_pass(e, true));
+        }
+        None => rows_pass(e, a.mask.is_some()),
     }
     // out[i, :] (+)= Σ_j tile[i, j] v[j0 + j, :]
     let vb = e.step(seg.v, keys.jl, vs[r]);
@@ -466,24 +484,24 @@ fn update_row(
     e: &mut Emit,
     a: &Attention,
     (task, keys): (&Rows, &Keys),
-    i: Value,
+    (i, masked): (Value, bool),
     later: Value,
     os: &[usize],
     scratch: &Scratch,
 ) {
-    scored_row(e, a, (task, keys), i, scratch, |e, row| {
+    scored_row(e, a, (task, keys), (i, masked), scratch, |e, row| {
         online_update(e, a, task, (i, later), os, scratch, row)
     });
 }
 
 /// Row `i` of a visited tile as [`Row`] for `then`: a mask of positions and the score
-/// change it must follow applied in place, and the tensor mask and any other score change
-/// left to the row's first pass.
+/// change it must follow applied in place, and the tensor mask (where `masked`: not in a
+/// tile every row keeps whole) and any other score change left to the row's first pass.
 fn scored_row(
     e: &mut Emit,
     a: &Attention,
     (task, keys): (&Rows, &Keys),
-    i: Value,
+    (i, masked): (Value, bool),
     scratch: &Scratch,
     then: impl FnOnce(&mut Emit, &Row),
 ) {
@@ -518,7 +536,7 @@ fn scored_row(
             fill_removed(e, &p.keep, p.fill, trow, row_i, j0, cols)
         });
     }
-    let mrow = task.mask.as_ref().map(|&(p, m)| {
+    let mrow = task.mask.as_ref().filter(|_| masked).map(|&(p, m)| {
         let p = e.step(p, i, m.mask.strides[r]);
         let p = e.step(p, j0, m.mask.strides[r + 1]);
         (p, m.mask.strides[r + 1], m.clone())

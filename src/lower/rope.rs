@@ -6,13 +6,15 @@
 //! rotated q and k are never a pass of their own. Elsewhere the rotation is two maps, one
 //! per half, each reading its partner half: no copy of the negated or concatenated halves.
 
+use super::fuse::Fusion;
 use super::{internal, Lowerer, View};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, Op, Program, UnaryOp, ValueId};
 use crate::kernel::{BufferKind, Expr, Kernel, KernelOp, Operand, PlanError, Rope};
+use std::collections::{HashMap, HashSet};
 
 /// `x * cos + rotate_half(x) * sin` at a root: its operands, the nodes it computes itself,
-/// and whether `x` may be rotated in place by the GEMM that writes it.
+/// and the GEMM that may rotate `x` in place as it writes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopePat {
     pub x: ValueId,
@@ -20,7 +22,9 @@ pub struct RopePat {
     pub sin: ValueId,
     /// The products, the halves, the negation and the `cat`.
     pub inner: Vec<ValueId>,
-    pub in_place: bool,
+    /// The `linear`, matmul or `gemm` node whose result `x` is a view of, where nothing
+    /// else reads the elements `x` covers.
+    pub gemm: Option<ValueId>,
 }
 
 /// Finds the rotation at `root` (an `add`), given each node's number of uses and whether a
@@ -62,13 +66,13 @@ pub fn find(
                 continue;
             }
             let inner = [vec![direct, rotated, half_cat], halves].concat();
-            let in_place = uses[x] == 3 && alone(program, dims, x, free);
+            let gemm = (uses[x] == 3).then(|| alone(program, dims, x, free)).flatten();
             return Some(RopePat {
                 x,
                 cos,
                 sin,
                 inner,
-                in_place,
+                gemm,
             });
         }
     }
@@ -142,11 +146,16 @@ fn literal(program: &Program, id: ValueId) -> Option<f64> {
     }
 }
 
-/// Whether nothing but `x` reads the elements of the GEMM result `x` is a view of: `x`'s
-/// chain of views down to a `linear`, a matmul or a `gemm` is read by nothing else, and
-/// where the chain starts with a slice of the result's last axis, every other reader of
-/// the result is a slice of that axis disjoint from it.
-fn alone(program: &Program, dims: &[Option<i64>], x: ValueId, free: &dyn Fn(ValueId) -> bool) -> bool {
+/// The GEMM node whose result `x` is a view of, where nothing but `x` reads the elements it
+/// covers: `x`'s chain of views down to a `linear`, a matmul or a `gemm` is read by nothing
+/// else, and where the chain starts with a slice of the result's last axis, every other
+/// reader of the result is a slice of that axis disjoint from it.
+fn alone(
+    program: &Program,
+    dims: &[Option<i64>],
+    x: ValueId,
+    free: &dyn Fn(ValueId) -> bool,
+) -> Option<ValueId> {
     let node = |id: ValueId| program.node(id);
     let size = |p: &Poly| program.dims.eval(p, &|s| dims.get(s).copied().flatten());
     let mut at = x;
@@ -156,12 +165,12 @@ fn alone(program: &Program, dims: &[Option<i64>], x: ValueId, free: &dyn Fn(Valu
             (Op::Linear | Op::MatMul | Op::Gemm { .. }, _) => break,
             (Op::View(_) | Op::Reshape(_) | Op::Transpose(..) | Op::Permute(_) | Op::Slice { .. }, &[a]) => {
                 if at != x && !free(at) {
-                    return false;
+                    return None;
                 }
                 below = Some(at);
                 at = a;
             }
-            _ => return false,
+            _ => return None,
         }
     }
     let gemm = at;
@@ -172,15 +181,71 @@ fn alone(program: &Program, dims: &[Option<i64>], x: ValueId, free: &dyn Fn(Valu
         _ => None,
     };
     let Some(below) = below else {
-        return true; // `x` is the whole result
+        return Some(gemm); // `x` is the whole result
     };
     let Some(ours) = range(below) else {
-        return free(gemm);
+        return free(gemm).then_some(gemm);
     };
     let readers = program.nodes.iter().enumerate();
     let mut others = readers.filter(|(id, n)| *id != below && n.args.contains(&gemm));
-    others.all(|(id, n)| n.args.len() == 1 && range(id).is_some_and(|(a, b)| b <= ours.0 || ours.1 <= a))
-        && !program.outputs.iter().any(|o| o.value == gemm)
+    let disjoint =
+        others.all(|(id, n)| n.args.len() == 1 && range(id).is_some_and(|(a, b)| b <= ours.0 || ours.1 <= a));
+    (disjoint && !program.outputs.iter().any(|o| o.value == gemm)).then_some(gemm)
+}
+
+/// `body` with the producers of each in-place rotation's `cos` and `sin` moved before the
+/// GEMM that rotates: the GEMM rotates its tile only where no later kernel writes the tables
+/// (`rope_in_place`), and tables computed from positions in the program (`arange`, `cos`,
+/// `sin`) may come after the projection in the body, where they would leave the rotation
+/// two maps. The producers that come after the GEMM move to just before it, in their order,
+/// so every node still follows its operands; nothing moves where they include the GEMM (or
+/// a `linear` merged with it), a loop or a write of state, whose place orders the reads.
+pub fn tables_first(program: &Program, body: &[ValueId], fusion: &Fusion) -> Vec<ValueId> {
+    let mut body = body.to_vec();
+    let mut ropes: Vec<_> = fusion
+        .rope
+        .values()
+        .filter_map(|p| Some((p.gemm?, [p.cos, p.sin])))
+        .collect();
+    ropes.sort_unstable();
+    for (gemm, tables) in ropes {
+        let merged = fusion.siblings.values().find(|g| g.contains(&gemm));
+        let group = merged.map_or(vec![gemm], Vec::clone);
+        let Some(at) = body.iter().position(|n| group.contains(n)) else {
+            continue;
+        };
+        let Some(moved) = producers_after(program, &body, at, &group, &tables) else {
+            continue;
+        };
+        let (moved, rest): (Vec<_>, Vec<_>) = body[at..].iter().partition(|&n| moved.contains(n));
+        body = [&body[..at], &moved, &rest].concat();
+    }
+    body
+}
+
+/// The nodes at or after `body[at]` that `tables` are computed from, `None` where one is in
+/// `group`, outside `body`, a loop or a write of state.
+fn producers_after(
+    program: &Program,
+    body: &[ValueId],
+    at: usize,
+    group: &[ValueId],
+    tables: &[ValueId],
+) -> Option<HashSet<ValueId>> {
+    let position: HashMap<ValueId, usize> = body.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut found = HashSet::new();
+    let mut todo = tables.to_vec();
+    while let Some(n) = todo.pop() {
+        if *position.get(&n)? < at || !found.insert(n) {
+            continue;
+        }
+        let op = &program.node(n).op;
+        if group.contains(&n) || matches!(op, Op::For { .. } | Op::IndexCopy { .. }) {
+            return None;
+        }
+        todo.extend(&program.node(n).args);
+    }
+    Some(found)
 }
 
 impl Lowerer<'_> {
@@ -192,7 +257,7 @@ impl Lowerer<'_> {
         let mut view =
             |v: ValueId| -> Result<View, PlanError> { self.view(v)?.expand(&shape).ok_or_else(bad) };
         let (x, cos, sin) = (view(pat.x)?, view(pat.cos)?, view(pat.sin)?);
-        if pat.in_place {
+        if pat.gemm.is_some() {
             if let Some(v) = self.rope_in_place(id, &x, &cos, &sin) {
                 return Ok(v);
             }

@@ -179,7 +179,7 @@ pub fn lower(eg: &EG, ex: &Extraction, root: Id, source: &Program) -> Result<Pro
         out.push(Op::Param(i), vec![], Type::Tensor(ty), &[]);
     }
     for i in 0..source.inputs.len() {
-        let ty = TensorType::row_major(source.inputs[i].shape.clone(), DType::F32);
+        let ty = TensorType::row_major(source.inputs[i].shape.clone(), source.inputs[i].dtype);
         out.push(Op::Input(i), vec![], Type::Tensor(ty), &[]);
     }
     let root = eg.find(root);
