@@ -22,6 +22,8 @@ use std::sync::{Mutex, OnceLock};
 #[cfg(target_arch = "x86_64")]
 mod epilogue;
 #[cfg(target_arch = "x86_64")]
+mod exp;
+#[cfg(target_arch = "x86_64")]
 mod panel;
 #[cfg(target_arch = "x86_64")]
 mod scatter;

@@ -10,7 +10,8 @@
 //! does: the bits are those of the generated code (`tests/native_epilogue.rs` compares the
 //! two paths' outputs).
 
-use crate::codegen::{Activation, ERF_LARGE, ERF_SMALL, EXP_LN2, EXP_LO, EXP_MAGIC, EXP_POLY};
+use super::exp::{horner, reduced};
+use crate::codegen::{Activation, ERF_LARGE, ERF_SMALL, EXP_MAGIC};
 use std::arch::x86_64::*;
 
 /// The tile: `rows × cols` floats from `c`, rows `c_rs` apart, columns contiguous.
@@ -105,16 +106,6 @@ fn sigmoid(x: __m512) -> __m512 {
     _mm512_div_ps(one, _mm512_add_ps(exp(neg), one))
 }
 
-/// `p[0] z^k + .. + p[k]` by Horner's rule, one fused multiply-add a step.
-#[target_feature(enable = "avx512f")]
-fn horner(z: __m512, p: &[f32]) -> __m512 {
-    let mut acc = _mm512_set1_ps(p[0]);
-    for &c in &p[1..] {
-        acc = _mm512_fmadd_ps(acc, z, _mm512_set1_ps(c));
-    }
-    acc
-}
-
 /// `math.rs`'s `erf4`: odd, on `|x|` clamped at 4; `a + a P(a²)` below 1, `1 - e^(-a²)
 /// Q(1 / a)` above.
 #[target_feature(enable = "avx512f")]
@@ -145,17 +136,7 @@ fn erf(x: __m512) -> __m512 {
 fn exp(x: __m512) -> __m512 {
     let hi = _mm512_set1_ps(89.0);
     let x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, hi), x, hi);
-    let lo = _mm512_set1_ps(EXP_LO);
-    let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
-    let x = _mm512_mask_blend_ps(under, x, lo);
-    let magic = _mm512_set1_ps(EXP_MAGIC);
-    let t = _mm512_fmadd_ps(_mm512_set1_ps(std::f32::consts::LOG2_E), x, magic);
-    let n = _mm512_sub_ps(t, magic);
-    let r = _mm512_fmadd_ps(_mm512_set1_ps(EXP_LN2[0]), n, x);
-    let r = _mm512_fmadd_ps(_mm512_set1_ps(EXP_LN2[1]), n, r);
-    let p = horner(r, &EXP_POLY);
-    let y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-    let y = _mm512_add_ps(y, _mm512_set1_ps(1.0));
+    let (y, under, t) = reduced(x);
     // `t`'s low mantissa bits hold `n`: its bits less the magic number's.
     let n = _mm512_sub_epi32(
         _mm512_castps_si512(t),

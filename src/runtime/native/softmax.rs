@@ -13,7 +13,7 @@
 //!
 //! [`tile_softmax`]: crate::codegen
 
-use crate::codegen::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_POLY, EXP_SCALE_LOG2};
+use crate::codegen::EXP_SCALE_LOG2;
 use std::arch::x86_64::*;
 
 /// Rows per vector: one per 128-bit quarter.
@@ -259,20 +259,7 @@ unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32) {
 /// rounds once, to a subnormal where the true value is one. NaN passes through.
 #[target_feature(enable = "avx512f")]
 fn exp_nonpositive(x: __m512) -> __m512 {
-    let lo = _mm512_set1_ps(EXP_LO);
-    let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
-    let x = _mm512_mask_blend_ps(under, x, lo);
-    let magic = _mm512_set1_ps(EXP_MAGIC);
-    let t = _mm512_fmadd_ps(_mm512_set1_ps(std::f32::consts::LOG2_E), x, magic);
-    let n = _mm512_sub_ps(t, magic);
-    let r = _mm512_fmadd_ps(_mm512_set1_ps(EXP_LN2[0]), n, x);
-    let r = _mm512_fmadd_ps(_mm512_set1_ps(EXP_LN2[1]), n, r);
-    let mut p = _mm512_set1_ps(EXP_POLY[0]);
-    for &c in &EXP_POLY[1..] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-    }
-    let r2 = _mm512_mul_ps(r, r);
-    let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
+    let (y, under, t) = super::exp::reduced(x);
     let y = _mm512_mask_blend_ps(under, y, _mm512_setzero_ps());
     let bias = _mm512_set1_epi32(((127 + EXP_SCALE_LOG2) << 23) as i32);
     let pow = _mm512_add_epi32(_mm512_slli_epi32::<23>(_mm512_castps_si512(t)), bias);
