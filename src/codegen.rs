@@ -144,6 +144,16 @@ fn import(module: &mut JITModule, symbol: &str, sig: &Signature) -> Result<FuncI
         .map_err(|e| e.to_string())
 }
 
+/// `symbol` imported with `params`, with its signature (an optional shim's).
+fn imported(
+    module: &mut JITModule,
+    symbol: &str,
+    params: &[(Type, usize)],
+) -> Result<(FuncId, Signature), String> {
+    let sig = signature(module, params);
+    Ok((import(module, symbol, &sig)?, sig))
+}
+
 impl Jit {
     /// A generator whose code calls `shims` for tile products.
     pub fn new(shims: Shims) -> Result<Jit, String> {
@@ -173,22 +183,14 @@ impl Jit {
         let sig = signature(&module, &[(I64, 10), (F32, 1)]);
         let packed = import(&mut module, PACKED_SYMBOL, &sig)?;
         let packed = (packed, sig);
-        let softmax = match shims.softmax {
-            Some(_) => {
-                let sig = signature(&module, &[(I64, 10), (I32, 1)]);
-                let id = import(&mut module, SOFTMAX_SYMBOL, &sig)?;
-                Some((id, sig))
-            }
-            None => None,
-        };
-        let epilogue = match shims.epilogue {
-            Some(_) => {
-                let sig = signature(&module, &[(I64, 10), (F32, 3)]);
-                let id = import(&mut module, EPILOGUE_SYMBOL, &sig)?;
-                Some((id, sig))
-            }
-            None => None,
-        };
+        let softmax = shims
+            .softmax
+            .map(|_| imported(&mut module, SOFTMAX_SYMBOL, &[(I64, 10), (I32, 1)]))
+            .transpose()?;
+        let epilogue = shims
+            .epilogue
+            .map(|_| imported(&mut module, EPILOGUE_SYMBOL, &[(I64, 10), (F32, 3)]))
+            .transpose()?;
         Ok(Jit {
             builder_ctx: FunctionBuilderContext::new(),
             ctx: module.make_context(),
