@@ -179,13 +179,7 @@ impl Epilogue {
             // Never read: `at` sends its readers to this epilogue's result.
             Expr::Input(0) => Expr::Const(0.0),
             Expr::Input(i) => Expr::Input(self.leaves() + self.inputs.len() + i - 1),
-            Expr::Const(c) => Expr::Const(c),
-            Expr::Reduced(k) => Expr::Reduced(k),
-            Expr::Index(a) => Expr::Index(a),
-            Expr::Unary(op, a) => Expr::Unary(op, at(a)),
-            Expr::Binary(op, a, b) => Expr::Binary(op, at(a), at(b)),
-            Expr::Compare(op, a, b) => Expr::Compare(op, at(a), at(b)),
-            Expr::Select(c, a, b) => Expr::Select(at(c), at(a), at(b)),
+            _ => formula::renumbered(e, at),
         });
         Epilogue {
             inputs: [self.inputs.as_slice(), &next.inputs].concat(),

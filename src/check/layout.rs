@@ -249,10 +249,11 @@ fn where_not_empty(
     shape: &[Poly],
 ) -> (Vec<TensorType>, Vec<Poly>) {
     let mut least: Vec<(Sym, i64)> = Vec::new();
-    for size in shape.iter().filter(|_| shape.len() <= SHIFTED_RANK) {
-        let Some((s, m)) = free_dim_at_least(dims, &dims.with_consts(size)) else {
-            continue;
-        };
+    let sizes: &[Poly] = if shape.len() <= SHIFTED_RANK { shape } else { &[] };
+    for (s, m) in sizes
+        .iter()
+        .filter_map(|size| free_dim_at_least(dims, &dims.with_consts(size)))
+    {
         match least.iter_mut().find(|(t, _)| *t == s) {
             Some((_, n)) => *n = (*n).max(m),
             None => least.push((s, m)),

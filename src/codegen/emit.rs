@@ -484,15 +484,21 @@ impl Emit<'_> {
     /// first element of the tile's panels ([`crate::kernel::Gemm::packed`]).
     pub fn sgemm_packed(&mut self, args: [Value; 11]) {
         let (decl, imported) = self.packed;
-        let func_ref = match imported {
-            Some(r) => r,
-            None => {
-                let r = self.import(decl.0, &decl.1);
-                self.packed.1 = Some(r);
-                r
-            }
-        };
+        let func_ref = imported.unwrap_or_else(|| self.import(decl.0, &decl.1));
+        self.packed.1 = Some(func_ref);
         self.b.ins().call(func_ref, &args);
+    }
+
+    /// An optional shim's reference in this function: `imported`, or its declaration
+    /// imported now. Called only where the shim is bound (its `has_..` said so).
+    fn optional_shim(
+        &mut self,
+        (decl, imported): (Option<&(FuncId, Signature)>, Option<FuncRef>),
+    ) -> FuncRef {
+        imported.unwrap_or_else(|| {
+            let (id, sig) = decl.expect("an optional shim is called only where it is bound");
+            self.import(*id, sig)
+        })
     }
 
     /// Whether the attention tile's softmax runs in the native shim ([`Emit::softmax_tile`]).
@@ -503,15 +509,8 @@ impl Emit<'_> {
     /// Calls `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs,
     /// dv, later)`; only where [`Emit::has_softmax_tile`].
     pub fn softmax_tile(&mut self, args: [Value; 11]) {
-        let func_ref = match self.softmax {
-            (_, Some(r)) => r,
-            (Some(decl), None) => {
-                let r = self.import(decl.0, &decl.1);
-                self.softmax.1 = Some(r);
-                r
-            }
-            (None, None) => unreachable!("the tile softmax is called only where the shim is bound"),
-        };
+        let func_ref = self.optional_shim(self.softmax);
+        self.softmax.1 = Some(func_ref);
         self.b.ins().call(func_ref, &args);
     }
 
@@ -523,15 +522,8 @@ impl Emit<'_> {
     /// Calls `attnc_epilogue_tile(act, rows, cols, c, c_rs, bias, pre, pre_rs, post,
     /// post_rs, k0, k1, k2)`; only where [`Emit::has_epilogue_tile`].
     pub fn epilogue_tile(&mut self, args: [Value; 13]) {
-        let func_ref = match self.epilogue {
-            (_, Some(r)) => r,
-            (Some(decl), None) => {
-                let r = self.import(decl.0, &decl.1);
-                self.epilogue.1 = Some(r);
-                r
-            }
-            (None, None) => unreachable!("the tile epilogue is called only where the shim is bound"),
-        };
+        let func_ref = self.optional_shim(self.epilogue);
+        self.epilogue.1 = Some(func_ref);
         self.b.ins().call(func_ref, &args);
     }
 }
