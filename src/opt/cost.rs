@@ -21,6 +21,9 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::{Add, Mul};
 use std::rc::Rc;
+use trial::Base;
+
+mod trial;
 
 /// The size every free dim is given when costs are estimated.
 pub const NOMINAL: i64 = 128;
@@ -408,16 +411,22 @@ pub fn extract(eg: &EG, root: Id) -> Option<Extraction> {
         base: &nodes,
         switch: &[],
     };
-    let eval = evaluate(eg, &memo, &choices, root, &trips)?;
+    let scope = Scope {
+        eg,
+        memo: &memo,
+        nodes: &choices,
+        trips: &trips,
+    };
+    let eval = evaluate(scope, root)?;
     let nodes = eval
-        .types
+        .parts
         .keys()
         .map(|&c| (c, eg[c].nodes[nodes[&c]].clone()))
         .collect();
     let types = eval
-        .types
+        .parts
         .into_iter()
-        .map(|(id, (t, c))| (id, (t.map(|t| memo.ty(t)), c)))
+        .map(|(id, p)| (id, (p.ty.map(|t| memo.ty(t)), p.copies)))
         .collect();
     Some(Extraction {
         nodes,
@@ -456,80 +465,114 @@ struct Eval {
     total: Cost,
     size: usize,
     key: u64,
-    /// Each class's type (interned) and whether it copies.
-    types: HashMap<Id, (Option<u32>, bool)>,
+    /// Each class's part of the evaluation, for every class the program needs.
+    parts: HashMap<Id, Part>,
 }
 
+/// One class's part of an evaluation.
+#[derive(Clone)]
+struct Part {
+    /// The type (interned) and whether it copies.
+    ty: Option<u32>,
+    copies: bool,
+    /// The structural hash of the class's term.
+    key: u64,
+    /// Its cost times the trips of the loops it runs in.
+    cost: Cost,
+    /// The classes its chosen node reads (canonical).
+    kids: Vec<Id>,
+}
+
+/// What the refinement minimizes: the cost's score, then the number of classes, then the
+/// structural hash (so that equal programs tie the same way whatever the e-graph's ids).
+type Rank = (u128, usize, u64);
+
 impl Eval {
-    fn rank(&self) -> (u128, usize, u64) {
+    fn rank(&self) -> Rank {
         (self.total.score(), self.size, self.key)
+    }
+}
+
+/// What an evaluation walks over: the e-graph, the laid-out nodes, the choice and the
+/// loops' trip counts.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    eg: &'a EG,
+    memo: &'a Memo,
+    nodes: &'a Choices<'a>,
+    trips: &'a HashMap<usize, u128>,
+}
+
+impl Scope<'_> {
+    /// Class `id`'s part given its children's types and keys (in the node's order): `None`
+    /// when no node is chosen for it.
+    fn part(&self, id: Id, kids: Vec<Id>, types: &[Option<u32>], keys: &[u64]) -> Option<Part> {
+        let index = self.nodes.get(id)?;
+        let (ty, copies, cost, text) = self.memo.lay_out(self.eg, id, index, types);
+        let key = keys.iter().fold(text, |h, k| fnv(&k.to_le_bytes(), h));
+        let times: u128 = self.eg[id]
+            .data
+            .deps
+            .iter()
+            .map(|v| self.trips.get(v).copied().unwrap_or(1))
+            .product();
+        Some(Part {
+            ty,
+            copies,
+            key,
+            cost: cost * times,
+            kids,
+        })
+    }
+
+    /// The canonical classes class `id`'s chosen node reads.
+    fn kids(&self, id: Id) -> Option<Vec<Id>> {
+        let node = &self.eg[id].nodes[self.nodes.get(id)?];
+        Some(node.children().iter().map(|&c| self.eg.find(c)).collect())
     }
 }
 
 /// Evaluates the program that `nodes` choose under `root`; `None` when the choice is
 /// cyclic or leaves a class without a node.
-fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usize, u128>) -> Option<Eval> {
+fn evaluate(scope: Scope, root: Id) -> Option<Eval> {
     struct Walk<'a> {
-        eg: &'a EG,
-        memo: &'a Memo,
-        nodes: &'a Choices<'a>,
-        trips: &'a HashMap<usize, u128>,
-        done: HashMap<Id, (Option<u32>, bool, u64)>,
+        scope: Scope<'a>,
+        done: HashMap<Id, Part>,
         open: HashSet<Id>,
-        total: Cost,
     }
     impl Walk<'_> {
         fn go(&mut self, id: Id) -> Option<u64> {
-            let id = self.eg.find(id);
-            if let Some((_, _, key)) = self.done.get(&id) {
-                return Some(*key);
+            let id = self.scope.eg.find(id);
+            if let Some(part) = self.done.get(&id) {
+                return Some(part.key);
             }
             if !self.open.insert(id) {
                 return None;
             }
-            let index = self.nodes.get(id)?;
-            let node = &self.eg[id].nodes[index];
-            let mut keys = Vec::with_capacity(node.len());
-            let mut types = Vec::with_capacity(node.len());
-            for &c in node.children() {
+            let kids = self.scope.kids(id)?;
+            let mut keys = Vec::with_capacity(kids.len());
+            for &c in &kids {
                 keys.push(self.go(c)?);
-                types.push(self.done.get(&self.eg.find(c)).and_then(|(t, _, _)| *t));
             }
-            let (ty, copies, cost, text) = self.memo.lay_out(self.eg, id, index, &types);
-            let key = keys.iter().fold(text, |h, k| fnv(&k.to_le_bytes(), h));
-            let data = &self.eg[id].data;
-            let times: u128 = data
-                .deps
-                .iter()
-                .map(|v| self.trips.get(v).copied().unwrap_or(1))
-                .product();
-            self.total = self.total + cost * times;
+            let types: Vec<Option<u32>> = kids.iter().map(|c| self.done[c].ty).collect();
+            let part = self.scope.part(id, kids, &types, &keys)?;
+            let key = part.key;
             self.open.remove(&id);
-            self.done.insert(id, (ty, copies, key));
+            self.done.insert(id, part);
             Some(key)
         }
     }
     let mut walk = Walk {
-        eg,
-        memo,
-        nodes,
-        trips,
+        scope,
         done: HashMap::new(),
         open: HashSet::new(),
-        total: Cost::default(),
     };
     let key = walk.go(root)?;
-    let size = walk.done.len();
-    let types = walk
-        .done
-        .into_iter()
-        .map(|(id, (t, c, _))| (id, (t, c)))
-        .collect();
     Some(Eval {
-        total: walk.total,
-        size,
+        total: walk.done.values().fold(Cost::default(), |acc, p| acc + p.cost),
+        size: walk.done.len(),
         key,
-        types,
+        parts: walk.done,
     })
 }
 
@@ -538,33 +581,46 @@ fn evaluate(eg: &EG, memo: &Memo, nodes: &Choices, root: Id, trips: &HashMap<usi
 /// nodes of other used classes that share an operand with it (the three slices of a
 /// merged projection only pay off together), and takes the best.
 ///
-/// Each trial evaluates the whole program, so the descent stops when the next step's
+/// Each trial is priced as a whole program (re-walking only the classes above the switched
+/// ones: [`Base`]), and the descent stops when the next step's
 /// trials would pass [`REFINE_BUDGET`] class visits in all: a bound on work, not on time,
 /// so the result does not depend on the machine, and linear in the program's size.
 fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, usize>, root: Id, trips: &HashMap<usize, u128>) {
-    let no_switch = Choices {
-        base: nodes,
-        switch: &[],
+    let whole = |nodes: &HashMap<Id, usize>| {
+        let choices = Choices {
+            base: nodes,
+            switch: &[],
+        };
+        evaluate(
+            Scope {
+                eg,
+                memo,
+                nodes: &choices,
+                trips,
+            },
+            root,
+        )
     };
-    let Some(mut current) = evaluate(eg, memo, &no_switch, root, trips) else {
+    let Some(mut current) = whole(nodes) else {
         return;
     };
     let mut budget = REFINE_BUDGET;
     for _ in 0..32 {
-        let alternatives: usize = current.types.keys().map(|&c| eg[c].len() - 1).sum();
+        let alternatives: usize = current.parts.keys().map(|&c| eg[c].len() - 1).sum();
         let step = alternatives.saturating_mul(2).saturating_mul(current.size.max(1));
         match budget.checked_sub(step) {
             Some(left) => budget = left,
             None => return,
         }
         let mut used: Vec<Id> = current
-            .types
+            .parts
             .keys()
             .copied()
             .filter(|&c| eg[c].len() > 1)
             .collect();
         used.sort();
-        let mut best: Option<(Eval, Vec<(Id, usize)>)> = None;
+        let base = Base::new(&current);
+        let mut best: Option<(Rank, Vec<(Id, usize)>)> = None;
         for &class in &used {
             for (index, node) in eg[class].iter().enumerate() {
                 let chosen = nodes.get(&class) == Some(&index);
@@ -592,20 +648,25 @@ fn refine(eg: &EG, memo: &Memo, nodes: &mut HashMap<Id, usize>, root: Id, trips:
                         base: nodes,
                         switch: &switch,
                     };
-                    let Some(eval) = evaluate(eg, memo, &trial, root, trips) else {
+                    let scope = Scope {
+                        eg,
+                        memo,
+                        nodes: &trial,
+                        trips,
+                    };
+                    let Some(rank) = base.trial(scope, root, &switch) else {
                         continue;
                     };
-                    if eval.rank() < best.as_ref().map_or(current.rank(), |(b, _)| b.rank()) {
-                        best = Some((eval, switch));
+                    if rank < best.as_ref().map_or(current.rank(), |(b, _)| *b) {
+                        best = Some((rank, switch));
                     }
                 }
             }
         }
-        match best {
-            Some((eval, switch)) => {
-                nodes.extend(switch);
-                current = eval;
-            }
+        let Some((_, switch)) = best else { return };
+        nodes.extend(switch);
+        match whole(nodes) {
+            Some(eval) => current = eval,
             None => return,
         }
     }
