@@ -25,6 +25,7 @@ mod tile_epilogue;
 mod visible;
 
 use crate::kernel::{KernelOp, Plan};
+use crate::side_by_side::side_by_side;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::types::{F32, I32, I64};
 use cranelift_codegen::ir::{AbiParam, Function, InstBuilder, Signature, Type, UserFuncName};
@@ -38,8 +39,6 @@ use emit::Emit;
 pub(crate) use emit::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_POLY, EXP_SCALE_LOG2};
 pub(crate) use math::{ERF_LARGE, ERF_SMALL};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 pub use tile_epilogue::Activation;
 
 /// The name JIT code calls the GEMM microkernel shim by.
@@ -346,46 +345,16 @@ impl Jit {
     }
 }
 
-/// Compiles `functions` to machine code, in their order, on this thread and one helper per
-/// other core, each taking the next function not yet taken. This thread works too rather
-/// than wait for a pool: on a busy machine where no helper gets a core, it compiles them
-/// all itself, never later than compiling in order would (rayon's pool measured up to
-/// 13 ms of waiting for 3 ms of compiling under load).
+/// Compiles `functions` to machine code, in their order, on every core
+/// ([`side_by_side`]).
 fn compile_all(
     isa: &dyn TargetIsa,
     functions: Vec<(FuncId, Function)>,
     disasm: bool,
 ) -> Vec<Result<Machine, String>> {
-    let count = functions.len();
-    let todo: Vec<Mutex<Option<(FuncId, Function)>>> =
-        functions.into_iter().map(|f| Mutex::new(Some(f))).collect();
-    let done: Vec<Mutex<Option<Result<Machine, String>>>> = todo.iter().map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    let work = || loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(slot) = todo.get(i) else { break };
-        let taken = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some((id, func)) = taken {
-            let code = Machine::compile(isa, id, func, disasm);
-            *done[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(code);
-        }
-    };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..cores.min(count))
-            .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, work).ok())
-            .collect();
-        work();
-        for h in helpers {
-            let _ = h.join();
-        }
-    });
-    done.into_iter()
-        .map(|m| {
-            m.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_else(|| Err("a compile thread failed".into()))
-        })
+    side_by_side(functions, |(id, func)| Machine::compile(isa, id, func, disasm))
+        .into_iter()
+        .map(|m| m.unwrap_or_else(|| Err("a compile thread failed".into())))
         .collect()
 }
 

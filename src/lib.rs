@@ -23,6 +23,7 @@ pub mod opt;
 pub mod lower;
 pub mod kernel;
 pub mod codegen;
+pub mod side_by_side;
 pub mod runtime;
 pub mod plot;
 pub mod lsp;

@@ -18,6 +18,7 @@
 use super::{Optimized, Stats};
 use crate::dims::Sym;
 use crate::ir::{DType, InputDecl, Node, Op, OutputDecl, ParamDecl, Program, TensorType, Type, ValueId};
+use crate::side_by_side::side_by_side;
 use crate::source::Span;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -26,27 +27,43 @@ mod slot;
 
 /// `prog` optimized piece by piece with `whole` (which optimizes one program), or `None`
 /// when it has fewer than two layers or a cut it cannot make.
-pub fn optimize(prog: &Program, whole: impl Fn(&Program) -> Optimized) -> Option<Optimized> {
+pub fn optimize(prog: &Program, whole: impl Fn(&Program) -> Optimized + Sync) -> Option<Optimized> {
     if prog.layers.len() < 2 {
         return None;
     }
     let pieces = cut(prog)?;
     // Pieces are compared by their whole `Debug` text rather than `==`, under which a NaN
     // literal (`gelu`'s guard) would differ from itself.
-    let mut distinct: Vec<(String, Optimized)> = Vec::new();
+    let mut texts: Vec<String> = Vec::new();
+    let mut first: Vec<usize> = Vec::new();
     let mut chosen = Vec::with_capacity(pieces.len());
-    for piece in &pieces {
+    for (k, piece) in pieces.iter().enumerate() {
         let text = format!("{:?}", piece.program);
-        let found = distinct.iter().position(|(t, _)| *t == text);
-        let index = found.unwrap_or_else(|| {
-            distinct.push((text, whole(&piece.program)));
-            distinct.len() - 1
+        let index = texts.iter().position(|t| *t == text).unwrap_or_else(|| {
+            texts.push(text);
+            first.push(k);
+            texts.len() - 1
         });
         chosen.push(index);
     }
+    let programs: Vec<&Program> = first.iter().map(|&k| &pieces[k].program).collect();
+    let distinct: Vec<(String, Optimized)> = texts.into_iter().zip(optimized(&programs, &whole)).collect();
     let program = splice(prog, &pieces, |k| &distinct[chosen[k]].1.program)?;
     let stats = combine(&distinct, &chosen);
     Some(Optimized { program, stats })
+}
+
+/// Each of `programs` optimized by `whole`, on every core ([`side_by_side`]): the pieces
+/// are independent, so a model's first and last pieces are optimized while its layer is,
+/// and the results are the same whatever the threads' timing.
+fn optimized(programs: &[&Program], whole: &(impl Fn(&Program) -> Optimized + Sync)) -> Vec<Optimized> {
+    side_by_side(programs.to_vec(), whole)
+        .into_iter()
+        .zip(programs)
+        // A piece whose thread failed (never expected: `whole` catches its own failures)
+        // is optimized again here.
+        .map(|(o, p)| o.unwrap_or_else(|| whole(p)))
+        .collect()
 }
 
 /// One piece: a program of its own, and how its params, inputs and outputs correspond to
