@@ -304,6 +304,29 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_programs_logits_are_cut_to_the_last_position_only() {
+        let cached = program(&format!(
+            "{IDS}input cache_position: [N] int64\nstate k: [B, C, 2]\n\
+             output logits = input_ids.float()[:, :, None] + k.sum()\n"
+        ));
+        let last = last_logits(cached.clone());
+        let value = last.outputs[0].value;
+        let n = cached.tensor_type(cached.outputs[0].value).shape[1].clone();
+        let want = Op::Slice {
+            axis: 1,
+            start: n.sub(&Poly::int(1)),
+            end: n,
+        };
+        assert_eq!(last.node(value).op, want);
+        assert_eq!(last.node(value).args, [cached.outputs[0].value]);
+        assert_eq!(last.tensor_type(value).shape[1], Poly::int(1));
+        // A window's last token is not its last position: its logits stay whole.
+        let stateless = program(&format!("{IDS}output logits = input_ids.float()[:, :, None]\n"));
+        let kept = last_logits(stateless.clone());
+        assert_eq!(format!("{kept:?}"), format!("{stateless:?}"));
+    }
+
+    #[test]
     fn programs_that_cannot_generate_say_why() {
         let message = |src: &str| Interface::of(&program(src)).unwrap_err().message;
         assert_eq!(
