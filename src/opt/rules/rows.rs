@@ -1,11 +1,12 @@
 //! Slices moved toward the inputs through the ops that compute each slice of their result
 //! from the same slice of their operands: `f(x)[.., s:e, ..]` is `f(x[.., s:e, ..])`.
 //!
-//! Elementwise ops and scales (an operand of size 1 on the axis, or without it, is broadcast and kept
-//! whole), reductions over other axes, `linear` on any axis but its last and `matmul` on a
-//! batch axis or the rows of its left operand. This is what makes `logits[:, -1:]` of
-//! `linear(rms_norm(h), W)` a product of one row per sequence: generation asks a language
-//! model for the last position's logits only (`generate::program::last_logits`).
+//! Elementwise ops and scales (an operand of size 1 on the axis, or without it, is
+//! broadcast and kept whole), reductions over other axes, `linear` on any axis but its last
+//! and `matmul` on a batch axis or the rows of its left operand. This is what makes
+//! `logits[:, -1:]` of `linear(rms_norm(h), W)` a product of one row per sequence:
+//! generation asks a language model for the last position's logits only
+//! (`generate::program::last_logits`).
 //!
 //! A slice that keeps its whole axis is left alone (`slice-noop` puts it in its input's
 //! class, where sinking it would rebuild the op it came from), and so is one whose bounds
