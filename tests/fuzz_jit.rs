@@ -260,6 +260,22 @@ const OPS: &[(&str, OpGen)] = &[
         let e = format!("{}[{}]", a.name, index_last(a.shape.len(), "1 :"));
         Some((e, with_last(&a.shape, last), false))
     }),
+    ("slice_rows", |g| {
+        // Rows of a value with rows and columns: the last (what generation keeps of the
+        // logits) or all but the first, which the optimizer moves into the ops before.
+        let a = g.pick(|v| v.shape.len() >= 2 && named(&v.shape[v.shape.len() - 2]))?;
+        let r = a.shape.len();
+        let rows = &a.shape[r - 2];
+        let (index, len) = match g.rng.below(2) {
+            0 => ("-1 :", "1".to_string()),
+            _ => ("1 :", format!("{rows} - 1")),
+        };
+        let mut parts = vec![":"; r - 2];
+        parts.extend([index, ":"]);
+        let mut shape = a.shape.clone();
+        shape[r - 2] = len;
+        Some((format!("{}[{}]", a.name, parts.join(", ")), shape, false))
+    }),
     ("slice_empty", |g| {
         let a = g.pick(|v| v.shape.last().is_some_and(|d| named(d)))?;
         let e = format!("{}[{}]", a.name, index_last(a.shape.len(), "0 : 0"));

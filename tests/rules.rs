@@ -166,6 +166,62 @@ test_fn! { stack_over_all_heads_is_a_transpose, only(&["lift-stack"]),
 runner = heads(),
 "(stack (for 0 #0 #3 (select (input 0 [2,3,5,4]) 1 #s0)) 0)" => "(transpose (input 0 [2,3,5,4]) 0 1)" }
 
+// Slices of rows: an rms_norm and the product after it, asked for the last of 7 rows,
+// compute that row only (the norm's weight and the epsilon reach no row axis; the sum
+// keeps its axis).
+test_fn! { the_last_row_of_a_normed_product_is_the_product_of_the_last_row,
+only(&["slice-linear", "slice-mul", "slice-rsqrt", "slice-add", "slice-scale", "slice-sum"]),
+"(slice (linear (mul (mul (input 0 [2,7,4])
+                          (rsqrt (add (scale (sum (mul (input 0 [2,7,4]) (input 0 [2,7,4])) [2] 1) 0.25) (lit 1e-5))))
+                     (param 0 [4]))
+                (param 1 [9,4]) none) 1 #6 #7)"
+=> "(linear (mul (mul (slice (input 0 [2,7,4]) 1 #6 #7)
+                      (rsqrt (add (scale (sum (mul (slice (input 0 [2,7,4]) 1 #6 #7) (slice (input 0 [2,7,4]) 1 #6 #7))
+                                               [2] 1) 0.25) (lit 1e-5))))
+                 (param 0 [4]))
+            (param 1 [9,4]) none)" }
+test_fn! { an_operand_broadcast_along_the_rows_is_kept_whole, only(&["slice-add"]),
+"(outputs (slice (add (input 0 [2,7,4]) (input 1 [7,1])) 1 #2 #5) (slice (add (input 0 [2,7,4]) (input 2 [1,4])) 1 #2 #5))"
+=> "(outputs (add (slice (input 0 [2,7,4]) 1 #2 #5) (slice (input 1 [7,1]) 0 #2 #5))
+                 (add (slice (input 0 [2,7,4]) 1 #2 #5) (input 2 [1,4])))" }
+test_fn! { a_slice_of_a_reduction_slices_the_axis_it_comes_from, only(&["slice-sum"]),
+"(slice (sum (input 0 [2,7,4]) [1] 0) 1 #1 #3)" => "(sum (slice (input 0 [2,7,4]) 2 #1 #3) [1] 0)" }
+test_fn! { a_slice_of_a_matmuls_rows_or_batch_slices_its_operands, only(&["slice-matmul"]),
+"(outputs (slice (matmul (input 0 [3,5,4]) (input 1 [4,6])) 1 #1 #2) (slice (matmul (input 0 [3,5,4]) (input 2 [3,4,6])) 0 #0 #1))"
+=> "(outputs (matmul (slice (input 0 [3,5,4]) 1 #1 #2) (input 1 [4,6]))
+                 (matmul (slice (input 0 [3,5,4]) 0 #0 #1) (slice (input 2 [3,4,6]) 0 #0 #1)))" }
+
+/// A slice stays where moving it would not compute a slice of each operand: the columns of
+/// a product, a reduced axis, a whole axis, and a head's columns (the lifts' case).
+#[test]
+fn a_slice_that_is_no_slice_of_rows_stays() {
+    let sinks: Vec<_> = rules()
+        .into_iter()
+        .filter(|r| {
+            r.name.as_str().starts_with("slice-") && !["slice-slice", "slice-noop"].contains(&r.name.as_str())
+        })
+        .collect();
+    let applied = |term: &str| -> usize {
+        let runner = heads().with_expr(&term.parse().unwrap()).run(&sinks);
+        runner
+            .iterations
+            .iter()
+            .map(|i| i.applied.values().sum::<usize>())
+            .sum()
+    };
+    for term in [
+        "(slice (linear (input 0 [2,7,4]) (param 0 [9,4]) none) 2 #0 #3)",
+        "(slice (matmul (input 0 [5,4]) (input 1 [4,6])) 1 #0 #3)",
+        "(slice (sum (input 0 [2,7,4]) [1] 1) 1 #0 #1)",
+        "(slice (exp (input 0 [2,7,4])) 1 #0 #7)",
+        "(slice (exp (input 0 [2,6,4])) 1 #2*s0 #2*s0+2)",
+    ] {
+        assert_eq!(applied(term), 0, "{term}");
+    }
+    // The same slice of rows of the same op does move.
+    assert_eq!(applied("(slice (exp (input 0 [2,7,4])) 1 #0 #3)"), 1);
+}
+
 // Merged projections and the weights' concatenation.
 test_fn! { two_projections_of_one_input_are_one_gemm, only(&["merge-linear"]),
 "(outputs (linear (input 0 [2,4]) (param 0 [3,4]) (param 1 [3])) (linear (input 0 [2,4]) (param 2 [5,4]) (param 3 [5])))"

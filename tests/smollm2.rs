@@ -19,9 +19,11 @@ mod common;
 use attnc::check::DimOverride;
 use attnc::driver::check_source;
 use attnc::ir::Program;
+use attnc::kernel::KernelOp;
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::function::{Backend, Function, Input, Options, Weights};
 use attnc::runtime::generate::argmax;
+use attnc::runtime::generate::program::last_logits;
 use attnc::runtime::Tensor;
 use common::{attnc, stderr, stdout};
 use std::path::{Path, PathBuf};
@@ -215,6 +217,50 @@ fn tiny_llama_logits_match_transformers_on_the_interpreter() {
 #[test]
 fn tiny_llama_logits_match_transformers_natively() {
     tiny_logits_match_transformers(Backend::Jit);
+}
+
+/// The `m` of each product with the vocabulary's columns in `program`'s plan (hoisted and
+/// optimized, as a `Function` compiles it), its batch folded in.
+fn vocabulary_product_rows(program: &Program, vocabulary: usize) -> Vec<usize> {
+    let dims = attnc::runtime::bind_dims(program).unwrap();
+    let hoisted = attnc::runtime::hoist::hoist(program).unwrap().program;
+    let optimized = attnc::opt::optimize(&hoisted).program;
+    let plan = attnc::runtime::jit::plan(&optimized, &dims, u64::MAX).unwrap();
+    let products = plan.kernels.iter().filter_map(|k| match &k.op {
+        KernelOp::Gemm(g) if g.n == vocabulary => Some(g.m * g.batch.iter().product::<usize>()),
+        _ => None,
+    });
+    products.collect()
+}
+
+/// What `attnc generate` compiles (`last_logits`): a 60-token prefill's output product has
+/// one row per sequence where the full program's has one per position, and its logits are
+/// the full program's last row, natively and on the interpreter.
+#[test]
+fn generation_computes_the_last_positions_logits_only() {
+    let v = TINY[5].1 as usize;
+    let prefill = [&TINY[..], &[TINY_CACHE, ("B", 1), ("N", 60)]].concat();
+    assert_eq!(vocabulary_product_rows(&program(&prefill), v), [60]);
+    assert_eq!(vocabulary_product_rows(&last_logits(program(&prefill)), v), [1]);
+
+    let reference = TensorFile::open(&fixture("tiny_llama_ref.safetensors")).unwrap();
+    let prompt = ids(&reference, "prompt_ids.1")[..60].to_vec();
+    let dims = [&TINY[..], &[TINY_CACHE]].concat();
+    let options = |backend| Options {
+        backend,
+        threads: Some(2),
+        max_memory: None,
+    };
+    for backend in [Backend::Jit, Backend::Interp] {
+        let weights = || Weights::File(fixture("tiny_llama.gguf"));
+        let full = Function::new(program(&dims), weights(), options(backend)).unwrap();
+        let last = Function::new(last_logits(program(&dims)), weights(), options(backend)).unwrap();
+        let want = logits(&full, std::slice::from_ref(&prompt));
+        let got = logits(&last, std::slice::from_ref(&prompt));
+        assert_eq!(got.shape, [1, 1, v], "{backend:?}");
+        let diff = max_difference(&got.data, row(&want, 0, prompt.len() - 1));
+        assert!(diff <= 1e-5, "{backend:?}: max abs difference {diff}");
+    }
 }
 
 /// `attnc generate --ids` on the tiny model, as transformers' greedy `generate`.

@@ -9,7 +9,7 @@ use attnc::check::DimOverride;
 use attnc::ir::Program;
 use attnc::render;
 use attnc::runtime::function::{self, Function, Weights};
-use attnc::runtime::generate::program::{capacity_dim, Cached, Interface, Window};
+use attnc::runtime::generate::program::{capacity_dim, last_logits, Cached, Interface, Window};
 use attnc::runtime::generate::{self, Limits, Sampler, Stats, TextStream};
 use attnc::runtime::gguf::GgufFile;
 use attnc::runtime::tokenize::PromptTokenizer;
@@ -211,7 +211,8 @@ fn run(args: &GenerateArgs, exit: &mut i32) -> Result<String, Failed> {
         threads: Some(native::threads(args.threads)),
         max_memory: Some(args.memory.budget()),
     };
-    let function = Function::new(program, Weights::File(args.weights.clone()), options)?;
+    // Each step reads the last position's logits only: the program computes no others.
+    let function = Function::new(last_logits(program), Weights::File(args.weights.clone()), options)?;
     let mut cached;
     let mut window;
     let lm: &mut dyn generate::Model = match function.has_state() {

@@ -345,7 +345,9 @@ impl<'a> Extract<'a> {
 }
 
 /// The whole program again, each piece replaced by its optimized program; `None` where a
-/// piece's output lost the layout the pieces after it were optimized for.
+/// piece's output lost the layout the pieces after it were optimized for. An output only
+/// the program gives may change its strides, as the optimizer may change any output's (a
+/// slice of rows moved into the product before it makes the rows a fresh tensor).
 fn splice<'p>(prog: &Program, pieces: &[Piece], optimized: impl Fn(usize) -> &'p Program) -> Option<Program> {
     let mut out = Program {
         dims: prog.dims.clone(),
@@ -364,6 +366,7 @@ fn splice<'p>(prog: &Program, pieces: &[Piece], optimized: impl Fn(usize) -> &'p
         graft_leaf(&mut out, Op::Input(i), ty);
     }
     let mut values: HashMap<ValueId, ValueId> = HashMap::new();
+    let read: HashSet<ValueId> = pieces.iter().flat_map(|p| p.reads.iter().copied()).collect();
     for (k, piece) in pieces.iter().enumerate() {
         let o = optimized(k);
         let mut local: Vec<Option<ValueId>> = vec![None; o.nodes.len()];
@@ -384,7 +387,8 @@ fn splice<'p>(prog: &Program, pieces: &[Piece], optimized: impl Fn(usize) -> &'p
         out.body.extend(body);
         for (decl, &whole) in o.outputs.iter().zip(&piece.writes) {
             let (before, after) = (prog.tensor_type(whole), o.tensor_type(decl.value));
-            if before.shape != after.shape || before.strides != after.strides {
+            let relaid = before.strides != after.strides && read.contains(&whole);
+            if before.shape != after.shape || relaid {
                 return None;
             }
             values.insert(whole, local[decl.value]?);

@@ -18,6 +18,7 @@ use egg::{rewrite as rw, Applier, ENodeOrVar, Id, MultiPattern, PatternAst, Rewr
 
 mod fuse;
 mod heads;
+mod rows;
 
 use fuse::{
     div_scale, fuse_attention, fuse_masked_softmax, fuse_scale_softmax, fuse_scored_attention, fuse_softmax,
@@ -114,6 +115,9 @@ pub fn rules() -> Vec<Rw> {
         rw!("cat-flatten-right";   "(cat ?a ?x (cat ?a ?y ?z))"                   => { same("(cat ?a ?x ?y ?z)") }),
     ];
     rules.push(merge_linear());
+    // Slices of rows move toward the inputs through ops that compute each row alone, so a
+    // program asked for some rows (the last position's logits) computes only those.
+    rules.extend(rows::sink_rules());
     // Per-head elementwise ops lift like masked_fill (see `LiftElementwise`).
     // Every elementwise primitive of the op table lifts the same way.
     for &op in UnaryOp::ALL {

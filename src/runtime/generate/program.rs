@@ -8,12 +8,15 @@
 //! padded to a capacity fixed up front, so that it is compiled once and never per token.
 //! The padding comes after the last real token, so a causal program's logits there do not
 //! depend on it.
+//!
+//! A step needs the logits of its last token only, as `transformers`' `generate` asks
+//! with `logits_to_keep=1`: [`last_logits`] makes a cached program compute only those.
 
 use super::Model;
 use crate::dims::{DimKind, Poly, Sym};
-use crate::ir::{InputDecl, Program};
+use crate::ir::{InputDecl, Node, Op, Program, Type};
 use crate::runtime::function::{Function, Input};
-use crate::runtime::RunError;
+use crate::runtime::{RunError, Tensor};
 use std::collections::BTreeSet;
 
 /// Where generation's tensors are among a program's inputs (states left out: a call does
@@ -79,14 +82,9 @@ impl Interface {
         })
     }
 
-    /// Calls `function` on `ids` (one sequence) at `positions`; the logits of `ids[row]`.
-    fn call(
-        &self,
-        function: &Function,
-        ids: &[f32],
-        positions: &[f32],
-        row: usize,
-    ) -> Result<Vec<f32>, RunError> {
+    /// Calls `function` on `ids` (one sequence) at `positions`; its logits, `[1, N, V]` or
+    /// the last position's only, `[1, 1, V]` (see [`last_logits`]).
+    fn call(&self, function: &Function, ids: &[f32], positions: &[f32]) -> Result<Tensor, RunError> {
         let ids_shape = [1, ids.len()];
         let positions_shape = [positions.len()];
         let mut inputs = vec![
@@ -104,11 +102,48 @@ impl Interface {
         }
         let outputs = function.call(&inputs)?;
         let (_, logits) = outputs
-            .iter()
+            .into_iter()
             .find(|(name, _)| name == "logits")
             .ok_or_else(|| RunError::new(None, "the program gave no output `logits`"))?;
-        logits_row(logits, row)
+        Ok(logits)
     }
+}
+
+/// `program` with its `logits` output cut to the last position, `logits[:, -1:, :]`, when
+/// it keeps a cache (a [`Cached`] step's last token is its last position; a [`Window`]'s
+/// is not). The optimizer moves the slice through the ops that compute each position
+/// alone (`opt::rules::rows`), so the output product and the norm before it run on one
+/// row per sequence instead of N. Any other program, or one whose `logits` are not
+/// `[B, N, V]`, is returned as it was.
+pub fn last_logits(mut program: Program) -> Program {
+    if !program.inputs.iter().any(|i| i.state) {
+        return program;
+    }
+    let Some(output) = program.outputs.iter().position(|o| o.name == "logits") else {
+        return program;
+    };
+    let value = program.outputs[output].value;
+    let mut ty = program.tensor_type(value).clone();
+    let [_, n, _] = &ty.shape[..] else {
+        return program;
+    };
+    let (start, end) = (n.sub(&Poly::int(1)), n.clone());
+    // The checker's own condition for `-1 :` (the language's sizes are at least 1).
+    if !program.dims.provably_nonneg(&start) || !matches!(program.node(value).ty, Type::Tensor(_)) {
+        return program;
+    }
+    ty.shape[1] = Poly::int(1);
+    let span = program.outputs[output].span;
+    program.nodes.push(Node {
+        op: Op::Slice { axis: 1, start, end },
+        args: vec![value],
+        ty: Type::Tensor(ty),
+        span,
+    });
+    let sliced = program.nodes.len() - 1;
+    program.body.push(sliced);
+    program.outputs[output].value = sliced;
+    program
 }
 
 /// The name of the free dim that only the states' shapes use: the cache's capacity, which
@@ -172,8 +207,9 @@ impl Model for Cached<'_> {
         // int64 values travel as float32, exact below 2^24 (vocabularies are smaller).
         let ids: Vec<f32> = ids.iter().map(|&id| id as f32).collect();
         let positions: Vec<f32> = (start..end).map(|p| p as f32).collect();
-        self.interface
-            .call(self.function, &ids, &positions, ids.len() - 1)
+        let logits = self.interface.call(self.function, &ids, &positions)?;
+        let last = logits.shape.get(1).map_or(0, |n| n.saturating_sub(1));
+        logits_row(&logits, last)
     }
 }
 
@@ -210,12 +246,13 @@ impl Model for Window<'_> {
         let mut padded = self.tokens.clone();
         padded.resize(self.capacity, 0.0);
         let positions: Vec<f32> = (0..self.capacity).map(|p| p as f32).collect();
-        self.interface.call(self.function, &padded, &positions, end - 1)
+        let logits = self.interface.call(self.function, &padded, &positions)?;
+        logits_row(&logits, end - 1)
     }
 }
 
 /// Row `position` of logits of shape `[1, N, V]`.
-fn logits_row(logits: &crate::runtime::Tensor, position: usize) -> Result<Vec<f32>, RunError> {
+fn logits_row(logits: &Tensor, position: usize) -> Result<Vec<f32>, RunError> {
     match logits.shape[..] {
         [1, n, v] if position < n && v > 0 => Ok(logits.data[position * v..(position + 1) * v].to_vec()),
         _ => Err(RunError::new(
@@ -264,6 +301,29 @@ mod tests {
             err.message,
             "the states' shapes have several dims no input gives: C, M"
         );
+    }
+
+    #[test]
+    fn a_cached_programs_logits_are_cut_to_the_last_position_only() {
+        let cached = program(&format!(
+            "{IDS}input cache_position: [N] int64\nstate k: [B, C, 2]\n\
+             output logits = input_ids.float()[:, :, None] + k.sum()\n"
+        ));
+        let last = last_logits(cached.clone());
+        let value = last.outputs[0].value;
+        let n = cached.tensor_type(cached.outputs[0].value).shape[1].clone();
+        let want = Op::Slice {
+            axis: 1,
+            start: n.sub(&Poly::int(1)),
+            end: n,
+        };
+        assert_eq!(last.node(value).op, want);
+        assert_eq!(last.node(value).args, [cached.outputs[0].value]);
+        assert_eq!(last.tensor_type(value).shape[1], Poly::int(1));
+        // A window's last token is not its last position: its logits stay whole.
+        let stateless = program(&format!("{IDS}output logits = input_ids.float()[:, :, None]\n"));
+        let kept = last_logits(stateless.clone());
+        assert_eq!(format!("{kept:?}"), format!("{stateless:?}"));
     }
 
     #[test]
