@@ -20,7 +20,7 @@
 //! All arithmetic saturates: a reach past `usize::MAX` is out of every buffer, never a
 //! small wrapped index.
 
-use super::{BufferKind, Gemm, KernelOp, Operand, Plan, PlanError, PANEL};
+use super::{BufferKind, Gemm, KernelOp, KeySplit, Operand, Plan, PlanError, PANEL};
 
 impl Operand {
     /// The first and last element the operand reaches over `shape`; `None` when `shape` is
@@ -84,6 +84,30 @@ fn packed_in_panels(k: &str, g: &Gemm) -> Result<(), PlanError> {
         ));
     }
     Ok(())
+}
+
+/// Every chunk of a split of `m` keys holds a key: the merge weighs each chunk's partial
+/// result.
+fn chunks_hold_keys(k: &str, m: usize, split: Option<KeySplit>) -> Result<(), PlanError> {
+    match split {
+        Some(s) => {
+            let covers = s.len.checked_mul(s.chunks).is_some_and(|all| all >= m);
+            if s.len == 0 || !covers || (s.chunks - 1) * s.len >= m {
+                return err(format!("{k}: {m} keys in {} chunks of {}", s.chunks, s.len));
+            }
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// A table of key ranges ([`super::KeyRanges`]) is read and written an entry at a time,
+/// four 64-bit integers from its first float: its floats must be contiguous.
+fn entries_contiguous(k: &str, table: &Operand) -> Result<(), PlanError> {
+    match table.strides.last() {
+        Some(1) => Ok(()),
+        _ => err(format!("{k}: key ranges with strides {:?}", table.strides)),
+    }
 }
 
 impl Plan {
@@ -169,13 +193,17 @@ impl Plan {
             if a.kv_group == 0 || heads % a.kv_group != 0 {
                 return err(format!("{k}: {heads} query heads in groups of {}", a.kv_group));
             }
-            // Every chunk holds a key: the merge weighs each chunk's partial result.
-            if let Some(s) = a.split {
-                let covers = s.len.checked_mul(s.chunks).is_some_and(|all| all >= a.m);
-                if s.len == 0 || !covers || (s.chunks - 1) * s.len >= a.m {
-                    return err(format!("{k}: {} keys in {} chunks of {}", a.m, s.chunks, s.len));
-                }
+            chunks_hold_keys(k, a.m, a.split)?;
+            if let Some(table) = &a.ranges {
+                entries_contiguous(k, table)?;
             }
+        }
+        if let KernelOp::KeyRanges(r) = op {
+            if r.rows == 0 {
+                return err(format!("{k}: blocks of no query row"));
+            }
+            chunks_hold_keys(k, r.m, r.split)?;
+            entries_contiguous(k, &r.out)?;
         }
         super::formulas(op).map_err(|what| PlanError(format!("{k}: {what}")))
     }
