@@ -265,7 +265,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{Buffer, Expr, Kernel, Map};
+    use crate::kernel::{Buffer, Expr, Kernel, KeyRanges, Map, MaskFill};
 
     /// `out = x` over `[4]`, with `x` an input and `out` an output of 4 elements each.
     fn copy_plan() -> Plan {
@@ -380,6 +380,66 @@ mod tests {
         let g = gemm(&mut p);
         set(&mut p, Gemm { block: (1, 40), ..g });
         p.validate().unwrap();
+    }
+
+    /// The key ranges of a `[4, 4]` mask in one block of 4 rows: one entry, into an output of
+    /// 32 floats.
+    fn ranges_plan() -> Plan {
+        let buffer = |kind, len| Buffer {
+            kind,
+            len,
+            name: String::new(),
+        };
+        let ranges = KeyRanges {
+            batch: vec![],
+            n: 4,
+            m: 4,
+            rows: 4,
+            split: None,
+            mask: MaskFill {
+                mask: at(0, &[4, 1]),
+                op: crate::ir::CmpOp::Eq,
+                rhs: 0.0,
+                fill: f32::NEG_INFINITY,
+            },
+            out: at(1, &[8, 1]),
+        };
+        Plan {
+            buffers: vec![
+                buffer(BufferKind::Input(0), 16),
+                buffer(BufferKind::Output(0), 32),
+            ],
+            kernels: vec![Kernel {
+                label: "ranges".into(),
+                op: KernelOp::KeyRanges(ranges),
+            }],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn a_table_of_key_ranges_holds_whole_entries_of_blocks_of_rows() {
+        let good = ranges_plan();
+        good.validate().unwrap();
+        // In bounds, but an entry's four integers are not contiguous.
+        let mut p = good.clone();
+        ranges(&mut p).out.strides = vec![8, 2];
+        rejected(&p, "key ranges with strides [8, 2]");
+        let mut p = good.clone();
+        ranges(&mut p).rows = 0;
+        rejected(&p, "blocks of no query row");
+        // Blocks of 2 rows: two entries, the second past the buffer's 32 floats.
+        let mut p = good.clone();
+        ranges(&mut p).rows = 2;
+        ranges(&mut p).out.offset = 17;
+        rejected(&p, "reaches element 32 of b1 of 32");
+    }
+
+    fn ranges(plan: &mut Plan) -> &mut KeyRanges {
+        match &mut plan.kernels[0].op {
+            KernelOp::KeyRanges(r) => r,
+            _ => unreachable!(),
+        }
     }
 
     fn rejected(plan: &Plan, why: &str) {
