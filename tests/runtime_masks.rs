@@ -357,3 +357,26 @@ fn a_mask_broadcast_over_heads_is_scanned_once_per_block() {
         assert!(rows.iter().all(|&x| x == 0.0), "{name}");
     }
 }
+
+const PARAM_MASK: &str = "
+dim B, N
+dim H = 2, E = 16
+param w: [N, N]
+input q: [B, H, N, E]
+input k: [B, H, N, E]
+input v: [B, H, N, E]
+output out = F.scaled_dot_product_attention(q, k, v, attn_mask=w > 0.0)
+";
+
+/// A mask computed from params alone has its key ranges found by the prologue, once per
+/// set of weights, and read by the attention kernel on every call.
+#[test]
+fn a_mask_of_params_has_its_key_ranges_found_once_per_weights() {
+    let prog = program(PARAM_MASK, &[("B", 2), ("N", 300)]);
+    let bound = bind(&prog, &RunOptions::default()).unwrap();
+    skipping_agrees("params", &prog, &bound);
+    let plan = Executable::compile(&prog, &bound.dims).unwrap().plan().clone();
+    let found = (plan.prologue.iter()).any(|k| matches!(&k.op, KernelOp::KeyRanges(r) if r.batch == [1, 1]));
+    let read = (plan.kernels.iter()).any(|k| matches!(&k.op, KernelOp::Attention(a) if a.ranges.is_some()));
+    assert!(found && read, "{}", plan.to_text());
+}
