@@ -124,6 +124,7 @@ impl Case {
             tail: None,
             zero_empty_rows: false,
             split: None,
+            ranges: None,
             block: self.block,
         };
         let plan = Plan {

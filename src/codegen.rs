@@ -17,8 +17,10 @@
 mod attention;
 mod emit;
 mod gemm;
+mod key_ranges;
 mod map;
 mod math;
+mod place;
 mod row;
 mod softmax;
 mod tile_epilogue;
@@ -237,6 +239,7 @@ impl Jit {
             KernelOp::Row(r) => row::translate(&mut e, r),
             // The executor writes it on the host: its compiled function does nothing.
             KernelOp::Scatter(_) => {}
+            KernelOp::KeyRanges(k) => key_ranges::translate(&mut e, k),
         }
         e.b.ins().return_(&[]);
         e.b.finalize(config);

@@ -16,7 +16,9 @@
 //! fill and a numerically safe softmax along the last axis), [`Attention`] (flash style:
 //! blocked over keys with a running max and sum), [`Map`] (a fused elementwise
 //! expression, which also does every layout copy) and [`Row`] (reductions along one axis and
-//! what is computed from them: norms, softmax, `sum`, `var`).
+//! what is computed from them: norms, softmax, `sum`, `var`). Two more serve them: a
+//! [`Scatter`] writes a state in place, and [`KeyRanges`] reads an attention kernel's mask
+//! once for all its heads.
 //!
 //! Elementwise arithmetic is written with the language's own primitives ([`UnaryOp`],
 //! [`BinaryOp`], comparisons and a select; rows reduce with [`ReduceOp`]), the ones the
@@ -33,7 +35,7 @@ mod op;
 mod text;
 mod validate;
 
-pub use attention::{Attention, KeySplit, KeyTail, ScoreMod};
+pub use attention::{Attention, KeyRanges, KeySplit, KeyTail, ScoreMod, RANGE_FLOATS};
 pub use index_mask::{Affine, IndexMask, Keep, Tile, TileCounts, Truth};
 pub use op::rows;
 pub use text::byte_size;
@@ -373,6 +375,7 @@ pub enum KernelOp {
     Map(Map),
     Row(Row),
     Scatter(Scatter),
+    KeyRanges(KeyRanges),
 }
 
 /// One kernel: its op, a short label saying what in the program it computes, and how many

@@ -28,6 +28,7 @@ mod attention;
 mod flops;
 mod fuse;
 mod gemm;
+mod key_ranges;
 mod map;
 mod memory;
 mod pack;

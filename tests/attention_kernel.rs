@@ -178,6 +178,7 @@ impl Case {
             }),
             zero_empty_rows: self.zero_rows,
             split: None,
+            ranges: None,
             block: self.block,
         }
     }

@@ -215,6 +215,7 @@ fn attention_keeps_a_running_max_and_sum() {
         zero_empty_rows: false,
         block: (2, 4),
         split: None,
+        ranges: None,
     };
     let p = plan(&[24, 40, 40], 24, KernelOp::Attention(Box::new(a)));
     insta::assert_snapshot!(clif(&p));
@@ -271,6 +272,7 @@ fn causal_attention() -> Attention {
         zero_empty_rows: false,
         block: (2, 4),
         split: None,
+        ranges: None,
     }
 }
 

@@ -1104,6 +1104,10 @@ fn corrupt(plan: &mut Plan, rng: &mut Rng) {
         KernelOp::Attention(a) => [&mut a.n, &mut a.m, &mut a.dk, &mut a.dv].into_iter().collect(),
         KernelOp::Row(r) => [&mut r.n].into_iter().chain(r.rows.iter_mut()).collect(),
         KernelOp::Scatter(s) => [&mut s.size].into_iter().chain(s.shape.iter_mut()).collect(),
+        KernelOp::KeyRanges(r) => [&mut r.n, &mut r.m, &mut r.rows]
+            .into_iter()
+            .chain(r.batch.iter_mut())
+            .collect(),
     };
     let what = rng.below(3);
     if what == 0 && !sizes.is_empty() {
@@ -1139,9 +1143,11 @@ fn operands_mut(op: &mut KernelOp) -> Vec<&mut Operand> {
         KernelOp::Attention(a) => [&mut a.q, &mut a.k, &mut a.v, &mut a.out]
             .into_iter()
             .chain(a.mask.iter_mut().map(|m| &mut m.mask))
+            .chain(a.ranges.iter_mut())
             .collect(),
         KernelOp::Row(r) => r.inputs.iter_mut().chain([&mut r.out]).collect(),
         KernelOp::Scatter(s) => vec![&mut s.index, &mut s.source, &mut s.out],
+        KernelOp::KeyRanges(r) => vec![&mut r.mask.mask, &mut r.out],
     }
 }
 

@@ -5,9 +5,11 @@
 //! capacity beyond the filled positions; removed keys whose values are NaN give PyTorch's
 //! NaN (`softmax(s) @ v` multiplies them by 0), as checked with PyTorch 2.15:
 //! `scaled_dot_product_attention` and `softmax(masked_fill(..)) @ v` both give NaN rows.
+//! A mask broadcast over heads is scanned once per block of rows by a key ranges kernel,
+//! whose table gives the bits of each task's own scan, on 1 thread and on 2.
 
 use attnc::ir::Program;
-use attnc::kernel::KernelOp;
+use attnc::kernel::{KernelOp, Plan};
 use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, interpret, Bound, RunOptions, Tensor};
 
@@ -83,7 +85,8 @@ fn agrees(
 }
 
 /// [`agrees`] of a program bound to its inputs: both native plans skip masked tiles at run
-/// time, `--stage kernels` says so, and every output is the interpreter's.
+/// time, `--stage kernels` says so, and every output is the interpreter's on 1 and 2
+/// threads, with the same bits on both and where every task scans its own mask rows.
 fn skipping_agrees(what: &str, prog: &Program, bound: &Bound) -> Vec<(String, Tensor)> {
     let want = interpret(prog, bound).unwrap();
     let optimized = attnc::opt::optimize(prog).program;
@@ -100,12 +103,39 @@ fn skipping_agrees(what: &str, prog: &Program, bound: &Bound) -> Vec<(String, Te
             shown,
             "{what} ({path}): `--stage kernels` does not say so\n{text}"
         );
+        let scanning = Executable::from_plan(scanning_per_task(exe.plan())).unwrap();
         let got = exe.run(bound, &pool(2).unwrap()).unwrap();
         for ((name, g), (_, w)) in got.iter().zip(&want) {
             assert_close(&format!("{what} ({path}): {name}"), g, w);
         }
+        for (how, threads, e) in [("1 thread", 1, &exe), ("own scans", 2, &scanning)] {
+            let other = e.run(bound, &pool(threads).unwrap()).unwrap();
+            for ((name, g), (_, o)) in got.iter().zip(&other) {
+                assert!(
+                    same_bits(g, o),
+                    "{what} ({path}): {name} on 2 threads differs from {how}"
+                );
+            }
+        }
     }
     want
+}
+
+/// `plan` with every attention kernel scanning its own rows of the mask, its key ranges
+/// table (still written by the kernel before) unread.
+fn scanning_per_task(plan: &Plan) -> Plan {
+    let mut plan = plan.clone();
+    for k in &mut plan.kernels {
+        if let KernelOp::Attention(a) = &mut k.op {
+            a.ranges = None;
+        }
+    }
+    plan
+}
+
+fn same_bits(a: &Tensor, b: &Tensor) -> bool {
+    let bits = |t: &Tensor| t.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    a.shape == b.shape && bits(a) == bits(b)
 }
 
 fn output<'a>(outputs: &'a [(String, Tensor)], name: &str) -> &'a Tensor {
@@ -238,4 +268,115 @@ fn a_key_one_row_removes_inside_a_tile_the_others_keep_is_removed() {
         .collect();
     bound.inputs[3] = Tensor::new(vec![n, c], keep);
     skipping_agrees("holes", &prog, &bound);
+}
+
+const HEADS: &str = "
+dim B, N, C
+dim H = 2, E = 16
+input q: [B, H, N, E]
+input k: [B, H, C, E]
+input v: [B, H, C, E]
+input cache_position: [N] int64
+input keep: [B, H, N, C] bool
+let causal = torch.arange(C)[None, :] <= cache_position[:, None]
+let s = (q @ k.transpose(-2, -1)) * 0.25
+output shared = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+output soft = torch.softmax(s.masked_fill(~causal, -inf), dim=-1) @ v
+output per_batch = F.scaled_dot_product_attention(q, k, v, attn_mask=causal & keep[:, 0:1])
+output per_head = F.scaled_dot_product_attention(q, k, v, attn_mask=causal & keep)
+";
+
+/// A mask broadcast over the batch and the heads (`causal`) has its key ranges found once
+/// per block of rows, one broadcast over the heads only (padding per batch index) once per
+/// block of each batch index, and one that varies per head is scanned by each task: all
+/// give the interpreter's values, rows that keep no key included (NaN under `softmax`, 0
+/// under SDPA), with the same bits as scans in every task.
+#[test]
+fn a_mask_broadcast_over_heads_is_scanned_once_per_block() {
+    let (b, n, c) = (3, 150, 700);
+    let dims = [("B", b as i64), ("N", n as i64), ("C", c as i64)];
+    let prog = program(HEADS, &dims);
+    let mut bound = bind(&prog, &RunOptions::default()).unwrap();
+    let mut rng = Rng(11);
+    let mut draw = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| (rng.below(2001) as f32 - 1000.0) / 1000.0)
+            .collect()
+    };
+    bound.inputs[0] = Tensor::new(vec![b, 2, n, 16], draw(b * 2 * n * 16));
+    bound.inputs[1] = Tensor::new(vec![b, 2, c, 16], draw(b * 2 * c * 16));
+    bound.inputs[2] = Tensor::new(vec![b, 2, c, 16], draw(b * 2 * c * 16));
+    // Rows 0..10 keep no key; row i of the others is position 4i, so the blocks of rows
+    // see different tiles of the 700 keys.
+    let positions = (0..n).map(|i| if i < 10 { -1.0 } else { (4 * i) as f32 });
+    bound.inputs[3] = Tensor::new(vec![n], positions.collect());
+    // Batch index 1 pads its last 100 keys in both heads, index 2 keeps every key in head 0
+    // only; head 1 removes every fifth row of index 0 whole, and key 7 from every row.
+    let keep = (0..b * 2 * n * c).map(|at| {
+        let (j, i, h, bi) = (at % c, at / c % n, at / (c * n) % 2, at / (c * n * 2));
+        let removed = (bi == 1 && j >= c - 100)
+            || (bi == 2 && h == 1 && j % 3 == 0)
+            || (h == 1 && bi == 0 && i % 5 == 0)
+            || (h == 1 && j == 7);
+        if removed {
+            0.0
+        } else {
+            1.0
+        }
+    });
+    bound.inputs[4] = Tensor::new(vec![b, 2, n, c], keep.collect());
+    let want = skipping_agrees("heads", &prog, &bound);
+    let optimized = attnc::opt::optimize(&prog).program;
+    for (path, p) in [("typed", &prog), ("optimized", &optimized)] {
+        let plan = Executable::compile(p, &bound.dims).unwrap().plan().clone();
+        let text = plan.to_text();
+        let mut tables: Vec<Vec<usize>> = (plan.kernels.iter())
+            .filter_map(|k| match &k.op {
+                KernelOp::KeyRanges(r) => Some(r.batch.clone()),
+                _ => None,
+            })
+            .collect();
+        tables.sort();
+        tables.dedup();
+        assert_eq!(tables, [vec![1, 1], vec![b, 1]], "{path}\n{text}");
+        for k in &plan.kernels {
+            if let KernelOp::Attention(a) = &k.op {
+                let mask = a.mask.as_ref().expect("every attention here is masked");
+                let broadcast = mask.mask.strides[..2].contains(&0);
+                let reads = a.ranges.is_some();
+                assert_eq!(reads, broadcast, "{path}: {}\n{text}", k.label);
+            }
+        }
+    }
+    let empty: Vec<usize> = (0..10).collect();
+    assert!(rows_of(output(&want, "soft"), n, &empty)
+        .iter()
+        .all(|x| x.is_nan()));
+    for name in ["shared", "per_batch", "per_head"] {
+        let rows = rows_of(output(&want, name), n, &empty);
+        assert!(rows.iter().all(|&x| x == 0.0), "{name}");
+    }
+}
+
+const PARAM_MASK: &str = "
+dim B, N
+dim H = 2, E = 16
+param w: [N, N]
+input q: [B, H, N, E]
+input k: [B, H, N, E]
+input v: [B, H, N, E]
+output out = F.scaled_dot_product_attention(q, k, v, attn_mask=w > 0.0)
+";
+
+/// A mask computed from params alone has its key ranges found by the prologue, once per
+/// set of weights, and read by the attention kernel on every call.
+#[test]
+fn a_mask_of_params_has_its_key_ranges_found_once_per_weights() {
+    let prog = program(PARAM_MASK, &[("B", 2), ("N", 300)]);
+    let bound = bind(&prog, &RunOptions::default()).unwrap();
+    skipping_agrees("params", &prog, &bound);
+    let plan = Executable::compile(&prog, &bound.dims).unwrap().plan().clone();
+    let found = (plan.prologue.iter()).any(|k| matches!(&k.op, KernelOp::KeyRanges(r) if r.batch == [1, 1]));
+    let read = (plan.kernels.iter()).any(|k| matches!(&k.op, KernelOp::Attention(a) if a.ranges.is_some()));
+    assert!(found && read, "{}", plan.to_text());
 }

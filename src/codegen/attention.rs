@@ -13,9 +13,13 @@
 //! A tensor mask that fills with `-inf` is read once per block of rows for the keys any row
 //! keeps (`visible.rs`), and a tile outside them is not visited unless its values are not
 //! all finite; a block that visits no tile writes its rows as a visited one whose every
-//! score was removed would (0, then normalized as such a row is).
+//! score was removed would (0, then normalized as such a row is). Where the mask is
+//! broadcast over heads, a key ranges kernel has read it once before (`key_ranges.rs`) and
+//! the task loads its block's ranges from that kernel's table instead.
 
 use super::emit::Emit;
+use super::key_ranges::read_entry;
+use super::place::{place, Place};
 use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, Row};
 use super::visible::{kept_by_all, values_finite, visible_keys, MaskRows};
 use crate::kernel::{Attention, Keep, MaskFill};
@@ -32,8 +36,8 @@ pub fn translate(e: &mut Emit, a: &Attention) {
     e.for_range(begin, end, 1, |e, t| task(e, a, &args, &out_strides, &scratch, t));
 }
 
-/// The kernel's arguments: `q`, `k`, `v` and the output, then the mask, the score inputs
-/// and the tail's keys and values, where the kernel has them.
+/// The kernel's arguments: `q`, `k`, `v` and the output, then the mask, the score inputs,
+/// the tail's keys and values and the table of key ranges, where the kernel has them.
 struct Args {
     q: Value,
     k: Value,
@@ -42,6 +46,7 @@ struct Args {
     mask: Option<Value>,
     score: Vec<Value>,
     tail: Option<(Value, Value)>,
+    ranges: Option<Value>,
 }
 
 impl Args {
@@ -50,10 +55,13 @@ impl Args {
         let first_score_arg = 4 + a.mask.is_some() as usize;
         let score_inputs = a.score.as_ref().map_or(0, |s| s.inputs.len());
         let score = (0..score_inputs).map(|k| e.arg(first_score_arg + k)).collect();
-        let tail = a.tail.as_ref().map(|_| {
-            let first = first_score_arg + score_inputs;
-            (e.arg(first), e.arg(first + 1))
-        });
+        let first_tail_arg = first_score_arg + score_inputs;
+        let tail = a
+            .tail
+            .as_ref()
+            .map(|_| (e.arg(first_tail_arg), e.arg(first_tail_arg + 1)));
+        let ranges_arg = first_tail_arg + 2 * a.tail.is_some() as usize;
+        let ranges = a.ranges.as_ref().map(|_| e.arg(ranges_arg));
         let (q, k, v, out) = (e.arg(0), e.arg(1), e.arg(2), e.arg(3));
         Args {
             q,
@@ -63,6 +71,7 @@ impl Args {
             mask,
             score,
             tail,
+            ranges,
         }
     }
 }
@@ -144,28 +153,13 @@ struct Segment<'a> {
 /// left for the merge).
 fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scratch, t: Value) {
     let r = a.batch.len();
-    let (br, nb) = (a.block.0, a.n.div_ceil(a.block.0));
-    // With a split, the task is a chunk of the keys of a block of rows: its keys are
-    // [c0, c1).
-    let (t, chunk, keys) = match a.split {
-        Some(s) => {
-            let chunk = e.b.ins().urem_imm_u(t, s.chunks as i64);
-            let c0 = e.b.ins().imul_imm_s(chunk, s.len as i64);
-            let c1 = e.b.ins().iadd_imm_s(c0, s.len as i64);
-            let m = e.int(a.m as i64);
-            let c1 = e.min_usize(c1, m);
-            (e.b.ins().udiv_imm_u(t, s.chunks as i64), chunk, Some((c0, c1)))
-        }
-        None => (t, t, None),
-    };
-    let block = e.b.ins().urem_imm_u(t, nb as i64);
-    let bi = e.b.ins().udiv_imm_u(t, nb as i64);
-    let idx = e.unflatten(bi, &a.batch);
-    let i0 = e.b.ins().imul_imm_s(block, br as i64);
-    let n_all = e.int(a.n as i64);
-    let left = e.b.ins().isub(n_all, i0);
-    let br_v = e.int(br as i64);
-    let rows = e.min_usize(br_v, left);
+    let Place {
+        idx,
+        i0,
+        rows,
+        chunk,
+        keys,
+    } = place(e, t, &a.batch, (a.n, a.block.0, a.m), a.split);
     let qs = &a.q.strides;
     let q = {
         let o = e.dot(&idx, &qs[..r]);
@@ -186,6 +180,9 @@ fn task(e: &mut Emit, a: &Attention, args: &Args, os: &OutStrides, scratch: &Scr
     let no = e.b.ins().iconst(I8, 0);
     let started = e.var(I8, no);
     let ranges = mask.filter(|_| a.skips_masked_tiles()).map(|(at, m)| {
+        if let (Some(table), Some(o)) = (args.ranges, &a.ranges) {
+            return read_entry(e, (table, &o.strides), t, &idx, a.row_tasks());
+        }
         let mask = MaskRows {
             at,
             row_stride: m.mask.strides[r],

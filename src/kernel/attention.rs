@@ -1,5 +1,6 @@
 //! The flash-style attention kernel and the parts it computes in place: a split of the
-//! keys, keys and values joined from a cache, a change of the scores.
+//! keys, keys and values joined from a cache, a change of the scores; and the kernel that
+//! finds the keys its tensor mask leaves each block of rows, once for all the heads.
 
 use super::*;
 
@@ -44,6 +45,12 @@ pub struct Attention {
     /// Flash-decoding: the keys cut into chunks, each chunk of each block of rows a task of
     /// its own. `out` then holds partial results for a merge kernel to combine.
     pub split: Option<KeySplit>,
+    /// The key ranges of the mask, written by a [`KeyRanges`] kernel before this one and
+    /// strided over `[batch.., row_tasks, RANGE_FLOATS]` ([`Attention::row_tasks`]), with
+    /// stride 0 along the batch axes the mask does not vary along: each task reads its
+    /// entry rather than scanning the mask. `None`: a task that skips masked tiles scans
+    /// its own rows of the mask.
+    pub ranges: Option<Operand>,
 }
 
 /// The keys of an attention kernel cut into `chunks` chunks of `len` keys (the last one
@@ -82,7 +89,98 @@ impl ScoreMod {
     pub const LEAVES: usize = 3;
 }
 
+/// Floats per entry of a [`KeyRanges`] table: four key indices as 64-bit integers.
+pub const RANGE_FLOATS: usize = 8;
+
+/// The keys each task of an attention kernel may visit under its tensor mask (one that
+/// fills with `-inf`: [`Attention::skips_masked_tiles`]), found by reading the mask once per
+/// call for the attention kernel after it ([`Attention::ranges`]). Where the mask is
+/// broadcast over heads (its stride along them is 0), the attention's tasks of every head
+/// would scan the same rows; this kernel's `batch` has size 1 there, so each block of rows
+/// is scanned once.
+///
+/// Entry `[batch.., e]` is for the attention's `e`-th task of that batch index (a block of
+/// `rows` query rows, and with a split a chunk of its keys, numbered as the attention
+/// numbers its tasks): the keys `[lo, hi)` from the first any row keeps to one past the
+/// last, then keys `[a, b)` every row keeps (`codegen/visible.rs` says how each is found),
+/// as 64-bit integers. The attention compares its tiles with them and addresses nothing
+/// by them, so its memory safety does not rest on their values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyRanges {
+    /// The attention's batch axes, 1 where the mask does not vary along them.
+    pub batch: Vec<usize>,
+    pub n: usize,
+    pub m: usize,
+    /// Query rows per task: the attention's `block.0`.
+    pub rows: usize,
+    pub split: Option<KeySplit>,
+    /// The attention's mask, strided over `[batch.., n, m]`.
+    pub mask: MaskFill,
+    /// Strided over `[batch.., row_tasks, RANGE_FLOATS]`, each entry's floats contiguous.
+    pub out: Operand,
+}
+
+/// Tasks per batch index of `n` query rows in blocks of `rows`: the blocks, times the
+/// chunks of a split.
+fn row_tasks(n: usize, rows: usize, split: Option<KeySplit>) -> usize {
+    n.div_ceil(rows.max(1))
+        .saturating_mul(split.map_or(1, |s| s.chunks))
+}
+
+impl KeyRanges {
+    /// The ranges of `a`'s mask, written to `out`, where `a` skips masked tiles and its
+    /// mask does not vary along some of its batch axes of more than one index; `None`
+    /// where each of `a`'s tasks would read rows of the mask no other task reads.
+    pub fn shared(a: &Attention, out: impl FnOnce(&[usize]) -> Operand) -> Option<KeyRanges> {
+        let mask = a.mask.as_ref().filter(|_| a.skips_masked_tiles())?;
+        let batch: Vec<usize> = (a.batch.iter().zip(&mask.mask.strides))
+            .map(|(&n, &s)| if s == 0 { 1 } else { n })
+            .collect();
+        let product = |b: &[usize]| b.iter().product::<usize>();
+        if product(&batch) >= product(&a.batch) {
+            return None;
+        }
+        let shape = [batch.as_slice(), &[a.row_tasks(), RANGE_FLOATS]].concat();
+        Some(KeyRanges {
+            n: a.n,
+            m: a.m,
+            rows: a.block.0,
+            split: a.split,
+            mask: mask.clone(),
+            out: out(&shape),
+            batch,
+        })
+    }
+
+    /// Entries per batch index: the attention's [`Attention::row_tasks`].
+    pub fn row_tasks(&self) -> usize {
+        row_tasks(self.n, self.rows, self.split)
+    }
+
+    /// The shape `out` is written over.
+    pub fn out_shape(&self) -> Vec<usize> {
+        [self.batch.as_slice(), &[self.row_tasks(), RANGE_FLOATS]].concat()
+    }
+
+    /// `out` as the attention reads it over its own `batch`: the same entry along the axes
+    /// where this kernel's batch is 1.
+    pub fn read_by(&self, batch: &[usize]) -> Operand {
+        let mut read = self.out.clone();
+        for (s, (&mine, &theirs)) in read.strides.iter_mut().zip(self.batch.iter().zip(batch)) {
+            if mine == 1 && theirs != 1 {
+                *s = 0;
+            }
+        }
+        read
+    }
+}
+
 impl Attention {
+    /// Tasks per batch index: the blocks of rows, times the chunks of a split.
+    pub fn row_tasks(&self) -> usize {
+        row_tasks(self.n, self.block.0, self.split)
+    }
+
     /// The batch axes `k` and `v` are read over: the last one divided by `kv_group`.
     pub fn kv_batch(&self) -> Vec<usize> {
         let mut batch = self.batch.clone();
@@ -142,7 +240,8 @@ impl Attention {
             .score
             .as_ref()
             .is_some_and(|s| s.expr.contains(&Expr::Input(1)));
-        if g <= 1 || self.n != 1 || r == 0 || self.positions.is_some() || reads_row || self.split.is_some() {
+        let later_part = self.split.is_some() || self.ranges.is_some();
+        if g <= 1 || self.n != 1 || r == 0 || self.positions.is_some() || reads_row || later_part {
             return None;
         }
         // [.., heads, 1, x] -> [.., heads / g, g, x]: head h = hk * g + row.

@@ -21,6 +21,7 @@ impl KernelOp {
             KernelOp::Map(m) => ceil_div(rows(&m.shape), m.rows_per_task),
             KernelOp::Row(r) => ceil_div(product(&r.rows), r.rows_per_task),
             KernelOp::Scatter(_) => 1,
+            KernelOp::KeyRanges(r) => product(&r.batch).saturating_mul(r.row_tasks()),
         }
     }
 
@@ -39,6 +40,8 @@ impl KernelOp {
             KernelOp::Map(m) => 10.0 * f(&m.shape),
             KernelOp::Row(r) => 10.0 * (r.stages.len() + 1) as f64 * r.n as f64 * f(&r.rows),
             KernelOp::Scatter(s) => f(&s.shape),
+            // A compare per mask element at most.
+            KernelOp::KeyRanges(r) => f(&r.batch) * f(&[r.n, r.m]),
         }
     }
 
@@ -50,7 +53,11 @@ impl KernelOp {
         match self {
             KernelOp::Gemm(g) => 2.0 * f(&g.batch) * f(&[g.m, g.n, g.k]),
             KernelOp::Attention(a) => 2.0 * f(&a.batch) * f(&[a.n, a.m]) * (a.dk + a.dv) as f64,
-            KernelOp::Softmax(_) | KernelOp::Map(_) | KernelOp::Row(_) | KernelOp::Scatter(_) => 0.0,
+            KernelOp::Softmax(_)
+            | KernelOp::Map(_)
+            | KernelOp::Row(_)
+            | KernelOp::Scatter(_)
+            | KernelOp::KeyRanges(_) => 0.0,
         }
     }
 
@@ -138,6 +145,9 @@ impl KernelOp {
                     v.push((&t.k, kv([t.len, a.dk]), false));
                     v.push((&t.v, kv([t.len, a.dv]), false));
                 }
+                if let Some(ranges) = &a.ranges {
+                    v.push((ranges, with([a.row_tasks(), RANGE_FLOATS]), false));
+                }
                 v
             }
             KernelOp::Map(m) => {
@@ -156,6 +166,10 @@ impl KernelOp {
                 (&s.source, s.shape.clone(), false),
                 (&s.out, s.out_shape(), true),
             ],
+            KernelOp::KeyRanges(r) => {
+                let mask = [r.batch.as_slice(), &[r.n, r.m]].concat();
+                vec![(&r.mask.mask, mask, false), (&r.out, r.out_shape(), true)]
+            }
         }
     }
 
@@ -193,6 +207,7 @@ impl KernelOp {
                 if let Some(t) = &mut a.tail {
                     [&mut t.k, &mut t.v].into_iter().for_each(clear);
                 }
+                a.ranges.iter_mut().for_each(clear);
             }
             KernelOp::Map(m) => {
                 m.inputs.iter_mut().for_each(clear);
@@ -208,6 +223,7 @@ impl KernelOp {
                     .for_each(clear);
                 s.names = Default::default();
             }
+            KernelOp::KeyRanges(r) => [&mut r.mask.mask, &mut r.out].into_iter().for_each(clear),
         }
         k
     }
@@ -221,6 +237,7 @@ impl KernelOp {
             KernelOp::Map(m) => m.out = out,
             KernelOp::Row(r) => r.out = out,
             KernelOp::Scatter(s) => s.out = out,
+            KernelOp::KeyRanges(r) => r.out = out,
         }
     }
 
@@ -232,6 +249,7 @@ impl KernelOp {
             KernelOp::Map(_) => "map",
             KernelOp::Row(_) => "row",
             KernelOp::Scatter(_) => "scatter",
+            KernelOp::KeyRanges(_) => "ranges",
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The text form of a plan: one line per buffer, a few lines per kernel.
 
 use super::{
-    Attention, BufferKind, Expr, Gemm, KernelOp, Map, MaskFill, Operand, Plan, Row, Scatter, Softmax, PANEL,
+    Attention, BufferKind, Expr, Gemm, KernelOp, KeyRanges, Map, MaskFill, Operand, Plan, Row, Scatter,
+    Softmax, PANEL,
 };
 use std::fmt::Write as _;
 
@@ -45,7 +46,7 @@ fn dims(d: &[usize]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-fn mask(out: &mut String, m: &Option<MaskFill>) {
+fn mask(out: &mut String, m: Option<&MaskFill>) {
     if let Some(m) = m {
         let _ = writeln!(
             out,
@@ -105,6 +106,7 @@ fn list(kernels: &[super::Kernel], prefix: &str, out: &mut String) {
             KernelOp::Map(m) => map(out, m),
             KernelOp::Scatter(s) => scatter(out, s),
             KernelOp::Row(r) => row(out, r),
+            KernelOp::KeyRanges(r) => key_ranges(out, r),
         }
     }
 }
@@ -172,7 +174,7 @@ fn softmax(out: &mut String, s: &Softmax) {
     );
     let _ = writeln!(out, "      x {}", operand(&s.x));
     let _ = writeln!(out, "      out {}", operand(&s.out));
-    mask(out, &s.mask);
+    mask(out, s.mask.as_ref());
 }
 
 /// An attention kernel's blocks, operands, and what it reads in place or computes itself.
@@ -220,11 +222,18 @@ fn attention(out: &mut String, a: &Attention) {
             let _ = writeln!(out, "      in{} {}", k + 3, operand(o));
         }
     }
-    mask(out, &a.mask);
+    mask(out, a.mask.as_ref());
     if a.skips_masked_tiles() {
         let _ = writeln!(
             out,
             "      tiles the mask removes from every row of a block: skipped, found at run time (visited where their values are not finite)"
+        );
+    }
+    if let Some(r) = &a.ranges {
+        let _ = writeln!(
+            out,
+            "      key ranges of each block read from {} (found once for the heads the mask is broadcast over)",
+            operand(r)
         );
     }
     positions(out, a);
@@ -238,6 +247,23 @@ fn attention(out: &mut String, a: &Attention) {
             s.chunks, s.len
         );
     }
+}
+
+/// What a key ranges kernel finds, and its operands.
+fn key_ranges(out: &mut String, r: &KeyRanges) {
+    let chunks = r.split.map_or(String::new(), |s| {
+        format!(", keys in {} chunks of {}", s.chunks, s.len)
+    });
+    let _ = writeln!(
+        out,
+        "      for batch {} in blocks of {} rows{chunks}: the keys any row keeps and every row keeps, of n {}, m {}",
+        dims(&r.batch),
+        r.rows,
+        r.n,
+        r.m
+    );
+    mask(out, Some(&r.mask));
+    let _ = writeln!(out, "      out {}", operand(&r.out));
 }
 
 /// A map's formula and operands.

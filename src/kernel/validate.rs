@@ -20,7 +20,7 @@
 //! All arithmetic saturates: a reach past `usize::MAX` is out of every buffer, never a
 //! small wrapped index.
 
-use super::{BufferKind, Gemm, KernelOp, Operand, Plan, PlanError, PANEL};
+use super::{BufferKind, Gemm, KernelOp, KeySplit, Operand, Plan, PlanError, PANEL};
 
 impl Operand {
     /// The first and last element the operand reaches over `shape`; `None` when `shape` is
@@ -84,6 +84,30 @@ fn packed_in_panels(k: &str, g: &Gemm) -> Result<(), PlanError> {
         ));
     }
     Ok(())
+}
+
+/// Every chunk of a split of `m` keys holds a key: the merge weighs each chunk's partial
+/// result.
+fn chunks_hold_keys(k: &str, m: usize, split: Option<KeySplit>) -> Result<(), PlanError> {
+    match split {
+        Some(s) => {
+            let covers = s.len.checked_mul(s.chunks).is_some_and(|all| all >= m);
+            if s.len == 0 || !covers || (s.chunks - 1) * s.len >= m {
+                return err(format!("{k}: {m} keys in {} chunks of {}", s.chunks, s.len));
+            }
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// A table of key ranges ([`super::KeyRanges`]) is read and written an entry at a time,
+/// four 64-bit integers from its first float: its floats must be contiguous.
+fn entries_contiguous(k: &str, table: &Operand) -> Result<(), PlanError> {
+    match table.strides.last() {
+        Some(1) => Ok(()),
+        _ => err(format!("{k}: key ranges with strides {:?}", table.strides)),
+    }
 }
 
 impl Plan {
@@ -169,13 +193,17 @@ impl Plan {
             if a.kv_group == 0 || heads % a.kv_group != 0 {
                 return err(format!("{k}: {heads} query heads in groups of {}", a.kv_group));
             }
-            // Every chunk holds a key: the merge weighs each chunk's partial result.
-            if let Some(s) = a.split {
-                let covers = s.len.checked_mul(s.chunks).is_some_and(|all| all >= a.m);
-                if s.len == 0 || !covers || (s.chunks - 1) * s.len >= a.m {
-                    return err(format!("{k}: {} keys in {} chunks of {}", a.m, s.chunks, s.len));
-                }
+            chunks_hold_keys(k, a.m, a.split)?;
+            if let Some(table) = &a.ranges {
+                entries_contiguous(k, table)?;
             }
+        }
+        if let KernelOp::KeyRanges(r) = op {
+            if r.rows == 0 {
+                return err(format!("{k}: blocks of no query row"));
+            }
+            chunks_hold_keys(k, r.m, r.split)?;
+            entries_contiguous(k, &r.out)?;
         }
         super::formulas(op).map_err(|what| PlanError(format!("{k}: {what}")))
     }
@@ -237,7 +265,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{Buffer, Expr, Kernel, Map};
+    use crate::kernel::{Buffer, Expr, Kernel, KeyRanges, Map, MaskFill};
 
     /// `out = x` over `[4]`, with `x` an input and `out` an output of 4 elements each.
     fn copy_plan() -> Plan {
@@ -352,6 +380,66 @@ mod tests {
         let g = gemm(&mut p);
         set(&mut p, Gemm { block: (1, 40), ..g });
         p.validate().unwrap();
+    }
+
+    /// The key ranges of a `[4, 4]` mask in one block of 4 rows: one entry, into an output of
+    /// 32 floats.
+    fn ranges_plan() -> Plan {
+        let buffer = |kind, len| Buffer {
+            kind,
+            len,
+            name: String::new(),
+        };
+        let ranges = KeyRanges {
+            batch: vec![],
+            n: 4,
+            m: 4,
+            rows: 4,
+            split: None,
+            mask: MaskFill {
+                mask: at(0, &[4, 1]),
+                op: crate::ir::CmpOp::Eq,
+                rhs: 0.0,
+                fill: f32::NEG_INFINITY,
+            },
+            out: at(1, &[8, 1]),
+        };
+        Plan {
+            buffers: vec![
+                buffer(BufferKind::Input(0), 16),
+                buffer(BufferKind::Output(0), 32),
+            ],
+            kernels: vec![Kernel {
+                label: "ranges".into(),
+                op: KernelOp::KeyRanges(ranges),
+            }],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn a_table_of_key_ranges_holds_whole_entries_of_blocks_of_rows() {
+        let good = ranges_plan();
+        good.validate().unwrap();
+        // In bounds, but an entry's four integers are not contiguous.
+        let mut p = good.clone();
+        ranges(&mut p).out.strides = vec![8, 2];
+        rejected(&p, "key ranges with strides [8, 2]");
+        let mut p = good.clone();
+        ranges(&mut p).rows = 0;
+        rejected(&p, "blocks of no query row");
+        // Blocks of 2 rows: two entries, the second past the buffer's 32 floats.
+        let mut p = good.clone();
+        ranges(&mut p).rows = 2;
+        ranges(&mut p).out.offset = 17;
+        rejected(&p, "reaches element 32 of b1 of 32");
+    }
+
+    fn ranges(plan: &mut Plan) -> &mut KeyRanges {
+        match &mut plan.kernels[0].op {
+            KernelOp::KeyRanges(r) => r,
+            _ => unreachable!(),
+        }
     }
 
     fn rejected(plan: &Plan, why: &str) {

@@ -311,6 +311,7 @@ impl Lowerer<'_> {
             tail,
             zero_empty_rows: false,
             split: None,
+            ranges: None,
         };
         self.attention_kernel(self.label(id), a);
         Ok(out)

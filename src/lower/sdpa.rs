@@ -118,6 +118,7 @@ impl Lowerer<'_> {
             tail,
             zero_empty_rows: true,
             split: None,
+            ranges: None,
         };
         self.attention_kernel(self.label(id), a);
         Ok(out)

@@ -103,10 +103,12 @@ pub fn merge(a: &Attention, split: KeySplit, partial: &Operand, out: Operand) ->
 
 impl Lowerer<'_> {
     /// Adds attention kernel `a`: grouped query heads folded into rows where that keeps the
-    /// result, and its keys split, followed by the merge, where it has too few tasks.
+    /// result, and its keys split, followed by the merge, where it has too few tasks; its
+    /// mask's key ranges found before it where the heads share them (`key_ranges`).
     pub(super) fn attention_kernel(&mut self, label: String, a: Attention) {
         let a = a.fold_query_groups().unwrap_or(a);
         let Some(split) = key_split(&a) else {
+            let a = self.key_ranges(&label, a);
             return self.kernel(label, KernelOp::Attention(Box::new(a)));
         };
         let shape = [a.batch.as_slice(), &[split.chunks, a.n, a.dv + 2]].concat();
@@ -117,6 +119,7 @@ impl Lowerer<'_> {
             split: Some(split),
             ..a
         };
+        let a = self.key_ranges(&label, a);
         self.kernel(label.clone(), KernelOp::Attention(Box::new(a)));
         self.kernel(format!("{label} (merge of the key chunks)"), KernelOp::Row(merge));
     }
@@ -154,6 +157,7 @@ mod tests {
             zero_empty_rows: false,
             block: super::super::tiling::attention_blocks(n, m, false),
             split: None,
+            ranges: None,
         }
     }
 
