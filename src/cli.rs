@@ -357,7 +357,10 @@ fn ir(path: &Path, dims: &[DimOverride], stage: Stage, flags: IrFlags, budget: u
             out!("{}", attnc::opt::optimize(&checked.program).program.to_dot())
         }
         Stage::Optimized => {
-            let optimized = attnc::opt::optimize(&checked.program);
+            let optimized = match flags.stats {
+                true => attnc::opt::optimize_and_compare(&checked.program),
+                false => attnc::opt::optimize(&checked.program),
+            };
             out!("{}", optimized.program.to_text());
             if flags.stats {
                 out!("==== STATS ====\n{}", optimized.stats);

@@ -24,7 +24,7 @@ fn examples_check_cleanly_and_print_their_shapes() {
         let checked = check_source(&src, &[]).expect("no overrides");
         let diags = render::diagnostics_text(&name(path), &src, &checked.diagnostics);
         assert!(!checked.has_errors(), "{} does not check:\n{diags}", name(path));
-        let optimized = attnc::opt::optimize(&checked.program);
+        let optimized = attnc::opt::optimize_and_compare(&checked.program);
         // The stats but their last line, the time.
         let stats = optimized.stats.to_string();
         let stats = stats.trim_end().rsplit_once('\n').map_or("", |(s, _)| s);

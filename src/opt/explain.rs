@@ -21,7 +21,11 @@ pub fn explain(prog: &ir::Program) -> Result<String, String> {
 }
 
 fn explained(prog: &ir::Program) -> Result<String, String> {
-    let mut run = super::guarded(prog, true)?;
+    let asked = super::Asked {
+        explanations: true,
+        before: false,
+    };
+    let mut run = super::guarded(prog, asked)?;
     let eg = &run.runner.egraph;
     if eg.analysis.conflicts > 0 {
         return Err("the optimizer kept the source program, so there is nothing to explain".into());

@@ -60,7 +60,8 @@ pub struct Stats {
     pub iterations: usize,
     pub nodes: usize,
     pub classes: usize,
-    pub before: Cost,
+    /// The source program's cost, where it was asked for ([`optimize_and_compare`]).
+    pub before: Option<Cost>,
     pub after: Cost,
     /// Rule applications refused because they would have changed a shape.
     pub refused: usize,
@@ -129,7 +130,8 @@ impl fmt::Display for Stats {
             writeln!(f, "applications refused (shape): {}", self.refused)?;
         }
         let nominal = format!("free dims at {NOMINAL}");
-        for (what, c) in [("before", &self.before), ("after", &self.after)] {
+        let before = self.before.as_ref().map(|c| ("before", c));
+        for (what, c) in before.into_iter().chain([("after", &self.after)]) {
             writeln!(
                 f,
                 "cost {what}: {} flops, {} bytes, {} kernels ({nominal})",
@@ -200,11 +202,21 @@ struct Run {
     runner: Runner<Tensor, Ctx>,
     root: egg::Id,
     extraction: cost::Extraction,
-    before: Cost,
+    before: Option<Cost>,
     phases: Phases,
 }
 
-fn run(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
+/// What a run works out beyond the optimized program.
+#[derive(Clone, Copy)]
+struct Asked {
+    /// The e-graph's explanations (`--explain`).
+    explanations: bool,
+    /// The source program's cost (an extraction of the unsaturated e-graph, which proves
+    /// the source's layouts again: a third of llama_S's optimization).
+    before: bool,
+}
+
+fn run(prog: &ir::Program, asked: Asked) -> Result<Run, String> {
     let mut phases = Phases::default();
     let mut clock = Instant::now();
     let mut lap = |phase: &mut Duration| {
@@ -212,13 +224,18 @@ fn run(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
         clock = Instant::now();
     };
     let source = convert::to_expr(prog)?;
-    let mut runner = runner(prog, explanations, source.as_ref().len()).with_expr(&source);
+    let mut runner = runner(prog, asked.explanations, source.as_ref().len()).with_expr(&source);
     let root = *runner.roots.last().ok_or("no root")?;
     runner.egraph.rebuild();
     lap(&mut phases.build);
-    let before = cost::extract(&runner.egraph, root)
-        .ok_or("the source has no cost")?
-        .total;
+    let before = match asked.before {
+        true => Some(
+            cost::extract(&runner.egraph, root)
+                .ok_or("the source has no cost")?
+                .total,
+        ),
+        false => None,
+    };
     lap(&mut phases.extract);
     let mut runner = runner.run(rules_for(&source));
     runner.egraph.rebuild();
@@ -256,10 +273,10 @@ fn rules_for(source: &egg::RecExpr<Tensor>) -> Vec<&'static rules::Rw> {
 /// processes share the cores (40 % of a llama layer's compile, measured under load). The
 /// runner's bounds count nodes and iterations, never time, and egg's timings are never
 /// read, so it runs on a mock clock, which needs no calibration.
-fn guarded(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
+fn guarded(prog: &ir::Program, asked: Asked) -> Result<Run, String> {
     let (clock, _) = quanta::Clock::mock();
     quanta::with_clock(&clock, || {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(prog, explanations)))
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(prog, asked)))
             .unwrap_or_else(|_| Err("internal error in the optimizer".into()))
     })
 }
@@ -268,15 +285,27 @@ fn guarded(prog: &ir::Program, explanations: bool) -> Result<Run, String> {
 /// merge of different shapes), the source program is returned and the stats say why.
 ///
 /// A model whose layers the checker unrolled is optimized a layer at a time, each distinct
-/// layer once (see [`layers`]); any other program as one term.
+/// layer once (see [`layers`]); any other program as one term. The stats leave the source's
+/// cost out ([`optimize_and_compare`] works it out too).
 pub fn optimize(prog: &ir::Program) -> Optimized {
+    optimize_asking(prog, false)
+}
+
+/// [`optimize`], with the source program's cost in the stats beside the result's (`attnc
+/// ir --stats`).
+pub fn optimize_and_compare(prog: &ir::Program) -> Optimized {
+    optimize_asking(prog, true)
+}
+
+fn optimize_asking(prog: &ir::Program, before: bool) -> Optimized {
     let start = Instant::now();
-    match layers::optimize(prog, optimize_whole) {
+    let whole = |p: &ir::Program| optimize_whole(p, before);
+    match layers::optimize(prog, whole) {
         Some(mut optimized) => {
             optimized.stats.time = start.elapsed();
             optimized
         }
-        None => optimize_whole(prog),
+        None => whole(prog),
     }
 }
 
@@ -285,15 +314,15 @@ pub fn optimize(prog: &ir::Program) -> Optimized {
 /// Extraction and conversion recurse along the program's chains of values, so the work
 /// runs on a thread whose stack grows with the program (a 3,000-statement chain needs more
 /// than a test thread's 2 MiB).
-fn optimize_whole(prog: &ir::Program) -> Optimized {
+fn optimize_whole(prog: &ir::Program, before: bool) -> Optimized {
     let stack = STACK_BASE.saturating_add(STACK_PER_NODE.saturating_mul(prog.nodes.len()));
     std::thread::scope(|scope| {
         let worker = std::thread::Builder::new()
             .stack_size(stack)
-            .spawn_scoped(scope, || optimize_here(prog));
+            .spawn_scoped(scope, || optimize_here(prog, before));
         match worker {
             Ok(handle) => handle.join().unwrap_or_else(|_| optimize_failed(prog)),
-            Err(_) => optimize_here(prog),
+            Err(_) => optimize_here(prog, before),
         }
     })
 }
@@ -314,10 +343,14 @@ fn optimize_failed(prog: &ir::Program) -> Optimized {
     }
 }
 
-fn optimize_here(prog: &ir::Program) -> Optimized {
+fn optimize_here(prog: &ir::Program, before: bool) -> Optimized {
     let start = Instant::now();
     let mut stats = Stats::default();
-    let result = guarded(prog, false).and_then(|run| {
+    let asked = Asked {
+        explanations: false,
+        before,
+    };
+    let result = guarded(prog, asked).and_then(|run| {
         let eg = &run.runner.egraph;
         stats.stop_reason = stop_text(&run.runner.stop_reason);
         stats.iterations = run.runner.iterations.len();
@@ -340,7 +373,7 @@ fn optimize_here(prog: &ir::Program) -> Optimized {
         Ok(p) => p,
         Err(why) => {
             stats.fallback = Some(why);
-            stats.after = stats.before;
+            stats.after = stats.before.unwrap_or_default();
             prog.clone()
         }
     };

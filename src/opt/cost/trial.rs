@@ -180,7 +180,11 @@ mod tests {
         for file in ["encoder_layer", "gpt2_block", "mha_heads", "llama_layer"] {
             let source = std::fs::read_to_string(format!("examples/{file}.attn")).unwrap();
             let checked = check_source(&source, &[]).unwrap();
-            let run = crate::opt::run(&checked.program, false).unwrap();
+            let asked = crate::opt::Asked {
+                explanations: false,
+                before: false,
+            };
+            let run = crate::opt::run(&checked.program, asked).unwrap();
             let (eg, root) = (&run.runner.egraph, eg_root(&run));
             let (memo, trips) = (Memo::default(), trips(eg));
             let nodes = greedy(eg, &memo, usize::MAX);
