@@ -46,6 +46,10 @@ impl Bits {
         }
     }
 
+    fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
     fn ones(&self) -> impl Iterator<Item = usize> + '_ {
         self.0.iter().enumerate().flat_map(|(w, &bits)| {
             (0..64)
@@ -97,7 +101,7 @@ impl<'e> Base<'e> {
             .ones()
             .fold(Cost::default(), |acc, i| acc + self.cost[i]);
         let total = walk.done.values().fold(kept, |acc, &(_, _, cost)| acc + cost);
-        let size = walk.done.len() + walk.kept.ones().count();
+        let size = walk.done.len() + walk.kept.len();
         Some((total.score(), size, key))
     }
 }
