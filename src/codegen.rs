@@ -38,7 +38,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, FuncId, Linkage, Module, ModuleReloc};
 use emit::Emit;
-pub(crate) use emit::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_POLY, EXP_SCALE_LOG2};
+pub(crate) use emit::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_NORMAL_SCALED, EXP_POLY, EXP_SCALE_LOG2};
 pub(crate) use math::{ERF_LARGE, ERF_SMALL};
 use std::collections::HashMap;
 pub use tile_epilogue::Activation;

@@ -307,7 +307,12 @@ impl Case {
     /// where this CPU has it and in the generated code (same bits, NaN for NaN), and
     /// compares with the reference.
     fn check(&self, seed: u64) {
-        let inputs = self.inputs(seed);
+        self.check_inputs(&self.inputs(seed));
+    }
+
+    /// [`Case::check`] on the given inputs.
+    fn check_inputs(&self, inputs: &[Tensor]) {
+        let inputs = inputs.to_vec();
         let got = self.run(&inputs, 1);
         let got2 = self.run(&inputs, 2);
         let bits = |t: &Tensor| t.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -420,6 +425,37 @@ fn rows_without_keys_are_zero_where_the_kernel_says_so() {
     let got = c.run(&c.inputs(6), 2);
     assert!(got.data.iter().all(|&x| x == 0.0));
     c.check(6);
+}
+
+#[test]
+fn probabilities_below_the_smallest_normal_float_are_flushed_to_zero() {
+    // One key scores 0 and the others -95 (e^-95 is subnormal); the values are 0 at that
+    // key and 1 at the others, so the exact output is the subnormal sum of the others'
+    // probabilities. The kernel flushes them (no microcode assist in the exp and in p v)
+    // and gives 0, on both softmax paths, within the smallest normal float of the exact
+    // value. With the high key last, the flushed factor is the first tile's rescale.
+    for top in [0, 69] {
+        let c = case(3, 70, None, 0.0, (64, 64));
+        let mut inputs = c.inputs(1);
+        let dk = c.dk as f32;
+        inputs[0].data.fill(1.0);
+        let score = -95.0 * dk.sqrt() / dk;
+        for (row, key) in inputs[1].data.chunks_mut(c.dk).enumerate() {
+            key.fill(if row % c.m == top { 0.0 } else { score });
+        }
+        for (row, value) in inputs[2].data.chunks_mut(c.dv).enumerate() {
+            value.fill(if row % c.m == top { 0.0 } else { 1.0 });
+        }
+        let got = c.run(&inputs, 2);
+        assert!(
+            got.data.iter().all(|&x| x == 0.0),
+            "top key {top}: {:?}",
+            &got.data[..7]
+        );
+        let exact = c.reference(&inputs);
+        assert!(exact.iter().all(|&x| x > 0.0 && x < f32::MIN_POSITIVE as f64));
+        c.check_inputs(&inputs);
+    }
 }
 
 #[test]

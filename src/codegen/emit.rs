@@ -21,6 +21,11 @@ pub const LANES: usize = 4;
 pub(crate) const EXP_SCALE_LOG2: u32 = 25;
 const EXP_SCALE: f32 = (1 << EXP_SCALE_LOG2) as f32;
 
+/// The smallest scaled `exp` ([`Emit::exp_nonpositive_scaled`]) whose unscaled value is a
+/// normal float, `2^(EXP_SCALE_LOG2 - 126)`: below it, the attention's probabilities are
+/// flushed to 0 ([`Emit::exp_nonpositive`]).
+pub(crate) const EXP_NORMAL_SCALED: f32 = f32::MIN_POSITIVE * EXP_SCALE;
+
 /// `exp`'s range reduction below which every result rounds to 0 (see
 /// [`Emit::exp4_reduced`]), its rounding constant `1.5·2^23`, `-ln 2` split in two for an
 /// exact reduction, and its degree-5 polynomial: shared with the native tile softmax
@@ -363,12 +368,22 @@ impl Emit<'_> {
         self.b.ins().bitselect(under, zero, y)
     }
 
-    /// `e^x` on 1 or 4 lanes for `x <= 0` (softmax's `x - max`). `n` lies in [-150, 0], so
-    /// `2^(n + 25)` is a normal factor and the product with it exact; the constant `2^-25`
-    /// then rounds once, to a subnormal where the true value is one.
+    /// `e^x` on 1 or 4 lanes for `x <= 0`, as the attention kernel's probabilities and
+    /// rescale factors take it: `n` lies in [-150, 0], so `2^(n + 25)` is a normal factor
+    /// and the product with it exact; the constant `2^-25` then rounds once. A result
+    /// below the smallest normal float (`x` below about -87.34) is flushed to 0 before that
+    /// product: a subnormal probability costs x86 a microcode assist (about 100 times a
+    /// normal product) in this product and in each multiply-add of `p v` that reads it
+    /// (1.3 % of the probabilities of MiniLM's first layer, which then ran 1.8 times as
+    /// long; BENCHMARKS.md), and what it would add to the output is below `2^-126` times
+    /// the values, where the row's largest probability, 1, adds the values themselves.
     pub fn exp_nonpositive(&mut self, x: Value) -> Value {
         let e = self.exp_nonpositive_scaled(x);
         let w = if self.is_vec(x) { LANES } else { 1 };
+        let smallest = self.splat(EXP_NORMAL_SCALED, w);
+        let tiny = self.cmp(FloatCC::LessThan, e, smallest);
+        let zero = self.splat(0.0, w);
+        let e = self.pick(tiny, zero, e);
         let unscale = self.splat(EXP_SCALE.recip(), w);
         self.b.ins().fmul(e, unscale)
     }

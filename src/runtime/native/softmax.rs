@@ -13,7 +13,7 @@
 //!
 //! [`tile_softmax`]: crate::codegen
 
-use crate::codegen::EXP_SCALE_LOG2;
+use crate::codegen::{EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
 use std::arch::x86_64::*;
 
 /// Rows per vector: one per 128-bit quarter.
@@ -255,8 +255,9 @@ unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32) {
 
 /// `e^x` for `x ≤ 0`, each lane as the JIT's `exp_nonpositive` computes it
 /// (`codegen/emit.rs`): Cephes' reduction and polynomial, the lanes below -104 set to 0
-/// before the power of two, the power `2^(n + 25)` (normal) and then `2^-25`, which
-/// rounds once, to a subnormal where the true value is one. NaN passes through.
+/// before the power of two, the power `2^(n + 25)` (normal), the lanes whose result would
+/// be subnormal set to 0 (the JIT's reason: no microcode assist here or in `p v`), and then
+/// `2^-25`, which rounds once. NaN passes through.
 #[target_feature(enable = "avx512f")]
 fn exp_nonpositive(x: __m512) -> __m512 {
     let (y, under, t) = super::exp::reduced(x);
@@ -264,7 +265,13 @@ fn exp_nonpositive(x: __m512) -> __m512 {
     let bias = _mm512_set1_epi32(((127 + EXP_SCALE_LOG2) << 23) as i32);
     let pow = _mm512_add_epi32(_mm512_slli_epi32::<23>(_mm512_castps_si512(t)), bias);
     let scaled = _mm512_mul_ps(y, _mm512_castsi512_ps(pow));
-    _mm512_mul_ps(scaled, _mm512_set1_ps(1.0 / (1u32 << EXP_SCALE_LOG2) as f32))
+    // Not below the smallest normal result (NaN included): kept; the others become 0.
+    let kept = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(scaled, _mm512_set1_ps(EXP_NORMAL_SCALED));
+    _mm512_maskz_mul_ps(
+        kept,
+        scaled,
+        _mm512_set1_ps(1.0 / (1u32 << EXP_SCALE_LOG2) as f32),
+    )
 }
 
 /// [`exp_nonpositive`] of one float (the JIT's does its one lane on a vector too).
