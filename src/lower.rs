@@ -68,6 +68,7 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
         derived: Default::default(),
         plan: Plan::default(),
         users: None,
+        ranges: Vec::new(),
     };
     for (i, p) in program.params.iter().enumerate() {
         l.source(BufferKind::Param(i), &p.name, &p.shape)?;
@@ -111,6 +112,9 @@ struct Lowerer<'p> {
     plan: Plan,
     /// The users of every node, made when a state's write first needs them.
     users: Option<std::rc::Rc<Vec<Vec<ValueId>>>>,
+    /// Key-range tables already computed, with the number of kernels the plan had then
+    /// (`key_ranges.rs`): a later attention of the same mask reads the same table.
+    ranges: Vec<(crate::kernel::KeyRanges, usize)>,
 }
 
 fn internal(what: String) -> PlanError {

@@ -380,3 +380,54 @@ fn a_mask_of_params_has_its_key_ranges_found_once_per_weights() {
     let read = (plan.kernels.iter()).any(|k| matches!(&k.op, KernelOp::Attention(a) if a.ranges.is_some()));
     assert!(found && read, "{}", plan.to_text());
 }
+
+const SHARED_MASK: &str = "
+dim N, C
+dim H = 2, E = 16
+state m: [N, C]
+input q: [1, H, N, E]
+input k: [1, H, C, E]
+input v: [1, H, C, E]
+input rows: [1] int64
+input fresh: [1, C]
+let keep = m > 0.0
+output first = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+output second = F.scaled_dot_product_attention(q * 0.5, k, v, attn_mask=keep)
+m.index_copy_(0, rows, fresh)
+output after = F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0.0)
+";
+
+/// Attentions of one mask read one table of its key ranges, as a model's layers do; the
+/// mask of the state after a write to it (a row replaced) gets a table of its own.
+/// Row 3 of the state keeps only key 5 at first and every key after the write; the other
+/// rows keep the keys up to 4 times their index.
+#[test]
+fn attentions_of_one_mask_share_its_key_ranges_until_it_is_written() {
+    let (n, c) = (70, 300);
+    let prog = program(SHARED_MASK, &[("N", n as i64), ("C", c as i64)]);
+    let mut bound = bind(&prog, &RunOptions::default()).unwrap();
+    let keep = |i: usize, j: usize| if i == 3 { j == 5 } else { j <= 4 * i };
+    let state = (0..n * c).map(|at| keep(at / c, at % c) as u8 as f32).collect();
+    let at = |name: &str| prog.inputs.iter().position(|i| i.name == name).unwrap();
+    bound.inputs[at("m")] = Tensor::new(vec![n, c], state);
+    bound.inputs[at("rows")] = Tensor::new(vec![1], vec![3.0]);
+    bound.inputs[at("fresh")] = Tensor::new(vec![1, c], vec![1.0; c]);
+    let want = interpret(&prog, &bound).unwrap();
+    for (path, p) in [
+        ("typed", prog.clone()),
+        ("optimized", attnc::opt::optimize(&prog).program),
+    ] {
+        let exe = Executable::compile(&p, &bound.dims).unwrap();
+        let text = exe.plan().to_text();
+        let tables = (exe.plan().kernels.iter())
+            .filter(|k| matches!(k.op, KernelOp::KeyRanges(_)))
+            .count();
+        assert_eq!(tables, 2, "{path}\n{text}");
+        let got = exe.run(&bound, &pool(2).unwrap()).unwrap();
+        for (name, w) in want.iter().filter(|(name, _)| name != "m") {
+            assert_close(&format!("{path}: {name}"), output(&got, name), w);
+        }
+    }
+    let row3 = |name: &str| rows_of(output(&want, name), n, &[3]);
+    assert_ne!(row3("first"), row3("after"), "the write must change row 3");
+}
