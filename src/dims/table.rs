@@ -333,10 +333,11 @@ impl DimTable {
     /// coefficient); each free dim `s` becomes `1 + s'`; what is left must have
     /// non-negative coefficients over atoms, all of which are non-negative.
     fn nonneg_by_structure(&self, p: &Poly) -> bool {
-        if let Some(answer) = self.nonneg_quickly(&self.with_consts(p)) {
+        let folded = self.with_consts(p);
+        if let Some(answer) = self.nonneg_quickly(&folded) {
             return answer;
         }
-        let mut cases = vec![self.with_consts(p)];
+        let mut cases = vec![folded];
         for s in p.syms() {
             let DimKind::Loop { start, end } = &self.dims[s].kind else {
                 continue;
