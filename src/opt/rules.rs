@@ -15,6 +15,7 @@ use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, UnaryOp};
 use egg::{rewrite as rw, Applier, ENodeOrVar, Id, MultiPattern, PatternAst, Rewrite, Subst, Symbol, Var};
+use std::borrow::Cow;
 
 mod fuse;
 mod heads;
@@ -338,17 +339,19 @@ fn apply_checked(
     }
 }
 
-/// The data the root of `rhs` would have, computed without adding anything.
+/// The data the root of `rhs` would have, computed without adding anything. A variable's
+/// data is the matched class's, borrowed: a shape is a map per size, and most rules try
+/// many matches that `fits` then refuses.
 fn dry_run(eg: &EG, subst: &Subst, rhs: &PatternAst<Tensor>) -> Data {
-    let mut datas: Vec<Data> = Vec::with_capacity(rhs.as_ref().len());
+    let mut datas: Vec<Cow<Data>> = Vec::with_capacity(rhs.as_ref().len());
     for n in rhs.as_ref() {
         let d = match n {
-            ENodeOrVar::Var(v) => eg[subst[*v]].data.clone(),
-            ENodeOrVar::ENode(node) => eg.analysis.compute(node, |c| &datas[usize::from(c)]),
+            ENodeOrVar::Var(v) => Cow::Borrowed(&eg[subst[*v]].data),
+            ENodeOrVar::ENode(node) => Cow::Owned(eg.analysis.compute(node, |c| &*datas[usize::from(c)])),
         };
         datas.push(d);
     }
-    datas.pop().expect("a right side has a root")
+    datas.pop().expect("a right side has a root").into_owned()
 }
 
 /// Whether a right side of data `new` may be merged into a class of data `old`.
