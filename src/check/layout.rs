@@ -799,7 +799,7 @@ fn broadcast_strides(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> Vec<Opt
             let j = i.checked_sub(pad)?;
             let (size, stride) = (&t.shape[j], &t.strides[j]);
             let broadcast = dims.is_one(size) && !dims.is_one(&shape[i]);
-            (!broadcast && !dims.with_consts(stride).is_zero()).then(|| stride.clone())
+            (!broadcast && !dims.consts_in(stride).is_zero()).then(|| stride.clone())
         })
         .collect()
 }
