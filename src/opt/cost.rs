@@ -755,7 +755,9 @@ fn candidate(
         .iter()
         .map(|c| choices.get(&eg.find(*c)))
         .collect::<Option<_>>()?;
-    let mut needs: HashMap<Id, Cost> = HashMap::new();
+    // Sized for every class the children need, and this one: never grown while merging.
+    let most = kids.iter().map(|k| k.needs.len()).sum::<usize>() + 1;
+    let mut needs: HashMap<Id, Cost> = HashMap::with_capacity(most);
     let mut beyond = kids.iter().fold(Cost::default(), |acc, k| acc + k.beyond);
     for (c, k) in node.children().iter().zip(&kids) {
         let c = eg.find(*c);
