@@ -70,6 +70,22 @@ impl Ratio {
         Ratio::new(self.num.saturating_mul(o.num), self.den.saturating_mul(o.den))
     }
 
+    /// `v^e` as [`Poly::pow`] forms it for a constant: repeated products, from the
+    /// reciprocal for a negative `e`, and 0 for 0 to any power.
+    fn pow(v: Ratio, e: i32) -> Ratio {
+        let base = match e < 0 {
+            true => match v.recip() {
+                Some(r) => Ratio::ONE.mul(r),
+                None => return Ratio::ZERO,
+            },
+            false => v,
+        };
+        match e {
+            0 => Ratio::ONE,
+            _ => (1..e.unsigned_abs()).fold(base, |acc, _| acc.mul(base)),
+        }
+    }
+
     fn recip(self) -> Option<Ratio> {
         (self.num != 0).then(|| Ratio::new(self.den, self.num))
     }
@@ -276,6 +292,25 @@ impl Poly {
         }
     }
 
+    /// [`Poly::add_term`] of a monomial the caller gives up: no copy of it where it is new.
+    fn add_owned_term(&mut self, m: Monomial, c: Ratio) {
+        match self.0.get_mut(&m) {
+            Some(old) => {
+                let sum = old.add(c);
+                match sum.is_zero() {
+                    true => {
+                        self.0.remove(&m);
+                    }
+                    false => *old = sum,
+                }
+            }
+            None if c.is_zero() => {}
+            None => {
+                self.0.insert(m, c);
+            }
+        }
+    }
+
     pub fn neg(&self) -> Poly {
         Poly(self.0.iter().map(|(m, c)| (m.clone(), c.neg())).collect())
     }
@@ -424,7 +459,7 @@ impl Poly {
             // The dims that keep their symbol stay one monomial, taken over as it is: a
             // stride `N^k` costs no `k` multiplications.
             let mut kept = Vec::new();
-            let mut term = Poly::ratio(*c);
+            let mut term = Factor::Const(*c);
             for (atom, e) in &m.0 {
                 let base = match atom {
                     Atom::Sym(s) => match value(*s) {
@@ -451,12 +486,18 @@ impl Poly {
                         }
                     }
                 };
-                term = term.mul(&base.pow(*e));
+                term = term.times(&base, *e);
             }
-            if !kept.is_empty() {
-                term = term.mul(&Poly(BTreeMap::from([(Monomial(kept), Ratio::ONE)])));
+            match term {
+                Factor::Const(k) if k.is_zero() => {}
+                Factor::Const(k) => out.add_owned_term(Monomial(kept), k),
+                Factor::Poly(mut term) => {
+                    if !kept.is_empty() {
+                        term = term.mul(&Poly(BTreeMap::from([(Monomial(kept), Ratio::ONE)])));
+                    }
+                    out.add_assign(&term);
+                }
             }
-            out.add_assign(&term);
         }
         out
     }
@@ -613,6 +654,26 @@ fn graded_lex(a: &Monomial, b: &Monomial) -> Ordering {
             .find(|o| o.is_ne());
         first.unwrap_or(Ordering::Equal)
     })
+}
+
+/// A term of [`Poly::substitute`] as it is multiplied out: a constant while every value
+/// substituted into it so far is one (most substitutions put constant dims' values in, and
+/// a coefficient multiplied in place costs no maps), else a polynomial. Each product is the
+/// one [`Poly::mul`] and [`Poly::pow`] would form, in the same order, so the result is too.
+enum Factor {
+    Const(Ratio),
+    Poly(Poly),
+}
+
+impl Factor {
+    /// This factor times `base^e`.
+    fn times(self, base: &Poly, e: i32) -> Factor {
+        match (self, base.as_const()) {
+            (Factor::Const(k), Some(v)) => Factor::Const(k.mul(Ratio::pow(v, e))),
+            (Factor::Const(k), None) => Factor::Poly(Poly::ratio(k).mul(&base.pow(e))),
+            (Factor::Poly(p), _) => Factor::Poly(p.mul(&base.pow(e))),
+        }
+    }
 }
 
 fn int_of(p: &Poly) -> Option<i64> {

@@ -222,6 +222,10 @@ fn elementwise_of_exact(
     }
     let general: Vec<usize> = (0..shape.len()).rev().collect();
     let (operands, within) = where_not_empty(dims, operands, shape);
+    // The orders are found on sizes and strides with the constant dims' values put in, and
+    // the answer's strides are written over `shape` as it is.
+    let operands: Vec<TensorType> = operands.iter().map(|t| with_consts(dims, t)).collect();
+    let within: Vec<Poly> = within.iter().map(|p| dims.with_consts(p)).collect();
     let operands: Vec<&TensorType> = operands.iter().collect();
     let Some(orders) = iterator_orders(dims, &operands, &within) else {
         return Layout::any(dense_in_order(shape, &general));
@@ -278,6 +282,19 @@ fn where_not_empty(
         })
         .collect();
     (operands, shifted(shape))
+}
+
+/// `t` with every constant dim's value put in. The order proof reads sizes and strides
+/// only through the table's comparisons, each of which puts the values in again (for
+/// `D / H * N` a product per term, a map per product): put in once, those find none left.
+fn with_consts(dims: &DimTable, t: &TensorType) -> TensorType {
+    let put_in = |ps: &[Poly]| ps.iter().map(|p| dims.with_consts(p)).collect();
+    TensorType {
+        shape: put_in(&t.shape),
+        strides: put_in(&t.strides),
+        dtype: t.dtype,
+        others: t.others.clone(),
+    }
 }
 
 /// `(s, m)` where `size` is `c * s - k` of a free dim `s` (`c, k >= 1`) and is at least 1
@@ -782,7 +799,7 @@ fn broadcast_strides(dims: &DimTable, t: &TensorType, shape: &[Poly]) -> Vec<Opt
             let j = i.checked_sub(pad)?;
             let (size, stride) = (&t.shape[j], &t.strides[j]);
             let broadcast = dims.is_one(size) && !dims.is_one(&shape[i]);
-            (!broadcast && !dims.with_consts(stride).is_zero()).then(|| stride.clone())
+            (!broadcast && !dims.consts_in(stride).is_zero()).then(|| stride.clone())
         })
         .collect()
 }

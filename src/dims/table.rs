@@ -3,6 +3,7 @@
 //! how dims print.
 
 use super::{Atom, Monomial, Poly, Ratio, Sym};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -175,16 +176,25 @@ impl DimTable {
         p.substitute(&|s| self.const_value(s))
     }
 
+    /// [`DimTable::with_consts`], borrowed where `p` names no constant dim (as the sizes a
+    /// layout proof compares do, their values put in once): nothing to copy to read it.
+    pub fn consts_in<'a>(&self, p: &'a Poly) -> Cow<'a, Poly> {
+        match p.any_sym(&|s| matches!(self.dims[s].kind, DimKind::Const(_))) {
+            true => Cow::Owned(self.with_consts(p)),
+            false => Cow::Borrowed(p),
+        }
+    }
+
     /// Whether `a` and `b` are equal for every value of the free dims: symbolically, or
     /// once constant dims take their values.
     pub fn equal(&self, a: &Poly, b: &Poly) -> bool {
-        a == b || self.with_consts(&a.sub(b)).is_zero()
+        a == b || self.consts_in(&a.sub(b)).is_zero()
     }
 
     /// Whether `p` is 1 for every value of the free dims, given the constant dims' values
     /// (`U` with `dim U = 1`, `H * 3 - 8` with `H = 3`).
     pub fn is_one(&self, p: &Poly) -> bool {
-        self.with_consts(p).as_int() == Some(1)
+        self.consts_in(p).as_int() == Some(1)
     }
 
     /// Whether `p`, a size, is 1 for no value of the free dims: provably at least 2
@@ -193,7 +203,7 @@ impl DimTable {
     pub fn never_one(&self, p: &Poly) -> bool {
         self.provably_nonneg(&p.sub(&Poly::int(2)))
             || self.provably_nonneg(&p.neg())
-            || self.with_consts(p).never_one_by_factors()
+            || self.consts_in(p).never_one_by_factors()
     }
 
     /// Whether `p` is at least 1 for every value of the free dims: a size that is never 0.
@@ -333,10 +343,11 @@ impl DimTable {
     /// coefficient); each free dim `s` becomes `1 + s'`; what is left must have
     /// non-negative coefficients over atoms, all of which are non-negative.
     fn nonneg_by_structure(&self, p: &Poly) -> bool {
-        if let Some(answer) = self.nonneg_quickly(&self.with_consts(p)) {
+        let folded = self.consts_in(p);
+        if let Some(answer) = self.nonneg_quickly(&folded) {
             return answer;
         }
-        let mut cases = vec![self.with_consts(p)];
+        let mut cases = vec![folded.into_owned()];
         for s in p.syms() {
             let DimKind::Loop { start, end } = &self.dims[s].kind else {
                 continue;

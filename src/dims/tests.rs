@@ -219,6 +219,23 @@ proptest! {
         prop_assert_eq!(eval_poly(&normalize(&e), &vals), eval(&e, &vals));
     }
 
+    /// A substitution of constants multiplies coefficients in place, one of polynomials
+    /// multiplies terms out: one dim at a time, and a dim shifted (`s + 1` at `s = v - 1`)
+    /// beside constants, each gives the value of all the constants at once.
+    #[test]
+    fn substituting_in_steps_agrees_with_direct_evaluation(e in expr(), vals in [1i64..50, 1i64..50, 1i64..50], v in 0usize..3) {
+        let p = normalize(&e);
+        let one = p.substitute(&|s| (s == v).then(|| Poly::int(vals[v])));
+        prop_assert_eq!(eval_poly(&one, &vals), eval(&e, &vals));
+        let shifted = p.substitute(&|s| match s == v {
+            true => Some(Poly::sym(s).add(&Poly::int(1))),
+            false => Some(Poly::int(vals[s])),
+        });
+        let mut before = vals;
+        before[v] -= 1;
+        prop_assert_eq!(eval_poly(&shifted, &before), eval(&e, &vals));
+    }
+
     #[test]
     fn equal_normal_forms_evaluate_equal(x in expr(), y in expr(), vals in [1i64..50, 1i64..50, 1i64..50]) {
         if normalize(&x) == normalize(&y) {

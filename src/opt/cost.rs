@@ -18,9 +18,15 @@ use crate::dims::Poly;
 use crate::ir::TensorType;
 use egg::{Id, Language};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::ops::{Add, Mul};
 use std::rc::Rc;
+
+/// Maps and sets keyed by classes, nodes and types, hashed as egg hashes its own (FxHash):
+/// extraction looks them up for every node of every trial, and SipHash's defence against
+/// chosen keys buys nothing here. What extraction decides never depends on their order.
+pub type HashMap<K, V> = rustc_hash::FxHashMap<K, V>;
+type HashSet<K> = rustc_hash::FxHashSet<K>;
 use trial::Base;
 
 mod trial;
@@ -447,7 +453,7 @@ const REFINE_BUDGET: usize = 20_000_000;
 
 /// The trip count of each loop variable (nominal where it is not constant).
 fn trips(eg: &EG) -> HashMap<usize, u128> {
-    let mut trips = HashMap::new();
+    let mut trips = HashMap::default();
     for node in eg.classes().flat_map(|c| c.iter()) {
         if let Tensor::For(c) = node {
             let (var, start, end) = (eg[c[0]].data.int(), eg[c[1]].data.dim(), eg[c[2]].data.dim());
@@ -564,8 +570,8 @@ fn evaluate(scope: Scope, root: Id) -> Option<Eval> {
     }
     let mut walk = Walk {
         scope,
-        done: HashMap::new(),
-        open: HashSet::new(),
+        done: HashMap::default(),
+        open: HashSet::default(),
     };
     let key = walk.go(root)?;
     Some(Eval {
@@ -685,7 +691,7 @@ fn operands(eg: &EG, node: &Tensor) -> Vec<Id> {
 /// choices (a class's cost summed over the set of classes it needs), recomputed whenever
 /// a child's choice changes, until nothing changes.
 fn greedy(eg: &EG, memo: &Memo, window: usize) -> HashMap<Id, usize> {
-    let mut choices: HashMap<Id, Choice> = HashMap::new();
+    let mut choices: HashMap<Id, Choice> = HashMap::default();
     let mut queue: VecDeque<Id> = eg
         .classes()
         .filter(|c| c.iter().any(|n| n.is_leaf()))
@@ -755,7 +761,9 @@ fn candidate(
         .iter()
         .map(|c| choices.get(&eg.find(*c)))
         .collect::<Option<_>>()?;
-    let mut needs: HashMap<Id, Cost> = HashMap::new();
+    // Sized for every class the children need, and this one: never grown while merging.
+    let most = kids.iter().map(|k| k.needs.len()).sum::<usize>() + 1;
+    let mut needs: HashMap<Id, Cost> = HashMap::with_capacity_and_hasher(most, Default::default());
     let mut beyond = kids.iter().fold(Cost::default(), |acc, k| acc + k.beyond);
     for (c, k) in node.children().iter().zip(&kids) {
         let c = eg.find(*c);

@@ -15,6 +15,7 @@ use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, UnaryOp};
 use egg::{rewrite as rw, Applier, ENodeOrVar, Id, MultiPattern, PatternAst, Rewrite, Subst, Symbol, Var};
+use std::borrow::Cow;
 
 mod fuse;
 mod heads;
@@ -33,8 +34,20 @@ use heads::{
 pub type Rw = Rewrite<Tensor, Ctx>;
 
 /// The rules, in the order the runner tries them.
-#[rustfmt::skip]
 pub fn rules() -> Vec<Rw> {
+    rules_with(true)
+}
+
+/// Whether a rule is a per-head lift (`lift-*`), which only a loop gives work.
+pub fn is_lift(rule: &Rw) -> bool {
+    rule.name.as_str().starts_with("lift-")
+}
+
+/// [`rules`], or without the per-head lifts: the same rules, in the same order, less those
+/// [`is_lift`] names. The lifts are most of the table (one per elementwise op and side), so a
+/// program without a loop does not parse their patterns.
+#[rustfmt::skip]
+pub fn rules_with(lifts: bool) -> Vec<Rw> {
     let mut rules = vec![
         // Layout: values do not have layouts, so a copy is nothing (extraction puts one
         // back where a `view` needs row-major memory), and views compose.
@@ -118,13 +131,14 @@ pub fn rules() -> Vec<Rw> {
     // Slices of rows move toward the inputs through ops that compute each row alone, so a
     // program asked for some rows (the last position's logits) computes only those.
     rules.extend(rows::sink_rules());
+    rules.retain(|r| lifts || !is_lift(r));
     // Per-head elementwise ops lift like masked_fill (see `LiftElementwise`).
     // Every elementwise primitive of the op table lifts the same way.
-    for &op in UnaryOp::ALL {
+    for &op in UnaryOp::ALL.iter().filter(|_| lifts) {
         let lhs: egg::Pattern<Tensor> = format!("({op} (select ?x ?a ?h))").parse().unwrap();
         rules.push(Rewrite::new(format!("lift-{op}"), lhs, LiftElementwise::Unary(op)).unwrap());
     }
-    for &op in BinaryOp::ALL {
+    for &op in BinaryOp::ALL.iter().filter(|_| lifts) {
         let lifts = [
             (format!("lift-{op}-left"), format!("({op} (select ?x ?a ?h) ?y)"), LiftElementwise::Binary(op, true)),
             (format!("lift-{op}-right"), format!("({op} ?y (select ?x ?a ?h))"), LiftElementwise::Binary(op, false)),
@@ -338,17 +352,19 @@ fn apply_checked(
     }
 }
 
-/// The data the root of `rhs` would have, computed without adding anything.
+/// The data the root of `rhs` would have, computed without adding anything. A variable's
+/// data is the matched class's, borrowed: a shape is a map per size, and most rules try
+/// many matches that `fits` then refuses.
 fn dry_run(eg: &EG, subst: &Subst, rhs: &PatternAst<Tensor>) -> Data {
-    let mut datas: Vec<Data> = Vec::with_capacity(rhs.as_ref().len());
+    let mut datas: Vec<Cow<Data>> = Vec::with_capacity(rhs.as_ref().len());
     for n in rhs.as_ref() {
         let d = match n {
-            ENodeOrVar::Var(v) => eg[subst[*v]].data.clone(),
-            ENodeOrVar::ENode(node) => eg.analysis.compute(node, |c| &datas[usize::from(c)]),
+            ENodeOrVar::Var(v) => Cow::Borrowed(&eg[subst[*v]].data),
+            ENodeOrVar::ENode(node) => Cow::Owned(eg.analysis.compute(node, |c| &*datas[usize::from(c)])),
         };
         datas.push(d);
     }
-    datas.pop().expect("a right side has a root")
+    datas.pop().expect("a right side has a root").into_owned()
 }
 
 /// Whether a right side of data `new` may be merged into a class of data `old`.

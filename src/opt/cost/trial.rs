@@ -9,8 +9,8 @@
 //! extraction walking every class for every trial: `BENCHMARKS.md`).
 
 use super::{Cost, Eval, Rank, Scope};
+use super::{HashMap, HashSet};
 use egg::Id;
-use std::collections::{HashMap, HashSet};
 
 /// A whole evaluation, by class: what a trial reuses.
 pub(super) struct Base<'e> {
@@ -92,8 +92,8 @@ impl<'e> Base<'e> {
             scope,
             switched,
             kept: Bits::new(self.cost.len()),
-            done: HashMap::new(),
-            open: HashSet::new(),
+            done: HashMap::default(),
+            open: HashSet::default(),
         };
         let key = walk.go(root)?.0;
         let kept = walk
