@@ -242,8 +242,9 @@ fn tile_products(tiles: usize, alpha: f32, [a, b, c]: [TileOperand; 3]) -> f64 {
 /// The seed module's attention tiles at L (`N = 2048`, `D = 1024`, `dk = dv = 64`): one
 /// query block's 32 key tiles. Scores: `q` read in place from the fused projection (row
 /// stride `3·D`, the same block for every tile), `kᵀ` key-contiguous (row stride `N`).
-/// `p v`: the probabilities tile (contiguous, as in scratch), `v` read in place (row stride
-/// `3·D`), the output rows at stride `N` (as far apart in the cache's sets as `D` is).
+/// `p v`: the probabilities tile (one, as in scratch), `v` read in place (row stride `3·D`),
+/// and for comparison `v` with contiguous rows; the output rows at stride `N` (as far apart
+/// in the cache's sets as `D` is).
 fn attention_tiles() {
     let (n, d, t, tiles) = (2048, 1024, 64, 32);
     let scores = tile_products(
@@ -264,26 +265,30 @@ fn attention_tiles() {
             },
         ],
     );
-    let pv = tile_products(
-        tiles,
-        1.0,
-        [
-            TileOperand {
-                len: tiles * t * t,
-                strides: [t * t, t, 1],
-            },
-            TileOperand {
-                len: n * 3 * d,
-                strides: [t * 3 * d, 3 * d, 1],
-            },
-            TileOperand {
-                len: t * n,
-                strides: [t, n, 1],
-            },
-        ],
-    );
+    // The probabilities are the same scratch tile for every key tile.
+    let pv = |v_rs: usize| {
+        tile_products(
+            tiles,
+            1.0,
+            [
+                TileOperand {
+                    len: t * t,
+                    strides: [0, t, 1],
+                },
+                TileOperand {
+                    len: n * v_rs,
+                    strides: [t * v_rs, v_rs, 1],
+                },
+                TileOperand {
+                    len: t * n,
+                    strides: [t, n, 1],
+                },
+            ],
+        )
+    };
+    let (pv, pv_dense) = (pv(3 * d), pv(t));
     println!("attention tile products (64 x 64 x 64, 1 thread; peak: `cargo bench --bench peak`)");
-    println!("  scale q kT  {scores:6.1} GFLOP/s   p v  {pv:6.1} GFLOP/s");
+    println!("  scale q kT  {scores:6.1} GFLOP/s   p v  {pv:6.1} GFLOP/s   p v, v rows contiguous  {pv_dense:6.1} GFLOP/s");
 }
 
 /// The fused scale + mask + softmax over `rows × len`, in elements per second.
