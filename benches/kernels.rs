@@ -186,10 +186,14 @@ struct TileOperand {
 }
 
 /// The attention kernel's tile product alone, single thread: `tiles` products of
-/// `64 × 64 × 64` as one batched GEMM kernel tiled `64 × 64`, so each task is one call of
-/// the tile product with the operands' strides as given; GFLOP/s.
-fn tile_products(tiles: usize, alpha: f32, [a, b, c]: [TileOperand; 3]) -> f64 {
-    let t = 64;
+/// `m × n × k` as one batched GEMM kernel tiled `m × n`, so each task is one call of the
+/// tile product with the operands' strides as given; GFLOP/s.
+fn tile_products(
+    tiles: usize,
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    [a, b, c]: [TileOperand; 3],
+) -> f64 {
     let plan = Plan {
         buffers: vec![
             buffer(BufferKind::Input(0), a.len, "a"),
@@ -201,9 +205,9 @@ fn tile_products(tiles: usize, alpha: f32, [a, b, c]: [TileOperand; 3]) -> f64 {
             label: "tile".into(),
             op: KernelOp::Gemm(Gemm {
                 batch: vec![tiles],
-                m: t,
-                n: t,
-                k: t,
+                m,
+                n,
+                k,
                 a: op(0, &a.strides),
                 b: op(1, &b.strides),
                 c: op(2, &c.strides),
@@ -211,7 +215,7 @@ fn tile_products(tiles: usize, alpha: f32, [a, b, c]: [TileOperand; 3]) -> f64 {
                 bias: None,
                 epilogue: None,
                 rope: Vec::new(),
-                block: (t, t),
+                block: (m, n),
                 packed: false,
             }),
         }],
@@ -236,19 +240,22 @@ fn tile_products(tiles: usize, alpha: f32, [a, b, c]: [TileOperand; 3]) -> f64 {
         exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
             .unwrap()
     });
-    2.0 * (tiles * t * t * t) as f64 / s / 1e9
+    2.0 * (tiles * m * n * k) as f64 / s / 1e9
 }
 
-/// The seed module's attention tiles at L (`N = 2048`, `D = 1024`, `dk = dv = 64`): one
-/// query block's 32 key tiles. Scores: `q` read in place from the fused projection (row
-/// stride `3·D`, the same block for every tile), `kᵀ` key-contiguous (row stride `N`).
-/// `p v`: the probabilities tile (one, as in scratch), `v` read in place (row stride `3·D`),
-/// and for comparison `v` with contiguous rows; the output rows at stride `N` (as far apart
-/// in the cache's sets as `D` is).
-fn attention_tiles() {
-    let (n, d, t, tiles) = (2048, 1024, 64, 32);
+/// The seed module's attention tiles at L (`N = 2048`, `D = 1024`, `dk = dv = 64`), one
+/// query block of 64 rows against every key, in tiles of `keys` (256 without a mask of
+/// positions, 64 with one). Scores: `q` read in place from the fused projection (row stride
+/// `3·D`, the same block for every tile), `kᵀ` key-contiguous (row stride `N`), each tile
+/// to its own scores. `p v`: the probabilities (the same scratch tile each time), `v` read in
+/// place (row stride `3·D`), and for comparison `v` with contiguous rows; the output rows at
+/// stride `N` (as far apart in the cache's sets as `D` is).
+fn attention_tiles(keys: usize) {
+    let (n, d, t) = (2048, 1024, 64);
+    let tiles = n / keys;
     let scores = tile_products(
         tiles,
+        (t, keys, t),
         0.125,
         [
             TileOperand {
@@ -257,27 +264,27 @@ fn attention_tiles() {
             },
             TileOperand {
                 len: t * n,
-                strides: [t, n, 1],
+                strides: [keys, n, 1],
             },
             TileOperand {
-                len: tiles * t * t,
-                strides: [t * t, t, 1],
+                len: tiles * t * keys,
+                strides: [t * keys, keys, 1],
             },
         ],
     );
-    // The probabilities are the same scratch tile for every key tile.
     let pv = |v_rs: usize| {
         tile_products(
             tiles,
+            (t, t, keys),
             1.0,
             [
                 TileOperand {
-                    len: t * t,
-                    strides: [0, t, 1],
+                    len: t * keys,
+                    strides: [0, keys, 1],
                 },
                 TileOperand {
                     len: n * v_rs,
-                    strides: [t * v_rs, v_rs, 1],
+                    strides: [keys * v_rs, v_rs, 1],
                 },
                 TileOperand {
                     len: t * n,
@@ -287,8 +294,7 @@ fn attention_tiles() {
         )
     };
     let (pv, pv_dense) = (pv(3 * d), pv(t));
-    println!("attention tile products (64 x 64 x 64, 1 thread; peak: `cargo bench --bench peak`)");
-    println!("  scale q kT  {scores:6.1} GFLOP/s   p v  {pv:6.1} GFLOP/s   p v, v rows contiguous  {pv_dense:6.1} GFLOP/s");
+    println!("  64 x {keys:<3} key tiles: scale q kT {scores:6.1}   p v {pv:6.1}   p v, v rows contiguous {pv_dense:6.1}");
 }
 
 /// The fused scale + mask + softmax over `rows × len`, in elements per second.
@@ -674,7 +680,9 @@ fn main() {
         return;
     }
     if std::env::args().any(|a| a == "tile") {
-        attention_tiles();
+        println!("attention tile products, GFLOP/s, 1 thread (the FMA peak: `cargo bench --bench peak`)");
+        attention_tiles(256);
+        attention_tiles(64);
         return;
     }
     println!("GEMM GFLOP/s, {threads} thread(s) (the FMA peak: `cargo bench --bench peak`)");
