@@ -6,9 +6,9 @@
 //! The rows of `b` lie far apart in memory (`kᵀ` at a stride of the sequence, `v` at the
 //! fused projection's `3·D`): a multiple of 4 KiB, so every row of a panel falls in the same
 //! few sets of the L1 cache, and the panel, which every block of rows reads again, came
-//! from L2 at each read. So each panel of up to 64 columns is first copied to a contiguous
-//! buffer on the stack (at most `256 × 64` floats), where it stays in L1 for all of the
-//! panel's row blocks; the copy costs one read of the panel.
+//! from L2 at each read. So each panel is first copied to a contiguous buffer on the stack,
+//! where it stays in L1 for all of the panel's row blocks; the copy costs one read of the
+//! panel. A panel is 64 columns wide where `k <= 128` (32 KiB at most), else 32.
 //!
 //! A step of `k` then loads the panel's row (4 vectors) and broadcasts one element of each
 //! of 6 rows of `a`: 24 multiply-adds for 10 loads, where 8 rows by 32 columns did 16 for
@@ -53,9 +53,12 @@ pub unsafe fn sgemm(
     // Uninitialized: only the rows `copy_panel` writes are read.
     let mut panel = Panel([MaybeUninit::uninit(); MAX_K * MAX_NR]);
     let buf = panel.0.as_mut_ptr().cast::<f32>();
+    // A panel stays in L1 (48 KiB here) while every row block reads it: 64 columns up to
+    // `k = 128` (32 KiB), 32 beyond.
+    let widest = if k <= 128 { MAX_NR } else { MAX_NR / 2 };
     let mut j = 0;
     while j < n {
-        let cols = (n - j).min(MAX_NR);
+        let cols = (n - j).min(widest);
         let masks = std::array::from_fn(|v| lane_mask(cols.saturating_sub(16 * v)));
         // SAFETY: the panel's columns are inside the tile for the lanes set (caller's
         // contract), and `k <= MAX_K` rows of at most `MAX_NR` fit the buffer.
