@@ -7,7 +7,8 @@
 //! product. The `(64, 256, 64)` and `(64, 64, 256)` shapes are the attention kernel's tiles.
 //! Plain timing, no harness: warm-up, then the median of repeated calls.
 //! `cargo bench --bench kernels -- norm` times only the norm feeding a GEMM, three ways
-//! (BENCHMARKS.md, "decisions").
+//! (BENCHMARKS.md, "decisions"); `cargo bench --bench kernels -- tile` only the attention
+//! kernel's tile products at the seed module's shapes.
 
 use attnc::driver::check_source;
 use attnc::ir::CmpOp;
@@ -175,6 +176,125 @@ fn gemm_kernel(m: usize, n: usize, k: usize, block: (usize, usize), threads: usi
             .unwrap()
     });
     2.0 * (m * n * k) as f64 / s / 1e9
+}
+
+/// One operand of [`tile_products`]: its buffer's length and its strides over the batch of
+/// tiles, the tile's rows and its columns.
+struct TileOperand {
+    len: usize,
+    strides: [usize; 3],
+}
+
+/// The attention kernel's tile product alone, single thread: `tiles` products of
+/// `m × n × k` as one batched GEMM kernel tiled `m × n`, so each task is one call of the
+/// tile product with the operands' strides as given; GFLOP/s.
+fn tile_products(
+    tiles: usize,
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    [a, b, c]: [TileOperand; 3],
+) -> f64 {
+    let plan = Plan {
+        buffers: vec![
+            buffer(BufferKind::Input(0), a.len, "a"),
+            buffer(BufferKind::Input(1), b.len, "b"),
+            buffer(BufferKind::Output(0), c.len, "c"),
+        ],
+        prologue: vec![],
+        kernels: vec![Kernel {
+            label: "tile".into(),
+            op: KernelOp::Gemm(Gemm {
+                batch: vec![tiles],
+                m,
+                n,
+                k,
+                a: op(0, &a.strides),
+                b: op(1, &b.strides),
+                c: op(2, &c.strides),
+                alpha,
+                bias: None,
+                epilogue: None,
+                rope: Vec::new(),
+                block: (m, n),
+                packed: false,
+            }),
+        }],
+        outputs: vec![("c".into(), 2, vec![c.len])],
+        arena_len: 0,
+        derived_len: 0,
+        flops: 0.0,
+    };
+    let bound = Bound {
+        params: vec![],
+        inputs: vec![
+            Tensor::new(vec![a.len], data(a.len, 1)),
+            Tensor::new(vec![b.len], data(b.len, 2)),
+        ],
+        dims: vec![],
+    };
+    let exe = Executable::from_plan(plan).unwrap();
+    let pool = pool(1).unwrap();
+    let mut out = Vec::new();
+    let prepared = exe.prepare(&bound.params, &pool).unwrap();
+    let s = time(|| {
+        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
+            .unwrap()
+    });
+    2.0 * (tiles * m * n * k) as f64 / s / 1e9
+}
+
+/// The seed module's attention tiles at L (`N = 2048`, `D = 1024`, `dk = dv = 64`), one
+/// query block of 64 rows against every key, in tiles of `keys` (256 without a mask of
+/// positions, 64 with one). Scores: `q` read in place from the fused projection (row stride
+/// `3·D`, the same block for every tile), `kᵀ` key-contiguous (row stride `N`), each tile
+/// to its own scores. `p v`: the probabilities (the same scratch tile each time), `v` read in
+/// place (row stride `3·D`), and for comparison `v` with contiguous rows; the output rows at
+/// stride `N` (as far apart in the cache's sets as `D` is).
+fn attention_tiles(keys: usize) {
+    let (n, d, t) = (2048, 1024, 64);
+    let tiles = n / keys;
+    let scores = tile_products(
+        tiles,
+        (t, keys, t),
+        0.125,
+        [
+            TileOperand {
+                len: t * 3 * d,
+                strides: [0, 3 * d, 1],
+            },
+            TileOperand {
+                len: t * n,
+                strides: [keys, n, 1],
+            },
+            TileOperand {
+                len: tiles * t * keys,
+                strides: [t * keys, keys, 1],
+            },
+        ],
+    );
+    let pv = |v_rs: usize| {
+        tile_products(
+            tiles,
+            (t, t, keys),
+            1.0,
+            [
+                TileOperand {
+                    len: t * keys,
+                    strides: [0, keys, 1],
+                },
+                TileOperand {
+                    len: n * v_rs,
+                    strides: [keys * v_rs, v_rs, 1],
+                },
+                TileOperand {
+                    len: t * n,
+                    strides: [t, n, 1],
+                },
+            ],
+        )
+    };
+    let (pv, pv_dense) = (pv(3 * d), pv(t));
+    println!("  64 x {keys:<3} key tiles: scale q kT {scores:6.1}   p v {pv:6.1}   p v, v rows contiguous {pv_dense:6.1}");
 }
 
 /// The fused scale + mask + softmax over `rows × len`, in elements per second.
@@ -557,6 +677,12 @@ fn main() {
         .unwrap_or(1);
     if std::env::args().any(|a| a == "norm") {
         norm_into_gemm(threads);
+        return;
+    }
+    if std::env::args().any(|a| a == "tile") {
+        println!("attention tile products, GFLOP/s, 1 thread (the FMA peak: `cargo bench --bench peak`)");
+        attention_tiles(256);
+        attention_tiles(64);
         return;
     }
     println!("GEMM GFLOP/s, {threads} thread(s) (the FMA peak: `cargo bench --bench peak`)");

@@ -108,7 +108,7 @@ pub unsafe extern "C" fn attnc_sgemm(
         && c_rs >= 0
         && a_cs >= 0
         && k > 0
-        && k <= 256
+        && k <= tile::MAX_K as i64
         && use_tile()
     {
         let u = |x: i64| x as usize;

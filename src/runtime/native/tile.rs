@@ -1,26 +1,45 @@
 //! An AVX-512 tile product for tiles the `gemm` crate would have to pack: the attention
 //! kernel's `scale · q kᵀ` (with `kᵀ` laid out key-contiguous) and `p · v`. Both have a
-//! right operand whose rows are contiguous, so no packing is needed: each step broadcasts
-//! one element of `a` and multiplies it with 32 lanes of a row of `b`, into 8 × 2
-//! accumulators. Partial tiles use masked loads and stores, so nothing outside the tile is
-//! touched.
+//! right operand whose rows are contiguous. Partial tiles use masked loads and stores, so
+//! nothing outside the tile is touched.
+//!
+//! The rows of `b` lie far apart in memory (`kᵀ` at a stride of the sequence, `v` at the
+//! fused projection's `3·D`): a multiple of 4 KiB, so every row of a panel falls in the same
+//! few sets of the L1 cache, and the panel, which every block of rows reads again, came
+//! from L2 at each read. So each panel is first copied to a contiguous buffer on the stack,
+//! where it stays in L1 for all of the panel's row blocks; the copy costs one read of the
+//! panel. A panel is 64 columns wide where `k <= 128` (32 KiB at most), else 32.
+//!
+//! A step of `k` then loads the panel's row (4 vectors) and broadcasts one element of each
+//! of 6 rows of `a`: 24 multiply-adds for 10 loads, where 8 rows by 32 columns did 16 for
+//! 10. A panel of 32 columns or fewer takes 12 rows by 2 vectors instead. Each sum still
+//! runs over `k` in order, so the bits are those of a plain loop of fused multiply-adds
+//! (`BENCHMARKS.md`, session 13).
 
 use std::arch::x86_64::*;
-
-/// Rows of `c` per register block.
-const MR: usize = 8;
+use std::mem::MaybeUninit;
 
 /// Whether [`sgemm`] can run here.
 pub fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
 }
 
+/// The longest inner dim [`sgemm`] takes (the caller sends longer ones to the `gemm` crate).
+pub const MAX_K: usize = 256;
+
+/// The widest panel of `b`: four vectors of 16 lanes.
+const MAX_NR: usize = 64;
+
+/// A panel of `b`, `k` rows of its width, aligned to a cache line (so is every row).
+#[repr(align(64))]
+struct Panel([MaybeUninit<f32>; MAX_K * MAX_NR]);
+
 /// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ c[i, j] when acc)`, with unit column strides
 /// for `b` and `c`.
 ///
 /// # Safety
-/// The CPU has AVX-512F ([`available`]), and every element the strides reach for
-/// `i < m`, `j < n`, `p < k` is inside its allocation.
+/// The CPU has AVX-512F ([`available`]), `k <= MAX_K`, and every element the strides reach
+/// for `i < m`, `j < n`, `p < k` is inside its allocation.
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn sgemm(
@@ -31,30 +50,118 @@ pub unsafe fn sgemm(
     alpha: f32,
     acc: bool,
 ) {
+    // Uninitialized: only the rows `copy_panel` writes are read.
+    let mut panel = Panel([MaybeUninit::uninit(); MAX_K * MAX_NR]);
+    let buf = panel.0.as_mut_ptr().cast::<f32>();
+    // A panel stays in L1 (48 KiB here) while every row block reads it: 64 columns up to
+    // `k = 128` (32 KiB), 32 beyond.
+    let widest = if k <= 128 { MAX_NR } else { MAX_NR / 2 };
     let mut j = 0;
     while j < n {
-        let cols = (n - j).min(32);
-        let masks = (lane_mask(cols), lane_mask(cols.saturating_sub(16)));
-        let mut i = 0;
-        while i < m {
-            let rows = (m - i).min(MR);
-            // SAFETY: the block's elements are a subset of the tile's (caller's contract).
-            unsafe {
-                let (c, a, b) = (c.add(i * c_rs + j), a.add(i * a_rs), b.add(j));
-                match rows {
-                    8 => block::<8>(k, c, c_rs, a, a_rs, a_cs, b, b_rs, alpha, acc, masks),
-                    7 => block::<7>(k, c, c_rs, a, a_rs, a_cs, b, b_rs, alpha, acc, masks),
-                    6 => block::<6>(k, c, c_rs, a, a_rs, a_cs, b, b_rs, alpha, acc, masks),
-                    5 => block::<5>(k, c, c_rs, a, a_rs, a_cs, b, b_rs, alpha, acc, masks),
-                    4 => block::<4>(k, c, c_rs, a, a_rs, a_cs, b, b_rs, alpha, acc, masks),
-                    3 => block::<3>(k, c, c_rs, a, a_rs, a_cs, b, b_rs, alpha, acc, masks),
-                    2 => block::<2>(k, c, c_rs, a, a_rs, a_cs, b, b_rs, alpha, acc, masks),
-                    _ => block::<1>(k, c, c_rs, a, a_rs, a_cs, b, b_rs, alpha, acc, masks),
+        let cols = (n - j).min(widest);
+        let masks = std::array::from_fn(|v| lane_mask(cols.saturating_sub(16 * v)));
+        // SAFETY: the panel's columns are inside the tile for the lanes set (caller's
+        // contract), and `k <= MAX_K` rows of at most `MAX_NR` fit the buffer.
+        // `(b + j, a + 0·a_rs, c + j)` are the first elements of the panel's blocks.
+        unsafe {
+            let tile = Tile {
+                k,
+                c: (c.add(j), c_rs),
+                a: (a, a_rs, a_cs),
+                b: buf.cast_const(),
+                alpha,
+                acc,
+                masks,
+            };
+            match cols {
+                33.. => {
+                    copy_panel::<4>(k, (b.add(j), b_rs), &masks, buf);
+                    blocks::<4, 6>(m, &tile);
+                }
+                _ => {
+                    copy_panel::<2>(k, (b.add(j), b_rs), &masks, buf);
+                    blocks::<2, 12>(m, &tile);
                 }
             }
-            i += rows;
         }
         j += cols;
+    }
+}
+
+/// One panel's product: the rows of `a` with the panel of `b`, `c`'s and `a`'s pointers at
+/// the panel's first row, and the lanes of the panel's columns.
+struct Tile {
+    k: usize,
+    c: (*mut f32, usize),
+    a: (*const f32, usize, usize),
+    b: *const f32,
+    alpha: f32,
+    acc: bool,
+    masks: [u16; 4],
+}
+
+/// The `m` rows of one panel in register blocks of `MR` rows (the last one fewer).
+///
+/// # Safety
+/// The CPU has AVX-512F; `t.b` holds `t.k` rows of `16·V` floats, 64-byte aligned; for
+/// `i < m`, `p < k` and the columns `j` whose lane is set in `t.masks`, `c + i·c_rs + j` and
+/// `a + i·a_rs + p·a_cs` are inside their allocations.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn blocks<const V: usize, const MR: usize>(m: usize, t: &Tile) {
+    let mut i = 0;
+    while i < m {
+        let rows = (m - i).min(MR);
+        // SAFETY: the block's rows are rows `i..i + rows < m` of the tile (contract).
+        unsafe {
+            let (c, a) = (t.c.0.add(i * t.c.1), t.a.0.add(i * t.a.1));
+            match rows {
+                12 if MR >= 12 => block::<12, V>(t, c, a),
+                11 if MR >= 11 => block::<11, V>(t, c, a),
+                10 if MR >= 10 => block::<10, V>(t, c, a),
+                9 if MR >= 9 => block::<9, V>(t, c, a),
+                8 if MR >= 8 => block::<8, V>(t, c, a),
+                7 if MR >= 7 => block::<7, V>(t, c, a),
+                6 => block::<6, V>(t, c, a),
+                5 => block::<5, V>(t, c, a),
+                4 => block::<4, V>(t, c, a),
+                3 => block::<3, V>(t, c, a),
+                2 => block::<2, V>(t, c, a),
+                _ => block::<1, V>(t, c, a),
+            }
+        }
+        i += rows;
+    }
+}
+
+/// Copies `k` rows of one panel of `b`, `V` vectors wide (the lanes set in the masks; the
+/// others are zero) to `panel`, row after row.
+///
+/// # Safety
+/// The CPU has AVX-512F; `panel` is a [`Panel`]'s buffer and `k <= MAX_K`; for `p < k` and
+/// every column `j` whose lane is set in the masks (`masks[v]` for `16v ≤ j < 16(v + 1)`),
+/// `b + p·b_rs + j` is inside its allocation.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn copy_panel<const V: usize>(
+    k: usize,
+    (b, b_rs): (*const f32, usize),
+    masks: &[u16; 4],
+    panel: *mut f32,
+) {
+    for p in 0..k {
+        for (v, &mask) in masks.iter().take(V).enumerate() {
+            // SAFETY: row `p` of the panel is inside `b` for the lanes set (contract); a
+            // vector of the row may start past the allocation when the panel is narrower:
+            // its mask is then 0, the load touches no memory, and the pointer is formed
+            // with `wrapping_add`. Row `p < MAX_K` of the buffer is `16·V <= MAX_NR` floats
+            // from `16·V·p`, 64-byte aligned.
+            unsafe {
+                let src = b.add(p * b_rs).wrapping_add(16 * v);
+                let dst = panel.add((p * V + v) * 16);
+                _mm512_store_ps(dst, _mm512_maskz_loadu_ps(mask, src));
+            }
+        }
     }
 }
 
@@ -67,62 +174,110 @@ fn lane_mask(lanes: usize) -> u16 {
     }
 }
 
-/// One `R × 32` block (fewer columns where the masks say so).
+/// One block of `R` rows by the panel's `16·V` columns (fewer where the masks say so):
+/// `R × V` sums, and per step of `k`, `V` loads of the panel's row and `R` broadcasts.
 ///
 /// # Safety
-/// The CPU has AVX-512F; for `r < R`, `p < k` and every column `j` whose lane is set in the
-/// masks (`m0` for `j < 16`, `m1` for `16 ≤ j < 32`), the elements `c + r·c_rs + j`,
-/// `a + r·a_rs + p·a_cs` and `b + p·b_rs + j` are inside their allocations: [`sgemm`] passes
-/// a block of its tile, whose contract says so.
+/// The CPU has AVX-512F; `t.b` holds `t.k` rows of `16·V` floats, 64-byte aligned; for
+/// `r < R`, `p < k` and every column `j` whose lane is set in `t.masks`, the elements
+/// `c + r·c_rs + j` and `a + r·a_rs + p·a_cs` are inside their allocations: [`blocks`]
+/// passes a block of its tile, whose contract says so.
 #[target_feature(enable = "avx512f")]
 #[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn block<const R: usize>(
-    k: usize,
-    c: *mut f32,
-    c_rs: usize,
-    a: *const f32,
-    a_rs: usize,
-    a_cs: usize,
-    b: *const f32,
-    b_rs: usize,
-    alpha: f32,
-    acc: bool,
-    (m0, m1): (u16, u16),
-) {
-    let mut s0 = [_mm512_setzero_ps(); R];
-    let mut s1 = [_mm512_setzero_ps(); R];
-    for p in 0..k {
-        // SAFETY: row `p` of the block of `b` and column `p` of `a` are inside the tile.
-        // The second half of a row may start past the allocation when the block has 16
-        // columns or fewer; its mask is then 0, the load touches no memory, and the pointer
-        // is formed with `wrapping_add`, which (unlike `add`) may leave the allocation.
+unsafe fn block<const R: usize, const V: usize>(t: &Tile, c: *mut f32, a: *const f32) {
+    let ((_, a_rs, a_cs), c_rs) = (t.a, t.c.1);
+    let mut s = [[_mm512_setzero_ps(); V]; R];
+    for p in 0..t.k {
+        // SAFETY: row `p` of the panel holds `16·V` floats, aligned; column `p` of `a` is
+        // inside the tile.
         unsafe {
-            let row = b.add(p * b_rs);
-            let b0 = _mm512_maskz_loadu_ps(m0, row);
-            let b1 = _mm512_maskz_loadu_ps(m1, row.wrapping_add(16));
-            for i in 0..R {
+            let row = t.b.add(p * 16 * V);
+            let b: [__m512; V] = std::array::from_fn(|v| _mm512_load_ps(row.add(16 * v)));
+            for (i, s) in s.iter_mut().enumerate() {
                 let x = _mm512_set1_ps(*a.add(i * a_rs + p * a_cs));
-                s0[i] = _mm512_fmadd_ps(x, b0, s0[i]);
-                s1[i] = _mm512_fmadd_ps(x, b1, s1[i]);
+                for (s, &b) in s.iter_mut().zip(&b) {
+                    *s = _mm512_fmadd_ps(x, b, *s);
+                }
             }
         }
     }
-    let alpha = _mm512_set1_ps(alpha);
-    for i in 0..R {
-        // SAFETY: row `i` of the block of `c` is inside the tile; masked lanes are not
-        // touched. As for `b`, the second half is formed with `wrapping_add`: with a mask
-        // of 0 it may point past the allocation and is never dereferenced.
-        unsafe {
-            let row = c.add(i * c_rs);
-            let high = row.wrapping_add(16);
-            let (mut r0, mut r1) = (_mm512_mul_ps(s0[i], alpha), _mm512_mul_ps(s1[i], alpha));
-            if acc {
-                r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, row));
-                r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, high));
+    let alpha = _mm512_set1_ps(t.alpha);
+    for (i, s) in s.iter().enumerate() {
+        for (v, &s) in s.iter().enumerate() {
+            // SAFETY: row `i` of the block of `c` is inside the tile for the lanes set;
+            // masked lanes are not touched. As for `b`, a vector of a narrower panel may be
+            // formed past the allocation with `wrapping_add`: its mask is then 0 and it is
+            // never dereferenced.
+            unsafe {
+                let (at, mask) = (c.add(i * c_rs).wrapping_add(16 * v), t.masks[v]);
+                let mut r = _mm512_mul_ps(s, alpha);
+                if t.acc {
+                    r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, at));
+                }
+                _mm512_mask_storeu_ps(at, mask, r);
             }
-            _mm512_mask_storeu_ps(row, m0, r0);
-            _mm512_mask_storeu_ps(high, m1, r1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{available, sgemm, MAX_K};
+
+    /// `m × n × k` with padded strides, `acc` or not, against the same sums in a plain loop
+    /// (one fused multiply-add per step, in order: the same bits), and nothing written
+    /// outside the tile.
+    fn check((m, n, k): (usize, usize, usize), acc: bool) {
+        let (a_rs, b_rs, c_rs) = (k + 3, n + 5, n + 7);
+        let value = |i: usize, s: usize| ((i * 37 + s) % 23) as f32 * 0.25 - 2.5;
+        let a: Vec<f32> = (0..m * a_rs).map(|i| value(i, 1)).collect();
+        let b: Vec<f32> = (0..k * b_rs).map(|i| value(i, 2)).collect();
+        let c0: Vec<f32> = (0..m * c_rs).map(|i| value(i, 3)).collect();
+        let alpha = 0.5;
+        let mut c = c0.clone();
+        // SAFETY: the test's CPU has AVX-512F (checked by the caller), `k <= MAX_K`, and the
+        // buffers hold every element the strides reach for `i < m`, `j < n`, `p < k`.
+        unsafe {
+            sgemm(
+                (m, n, k),
+                (c.as_mut_ptr(), c_rs),
+                (a.as_ptr(), a_rs, 1),
+                (b.as_ptr(), b_rs),
+                alpha,
+                acc,
+            )
+        };
+        for i in 0..m {
+            for j in 0..c_rs {
+                let at = i * c_rs + j;
+                let want = match j < n {
+                    true => {
+                        let s = (0..k).fold(0.0f32, |s, p| a[i * a_rs + p].mul_add(b[p * b_rs + j], s));
+                        s * alpha + if acc { c0[at] } else { 0.0 }
+                    }
+                    false => c0[at],
+                };
+                assert_eq!(
+                    c[at].to_bits(),
+                    want.to_bits(),
+                    "{m}x{n}x{k} acc {acc}: c[{i}, {j}]"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tiles_of_every_block_and_panel_width_match_a_plain_loop() {
+        if !available() {
+            return;
+        }
+        for m in [1, 5, 6, 7, 11, 12, 13, 64] {
+            for n in [1, 16, 17, 32, 33, 48, 64, 65, 100] {
+                for k in [1, 9, 64, MAX_K] {
+                    check((m, n, k), false);
+                    check((m, n, k), true);
+                }
+            }
         }
     }
 }
