@@ -41,9 +41,9 @@ pub const PACKED_ROWS: usize = 16;
 /// more than 16 MFLOP or reading more than [`STREAMED`] bytes of `b`, halve the columns
 /// (down to 128) or the rows (down to 256). The `gemm` crate packs its operands on every
 /// call, so small tiles lose much of its speed (see BENCHMARKS.md): tiles stay large and
-/// few. A column block is a multiple of 64, so that a task's columns hold whole heads of
-/// 64 (or 128, where the halves allow) for an epilogue that works per head (RoPE); rows
-/// are halved to multiples of 16.
+/// few. Columns are halved in 64s and rows in 16s, then both are evened out in whole panels
+/// of 16 ([`even`]), so that equal threads get equal work; a rotary embedding's product
+/// rounds its columns back up to whole heads ([`whole_heads`], `lower/rope.rs`).
 pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
     let batch: usize = g.batch.iter().product();
     let (mut rb, mut cb) = (g.m.max(1), g.n.max(1));
@@ -53,7 +53,7 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
         let flops = 2.0 * (rb * cb * g.k) as f64;
         let streamed = 4 * cb * g.k;
         if tasks >= 4 || (flops < 16e6 && streamed <= STREAMED) {
-            return (rb, cb);
+            return (even(g.m, rb, 16), even(g.n, cb, 16));
         }
         if flops < 16e6 {
             return (rb, streamed_columns(g.n, cb, tasks));
@@ -65,9 +65,18 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
         } else if cb > 128 {
             cb = half(cb, 64);
         } else {
-            return (rb, cb);
+            return (even(g.m, rb, 16), even(g.n, cb, 16));
         }
     }
+}
+
+/// The block of `len` in as many blocks as `block` cuts it into, made as equal as whole
+/// `unit`s allow: halving 1152 columns by 64s gave 320, 320, 320 and 192, so that of two
+/// threads one computed 640 columns and the other 512; 288 each balances them (MiniLM's
+/// fused query, key and value product at 8 × 256 tokens, `BENCHMARKS.md`).
+fn even(len: usize, block: usize, unit: usize) -> usize {
+    let blocks = len.div_ceil(block.max(1));
+    len.div_ceil(blocks).next_multiple_of(unit).min(block)
 }
 
 /// Columns per task where the tasks' time is streaming `b` (few rows): enough equal blocks
@@ -124,20 +133,26 @@ mod tests {
     }
 
     #[test]
-    fn column_blocks_hold_whole_heads_of_64() {
-        // Halving 1440 columns by 16s gave 720, then 360 (5.6 heads); by 64s it gives 768,
-        // then 384 (6 heads), the last task taking the 288 left.
+    fn blocks_are_even_whole_panels() {
+        // Halving 1152 columns by 64s gave 320, 320, 320 and 192: two threads computed 640
+        // and 512 columns. Evened out, every block is 288.
+        assert_eq!(gemm_blocks(&gemm(2048, 1152, 384)), (2048, 288));
         for (m, n, k) in [
             (1024, 1440, 2048),
             (4096, 1536, 512),
             (1024, 2560, 2048),
             (1024, 2000, 768),
+            (1000, 1000, 1000),
             (64, 1000, 4096),
         ] {
-            let (_, cb) = gemm_blocks(&gemm(m, n, k));
-            assert!(cb == n || cb % 64 == 0, "{m}x{n}x{k}: column block {cb}");
+            let (rb, cb) = gemm_blocks(&gemm(m, n, k));
+            for (len, block) in [(m, rb), (n, cb)] {
+                let blocks = len.div_ceil(block);
+                let last = len - (blocks - 1) * block;
+                assert!(block == len || block % 16 == 0, "{m}x{n}x{k}: block {block}");
+                assert!(block - last < 16 * blocks, "{m}x{n}x{k}: {block} then {last}");
+            }
         }
-        assert_eq!(gemm_blocks(&gemm(1024, 1440, 2048)).1, 384);
     }
 
     #[test]
