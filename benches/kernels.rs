@@ -38,6 +38,33 @@ fn time(mut f: impl FnMut()) -> f64 {
     times[times.len() / 2]
 }
 
+/// A plan of one kernel, `label`, computing `op` over `buffers`; its output is the buffer
+/// `out`, read as `shape`.
+fn one_kernel(buffers: Vec<Buffer>, label: &str, op: KernelOp, out: usize, shape: Vec<usize>) -> Plan {
+    let name = buffers[out].name.clone();
+    Plan {
+        buffers,
+        prologue: vec![],
+        kernels: vec![Kernel {
+            label: label.into(),
+            op,
+        }],
+        outputs: vec![(name, out, shape)],
+        arena_len: 0,
+        derived_len: 0,
+        flops: 0.0,
+    }
+}
+
+/// The median seconds of one call of `plan` on `threads` threads, its weights prepared once.
+fn seconds_per_call(plan: Plan, bound: &Bound, threads: usize) -> f64 {
+    let exe = Executable::from_plan(plan).unwrap();
+    let pool = pool(threads).unwrap();
+    let prepared = exe.prepare(&bound.params, &pool).unwrap();
+    let mut out = Vec::new();
+    time(|| exe.run_prepared(bound, &prepared, &pool, &mut out, None).unwrap())
+}
+
 fn data(len: usize, seed: u32) -> Vec<f32> {
     (0..len)
         .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 1000.0 - 0.5)
@@ -128,37 +155,32 @@ fn gemm_crate_rowmajor(m: usize, n: usize, k: usize) -> f64 {
 /// transposed, or (`prepacked`) as `[k, n]` (what the prologue makes of it).
 fn gemm_kernel(m: usize, n: usize, k: usize, block: (usize, usize), threads: usize, prepacked: bool) -> f64 {
     let b = if prepacked { op(1, &[n, 1]) } else { op(1, &[1, k]) };
-    let plan = Plan {
-        buffers: vec![
+    let plan = one_kernel(
+        vec![
             buffer(BufferKind::Input(0), m * k, "x"),
             buffer(BufferKind::Param(0), n * k, "w"),
             buffer(BufferKind::Param(1), n, "b"),
             buffer(BufferKind::Output(0), m * n, "y"),
         ],
-        prologue: vec![],
-        kernels: vec![Kernel {
-            label: "linear".into(),
-            op: KernelOp::Gemm(Gemm {
-                batch: vec![],
-                m,
-                n,
-                k,
-                a: op(0, &[k, 1]),
-                b,
-                c: op(3, &[n, 1]),
-                alpha: 1.0,
-                bias: Some(op(2, &[1])),
-                epilogue: None,
-                rope: Vec::new(),
-                block,
-                packed: false,
-            }),
-        }],
-        outputs: vec![("y".into(), 3, vec![m, n])],
-        arena_len: 0,
-        derived_len: 0,
-        flops: 0.0,
-    };
+        "linear",
+        KernelOp::Gemm(Gemm {
+            batch: vec![],
+            m,
+            n,
+            k,
+            a: op(0, &[k, 1]),
+            b,
+            c: op(3, &[n, 1]),
+            alpha: 1.0,
+            bias: Some(op(2, &[1])),
+            epilogue: None,
+            rope: Vec::new(),
+            block,
+            packed: false,
+        }),
+        3,
+        vec![m, n],
+    );
     let bound = Bound {
         params: vec![
             Tensor::new(vec![n, k], data(n * k, 2)),
@@ -167,14 +189,7 @@ fn gemm_kernel(m: usize, n: usize, k: usize, block: (usize, usize), threads: usi
         inputs: vec![Tensor::new(vec![m, k], data(m * k, 1))],
         dims: vec![],
     };
-    let exe = Executable::from_plan(plan).unwrap();
-    let pool = pool(threads).unwrap();
-    let mut out = Vec::new();
-    let prepared = exe.prepare(&bound.params, &pool).unwrap();
-    let s = time(|| {
-        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
-            .unwrap()
-    });
+    let s = seconds_per_call(plan, &bound, threads);
     2.0 * (m * n * k) as f64 / s / 1e9
 }
 
@@ -194,36 +209,31 @@ fn tile_products(
     alpha: f32,
     [a, b, c]: [TileOperand; 3],
 ) -> f64 {
-    let plan = Plan {
-        buffers: vec![
+    let plan = one_kernel(
+        vec![
             buffer(BufferKind::Input(0), a.len, "a"),
             buffer(BufferKind::Input(1), b.len, "b"),
             buffer(BufferKind::Output(0), c.len, "c"),
         ],
-        prologue: vec![],
-        kernels: vec![Kernel {
-            label: "tile".into(),
-            op: KernelOp::Gemm(Gemm {
-                batch: vec![tiles],
-                m,
-                n,
-                k,
-                a: op(0, &a.strides),
-                b: op(1, &b.strides),
-                c: op(2, &c.strides),
-                alpha,
-                bias: None,
-                epilogue: None,
-                rope: Vec::new(),
-                block: (m, n),
-                packed: false,
-            }),
-        }],
-        outputs: vec![("c".into(), 2, vec![c.len])],
-        arena_len: 0,
-        derived_len: 0,
-        flops: 0.0,
-    };
+        "tile",
+        KernelOp::Gemm(Gemm {
+            batch: vec![tiles],
+            m,
+            n,
+            k,
+            a: op(0, &a.strides),
+            b: op(1, &b.strides),
+            c: op(2, &c.strides),
+            alpha,
+            bias: None,
+            epilogue: None,
+            rope: Vec::new(),
+            block: (m, n),
+            packed: false,
+        }),
+        2,
+        vec![c.len],
+    );
     let bound = Bound {
         params: vec![],
         inputs: vec![
@@ -232,14 +242,7 @@ fn tile_products(
         ],
         dims: vec![],
     };
-    let exe = Executable::from_plan(plan).unwrap();
-    let pool = pool(1).unwrap();
-    let mut out = Vec::new();
-    let prepared = exe.prepare(&bound.params, &pool).unwrap();
-    let s = time(|| {
-        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
-            .unwrap()
-    });
+    let s = seconds_per_call(plan, &bound, 1);
     2.0 * (tiles * m * n * k) as f64 / s / 1e9
 }
 
@@ -299,34 +302,29 @@ fn attention_tiles(keys: usize) {
 
 /// The fused scale + mask + softmax over `rows × len`, in elements per second.
 fn softmax(rows: usize, len: usize, threads: usize) -> f64 {
-    let plan = Plan {
-        buffers: vec![
+    let plan = one_kernel(
+        vec![
             buffer(BufferKind::Input(0), rows * len, "x"),
             buffer(BufferKind::Input(1), len, "mask"),
             buffer(BufferKind::Output(0), rows * len, "p"),
         ],
-        prologue: vec![],
-        kernels: vec![Kernel {
-            label: "softmax".into(),
-            op: KernelOp::Softmax(Softmax {
-                shape: vec![rows, len],
-                x: op(0, &[len, 1]),
-                out: op(2, &[len, 1]),
-                scale: 0.125,
-                mask: Some(MaskFill {
-                    mask: op(1, &[0, 1]),
-                    op: CmpOp::Eq,
-                    rhs: 0.0,
-                    fill: -1e9,
-                }),
-                rows_per_task: (8192 / len).max(1),
+        "softmax",
+        KernelOp::Softmax(Softmax {
+            shape: vec![rows, len],
+            x: op(0, &[len, 1]),
+            out: op(2, &[len, 1]),
+            scale: 0.125,
+            mask: Some(MaskFill {
+                mask: op(1, &[0, 1]),
+                op: CmpOp::Eq,
+                rhs: 0.0,
+                fill: -1e9,
             }),
-        }],
-        outputs: vec![("p".into(), 2, vec![rows, len])],
-        arena_len: 0,
-        derived_len: 0,
-        flops: 0.0,
-    };
+            rows_per_task: (8192 / len).max(1),
+        }),
+        2,
+        vec![rows, len],
+    );
     let bound = Bound {
         params: vec![],
         inputs: vec![
@@ -335,14 +333,7 @@ fn softmax(rows: usize, len: usize, threads: usize) -> f64 {
         ],
         dims: vec![],
     };
-    let exe = Executable::from_plan(plan).unwrap();
-    let pool = pool(threads).unwrap();
-    let mut out = Vec::new();
-    let prepared = exe.prepare(&bound.params, &pool).unwrap();
-    let s = time(|| {
-        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
-            .unwrap()
-    });
+    let s = seconds_per_call(plan, &bound, threads);
     (rows * len) as f64 / s
 }
 
@@ -357,31 +348,13 @@ fn throughput(op: KernelOp, len: usize, extra: Option<Vec<f32>>, out_len: usize,
     }
     let out = buffers.len();
     buffers.push(buffer(BufferKind::Output(0), out_len, "y"));
-    let plan = Plan {
-        buffers,
-        prologue: vec![],
-        kernels: vec![Kernel {
-            label: "bench".into(),
-            op,
-        }],
-        outputs: vec![("y".into(), out, vec![out_len])],
-        arena_len: 0,
-        derived_len: 0,
-        flops: 0.0,
-    };
+    let plan = one_kernel(buffers, "bench", op, out, vec![out_len]);
     let bound = Bound {
         params: vec![],
         inputs,
         dims: vec![],
     };
-    let exe = Executable::from_plan(plan).unwrap();
-    let pool = pool(threads).unwrap();
-    let mut out = Vec::new();
-    let prepared = exe.prepare(&bound.params, &pool).unwrap();
-    let s = time(|| {
-        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
-            .unwrap()
-    });
+    let s = seconds_per_call(plan, &bound, threads);
     len as f64 / s
 }
 
@@ -616,14 +589,7 @@ fn norm_gemm_plan(s: NormGemm, transposed: bool, threads: usize) -> f64 {
             }
         }
     }
-    let exe = Executable::from_plan(plan).unwrap();
-    let pool = pool(threads).unwrap();
-    let prepared = exe.prepare(&bound.params, &pool).unwrap();
-    let mut out = Vec::new();
-    let secs = time(|| {
-        exe.run_prepared(&bound, &prepared, &pool, &mut out, None)
-            .unwrap()
-    });
+    let secs = seconds_per_call(plan, &bound, threads);
     secs * 1e3
 }
 
