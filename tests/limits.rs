@@ -153,6 +153,28 @@ fn derived_sizes_of_0_run_on_both_backends() {
 }
 
 #[test]
+fn a_product_of_no_rows_runs_on_both_backends() {
+    // Its tiles were cut by the tasks' count, which is 0 here: a division by zero.
+    for backend in ["jit", "interp"] {
+        let args = [
+            "run",
+            "tests/limits/empty_product.attn",
+            "--dim",
+            "B=2",
+            "--dim",
+            "N=1",
+        ];
+        let o = with(&args, &["--backend", backend]);
+        assert_eq!(o.status.code(), Some(0), "{backend}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(
+            out.contains("p  [2, 0, 36864]  checksum 0.000000"),
+            "{backend}: {out}"
+        );
+    }
+}
+
+#[test]
 fn an_input_with_a_free_dim_of_0_is_e0301() {
     let dir = std::env::temp_dir().join(format!("attnc-limits-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

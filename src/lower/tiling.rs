@@ -47,6 +47,10 @@ pub const PACKED_ROWS: usize = 16;
 pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
     let batch: usize = g.batch.iter().product();
     let (mut rb, mut cb) = (g.m.max(1), g.n.max(1));
+    if batch == 0 || g.m == 0 || g.n == 0 {
+        // An empty product: one task that writes nothing.
+        return (rb, cb);
+    }
     let half = |x: usize, unit: usize| (x / 2).div_ceil(unit) * unit;
     loop {
         let tasks = batch * g.m.div_ceil(rb) * g.n.div_ceil(cb);
@@ -75,7 +79,7 @@ pub fn gemm_blocks(g: &Gemm) -> (usize, usize) {
 /// threads one computed 640 columns and the other 512; 288 each balances them (MiniLM's
 /// fused query, key and value product at 8 × 256 tokens, `BENCHMARKS.md`).
 fn even(len: usize, block: usize, unit: usize) -> usize {
-    let blocks = len.div_ceil(block.max(1));
+    let blocks = len.div_ceil(block);
     len.div_ceil(blocks).next_multiple_of(unit).min(block)
 }
 
@@ -152,6 +156,11 @@ mod tests {
                 assert!(block == len || block % 16 == 0, "{m}x{n}x{k}: block {block}");
                 assert!(block - last < 16 * blocks, "{m}x{n}x{k}: {block} then {last}");
             }
+        }
+        // An empty product still has blocks of at least one row and column.
+        for (m, n, k) in [(0, 1152, 384), (2048, 0, 384), (0, 0, 0), (0, 576, 4096)] {
+            let (rb, cb) = gemm_blocks(&gemm(m, n, k));
+            assert!(rb >= 1 && cb >= 1, "{m}x{n}x{k}: blocks {rb}x{cb}");
         }
     }
 
