@@ -125,7 +125,7 @@ pub fn isa(opt: &str) -> Result<OwnedTargetIsa, String> {
 /// A signature of `count` parameters of each type, in order. The shims' parameters: a
 /// kernel's 4 pointers and indices; `attnc_sgemm`'s 12 sizes, pointers and strides, `alpha`
 /// and `acc`; `attnc_sgemm_packed`'s 10 and `alpha`; `attnc_softmax_tile`'s 10 and a flag;
-/// `attnc_epilogue_tile`'s 10 and 3 constants.
+/// `attnc_epilogue_tile`'s 11 and 3 constants.
 fn signature(module: &JITModule, params: &[(Type, usize)]) -> Signature {
     let mut sig = module.make_signature();
     for &(ty, count) in params {
@@ -190,7 +190,7 @@ impl Jit {
             .transpose()?;
         let epilogue = shims
             .epilogue
-            .map(|_| imported(&mut module, EPILOGUE_SYMBOL, &[(I64, 10), (F32, 3)]))
+            .map(|_| imported(&mut module, EPILOGUE_SYMBOL, &[(I64, 11), (F32, 3)]))
             .transpose()?;
         Ok(Jit {
             builder_ctx: FunctionBuilderContext::new(),

@@ -1,12 +1,14 @@
 //! The GEMM epilogues the native shim runs at 512 bits (`attnc_epilogue_tile`) against the
 //! generated code's 128-bit path: programs whose GEMM ends in each form (sigmoid, SiLU,
-//! GELU's tanh and erf forms, with a bias and a residual), lowered as `attnc run` lowers them, at
+//! GELU's tanh and erf forms, with a bias and a residual; SwiGLU's gate times up over a
+//! paired product), lowered as `attnc run` lowers them, at
 //! tiles whose columns are no multiple of 16, over values that reach every range of the
 //! activations (infinities and NaN from the bias included). Both paths must give the same
 //! bits (NaN for NaN), on 1 and 2 threads alike. Where the CPU has no AVX-512 the shim is
 //! never bound and there is nothing to compare.
 
 use attnc::codegen::{Jit, Shims};
+use attnc::ir::Program;
 use attnc::kernel::Plan;
 use attnc::runtime::jit::{pool, shims, Executable};
 use attnc::runtime::{bind_dims, Bound, Tensor};
@@ -83,12 +85,20 @@ fn bits(t: &Tensor) -> Vec<u32> {
     t.data.iter().map(one_nan).collect()
 }
 
-/// The plan of `expr`, and whether its code calls the shim (differs from the code without
+/// The program of a paired product: `gate = linear(x, w)` and `up = linear(x, u)` on
+/// weights, which the optimizer merges into one GEMM whose epilogue reads both halves.
+fn paired_source(expr: &str) -> String {
+    format!(
+        "dim M = {M}\ndim K = {K}\ndim N = {N}\ninput x: [M, K]\nparam w: [N, K]\nparam u: [N, K]\n\
+         input r: [M, N]\nlet gate = linear(x, w)\nlet up = linear(x, u)\noutput out = {expr}\n"
+    )
+}
+
+/// The plan of `prog`, and whether its code calls the shim (differs from the code without
 /// it).
-fn plan_of(expr: &str, bound: &mut Bound) -> (Plan, bool) {
-    let prog = program(&source(expr), &[]);
-    bound.dims = bind_dims(&prog).unwrap();
-    let plan = Executable::compile(&prog, &bound.dims).unwrap().plan().clone();
+fn plan_of(prog: &Program, bound: &mut Bound) -> (Plan, bool) {
+    bound.dims = bind_dims(prog).unwrap();
+    let plan = Executable::compile(prog, &bound.dims).unwrap().plan().clone();
     let clif = |s: Shims| Jit::new(s).unwrap().clif(&plan).unwrap();
     let calls = clif(shims()) != clif(generated());
     (plan, calls)
@@ -97,15 +107,38 @@ fn plan_of(expr: &str, bound: &mut Bound) -> (Plan, bool) {
 /// Runs `expr` with its epilogue in the shim and in the generated code: the shim must be
 /// called and the results must be the same bits.
 fn check(expr: &str) {
-    if shims().epilogue.is_none() {
-        return;
-    }
-    let mut bound = Bound {
+    let bound = Bound {
         params: vec![],
         inputs: inputs(),
         dims: vec![],
     };
-    let (plan, calls) = plan_of(expr, &mut bound);
+    check_program(expr, &program(&source(expr), &[]), bound);
+}
+
+/// [`check`] of `expr` over a paired product: `x` and `w` as [`inputs`] draws them, `u`
+/// the weights of `w` reversed with the bias's values (special ones among them) first; the
+/// residual `r`.
+fn check_paired(expr: &str) {
+    let [x, w, b, r] = <[Tensor; 4]>::try_from(inputs()).unwrap();
+    let mut u = w.clone();
+    u.data.reverse();
+    u.data[..N].copy_from_slice(&b.data);
+    let bound = Bound {
+        params: vec![w, u],
+        inputs: vec![x, r],
+        dims: vec![],
+    };
+    // The merge of the two projections is the optimizer's.
+    let optimized = attnc::opt::optimize(&program(&paired_source(expr), &[])).program;
+    check_program(expr, &optimized, bound);
+}
+
+/// [`check`]'s comparison, of the program `prog` that `expr` names.
+fn check_program(expr: &str, prog: &Program, mut bound: Bound) {
+    if shims().epilogue.is_none() {
+        return;
+    }
+    let (plan, calls) = plan_of(prog, &mut bound);
     assert!(calls, "{expr}: the shim is not called");
     let native = Executable::from_plan_with(plan.clone(), shims()).unwrap();
     let fallback = Executable::from_plan_with(plan.clone(), generated()).unwrap();
@@ -133,7 +166,8 @@ fn bias_residual_and_relu_stay_in_the_generated_code() {
             inputs: inputs(),
             dims: vec![],
         };
-        assert!(!plan_of(expr, &mut bound).1, "{expr}: the shim is called");
+        let prog = program(&source(expr), &[]);
+        assert!(!plan_of(&prog, &mut bound).1, "{expr}: the shim is called");
     }
 }
 
@@ -150,4 +184,14 @@ fn gelu_in_both_forms() {
     check("gelu(y + b, approximate=\"tanh\") + r");
     check("gelu(lin)");
     check("gelu(y + b) + r");
+}
+
+/// SwiGLU as Llama's MLP writes it: the gate and up products merge into one paired GEMM,
+/// whose epilogue multiplies the gate's activation by the up product.
+#[test]
+fn swiglu_over_a_paired_product() {
+    check_paired("silu(gate) * up");
+    check_paired("up * silu(gate)");
+    check_paired("silu(gate) * up + r");
+    check_paired("sigmoid(gate) * up");
 }

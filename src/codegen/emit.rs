@@ -534,9 +534,9 @@ impl Emit<'_> {
         self.epilogue.0.is_some()
     }
 
-    /// Calls `attnc_epilogue_tile(act, rows, cols, c, c_rs, bias, pre, pre_rs, post,
-    /// post_rs, k0, k1, k2)`; only where [`Emit::has_epilogue_tile`].
-    pub fn epilogue_tile(&mut self, args: [Value; 13]) {
+    /// Calls `attnc_epilogue_tile(act, rows, cols, c, c_rs, bias, pre, pre_rs, second,
+    /// post, post_rs, k0, k1, k2)`; only where [`Emit::has_epilogue_tile`].
+    pub fn epilogue_tile(&mut self, args: [Value; 14]) {
         let func_ref = self.optional_shim(self.epilogue);
         self.epilogue.1 = Some(func_ref);
         self.b.ins().call(func_ref, &args);

@@ -135,19 +135,19 @@ fn tile(
         .collect();
     let native = e.has_epilogue_tile().then(|| form(g)).flatten();
     match native {
-        Some(form) => epilogue_tile(e, g, form, (c, rows, cols), &bases, bias),
+        Some(form) => epilogue_tile(e, g, form, (c, second, rows, cols), &bases, bias),
         None => epilogue(e, g, (c, second, rows, cols), &bases, bias),
     }
     c
 }
 
 /// The bias and the epilogue over the tile at `c` by the native shim, in one call (the
-/// inputs at `bases`, as for [`epilogue`]).
+/// inputs at `bases` and a pair's second product at `second`, as for [`epilogue`]).
 fn epilogue_tile(
     e: &mut Emit,
     g: &Gemm,
     form: Form,
-    (c, rows, cols): (Value, Value, Value),
+    (c, second, rows, cols): (Value, Option<Value>, Value, Value),
     bases: &[Value],
     bias: Option<(Value, usize)>,
 ) {
@@ -169,6 +169,7 @@ fn epilogue_tile(
         bias.map_or(null, |(p, _)| p),
         pre,
         pre_rs,
+        second.filter(|_| form.paired).unwrap_or(null),
         post,
         post_rs,
         e.f32(k0),

@@ -1,6 +1,7 @@
 //! The GEMM epilogues the native shim runs on 512-bit vectors (`attnc_epilogue_tile`,
 //! `runtime/native/epilogue.rs`) where the CPU has AVX-512: formulas of the form
-//! `act(c [+ bias] [+ pre]) [+ post]`, `act` one of [`Activation`], found by structure
+//! `act(c [+ bias] [+ pre]) [· second] [+ post]`, `act` one of [`Activation`] and `second`
+//! a paired epilogue's second product (SwiGLU's `silu(gate) · up`), found by structure
 //! (either order of every commutative operand; a shared value as one node or repeated).
 //! The shim computes each form with the operations the 128-bit Cranelift code emits for
 //! it (`math.rs`), in the same order, so both give the same bits. Any other epilogue, and
@@ -58,22 +59,26 @@ impl Activation {
     }
 }
 
-/// An epilogue the shim runs: `act(x)`, `x = c [+ bias] [+ inputs[pre]]`, then
-/// `[+ inputs[post]]`.
+/// An epilogue the shim runs: `act(x)`, `x = c [+ bias] [+ inputs[pre]]`, then, paired,
+/// `· second` (the tile of the pair's second product), then `[+ inputs[post]]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Form {
     pub pre: Option<usize>,
     pub act: Activation,
+    pub paired: bool,
     pub post: Option<usize>,
 }
 
 /// The form of `g`'s bias and epilogue where the shim can run it: one of the forms, `c`,
-/// the bias and every input it reads contiguous along the row (rows at any stride), and
-/// not a paired epilogue.
+/// the bias and every input it reads contiguous along the row (rows at any stride); a
+/// paired epilogue's second product is `c` one step along the last batch axis.
 pub fn form(g: &Gemm) -> Option<Form> {
     let r = g.batch.len();
     let unit_rows = g.c.strides[r + 1] == 1 && g.bias.as_ref().is_none_or(|b| b.strides[0] == 1);
     let ep = g.epilogue.as_ref()?;
+    if ep.pair && !g.paired() {
+        return None;
+    }
     let form = of_epilogue(ep)?;
     let inputs = &ep.inputs;
     let unit = |k: Option<usize>| k.is_none_or(|k| inputs[k].strides[r + 1] == 1);
@@ -82,20 +87,33 @@ pub fn form(g: &Gemm) -> Option<Form> {
 
 /// The form of an epilogue's formula (its inputs numbered from 0 as in `Epilogue::inputs`).
 fn of_epilogue(ep: &Epilogue) -> Option<Form> {
-    if ep.pair {
-        return None;
-    }
     let expr = &ep.expr;
     let root = expr.len().checked_sub(1)?;
-    // An epilogue input, as its index in `inputs`.
+    // An epilogue input, as its index in `inputs`: the formula reads `c` as `Input(0)`, a
+    // pair's second product as `Input(1)`, then the inputs.
     let input = |n: usize| match expr[n] {
-        Expr::Input(i) if i >= 1 => Some(i - 1),
+        Expr::Input(i) if i >= ep.leaves() => Some(i - ep.leaves()),
         _ => None,
     };
-    let whole = |n: usize, post: Option<usize>| {
+    let activated = |n: usize| {
         let (act, x) = activation(expr, n)?;
-        let pre = operand(expr, x, &input)?;
-        Some(Form { pre, act, post })
+        Some((act, operand(expr, x, &input)?))
+    };
+    let body = |n: usize| match ep.pair {
+        false => activated(n),
+        true => either(expr, n, BinaryOp::Mul, |a, second| {
+            matches!(expr[second], Expr::Input(1)).then_some(())?;
+            activated(a)
+        }),
+    };
+    let whole = |n: usize, post: Option<usize>| {
+        let (act, pre) = body(n)?;
+        Some(Form {
+            pre,
+            act,
+            paired: ep.pair,
+            post,
+        })
     };
     whole(root, None).or_else(|| either(expr, root, BinaryOp::Add, |a, p| whole(a, Some(input(p)?))))
 }
@@ -228,13 +246,15 @@ mod tests {
         let want = Form {
             pre: Some(0),
             act: Activation::Silu,
+            paired: false,
             post: Some(1),
         };
         assert_eq!(of_epilogue(&epilogue(expr, 2)), Some(want));
     }
 
     /// `sigmoid(c) * in1` is no SiLU, `c + in1 + in2` no form (two inputs before the
-    /// activation), and a paired epilogue is never one.
+    /// activation), and a paired epilogue that does not multiply by its second product
+    /// none.
     #[test]
     fn other_formulas_are_not_forms() {
         use BinaryOp::{Add, Mul};
@@ -263,6 +283,42 @@ mod tests {
         let mut paired = epilogue(silu, 0);
         paired.pair = true;
         assert_eq!(of_epilogue(&paired), None);
+        // Paired, `Input(2)` is the first input, not the second product.
+        let mut by_input = epilogue(swiglu(Expr::Input(2)), 1);
+        by_input.pair = true;
+        assert_eq!(of_epilogue(&by_input), None);
+    }
+
+    /// `silu(c) · second` (SwiGLU's gate times up) over a pair, then a residual (input 0).
+    fn swiglu(second: Expr) -> Vec<Expr> {
+        use BinaryOp::Mul;
+        vec![
+            Expr::Input(0),
+            Expr::Unary(UnaryOp::Sigmoid, 0),
+            Expr::Binary(Mul, 0, 1),
+            second,
+            Expr::Binary(Mul, 3, 2),
+        ]
+    }
+
+    #[test]
+    fn a_pair_times_its_second_product_is_a_form() {
+        let mut ep = epilogue(swiglu(Expr::Input(1)), 1);
+        ep.pair = true;
+        let want = Form {
+            pre: None,
+            act: Activation::Silu,
+            paired: true,
+            post: None,
+        };
+        assert_eq!(of_epilogue(&ep), Some(want));
+        ep.expr
+            .extend([Expr::Input(2), Expr::Binary(BinaryOp::Add, 5, 4)]);
+        let with_post = Form {
+            post: Some(0),
+            ..want
+        };
+        assert_eq!(of_epilogue(&ep), Some(with_post));
     }
 
     /// Every activation's code and constants read back as itself.

@@ -1,7 +1,8 @@
 //! A GEMM tile's epilogue on 512-bit vectors, called from the generated code after the
 //! tile product where the epilogue is one of the forms of `codegen/tile_epilogue.rs`:
-//! `c = act(c [+ bias] [+ pre]) [+ post]` over `rows × cols` of the tile, 16 columns at a
-//! time (the last ones masked).
+//! `c = act(c [+ bias] [+ pre]) [· second] [+ post]` over `rows × cols` of the tile, 16
+//! columns at a time (the last ones masked); `second` is a paired epilogue's second
+//! product (SwiGLU's up projection beside its gate).
 //!
 //! Each activation is the 128-bit Cranelift code's (`codegen/math.rs`, `codegen/emit.rs`)
 //! operation for operation: the same `exp`, `erf` and `sigmoid` polynomials and range
@@ -22,15 +23,18 @@ pub struct Tile {
     pub cols: usize,
 }
 
-/// What the tile reads besides itself: the bias (`cols` floats), `pre` and `post` (`rows
-/// × cols` each, rows at their own stride, columns contiguous), each where present.
+/// What the tile reads besides itself: the bias (`cols` floats), `pre`, `second` and
+/// `post` (`rows × cols` each, rows at their own stride, columns contiguous), each where
+/// present.
 pub struct Reads {
     pub bias: Option<*const f32>,
     pub pre: Option<(*const f32, usize)>,
+    pub second: Option<(*const f32, usize)>,
     pub post: Option<(*const f32, usize)>,
 }
 
-/// `c = act(c + bias + pre) + post` over the tile (each addend where present), in place.
+/// `c = act(c + bias + pre) · second + post` over the tile (each term where present), in
+/// place.
 ///
 /// # Safety
 /// The CPU has AVX-512F ([`super::tile::available`]); every element of the tile and of
@@ -60,6 +64,9 @@ pub unsafe fn apply(tile: &Tile, reads: &Reads, act: Activation) {
                     x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask, p.add(i * rs + j)));
                 }
                 let mut y = activation(act, x);
+                if let Some((p, rs)) = reads.second {
+                    y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(mask, p.add(i * rs + j)));
+                }
                 if let Some((p, rs)) = reads.post {
                     y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, p.add(i * rs + j)));
                 }
@@ -156,16 +163,19 @@ fn pow2(n: __m512i) -> __m512 {
     _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e))
 }
 
-/// `attnc_epilogue_tile(act, rows, cols, c, c_rs, bias, pre, pre_rs, post, post_rs, k0,
-/// k1, k2)`: [`apply`] for JIT code, `act` and `k0..k2` an [`Activation`]'s code and
-/// constants, a null `bias`, `pre` or `post` one that is absent. The code generator calls
-/// it only where [`super::epilogue_shim`] gave its address.
+/// `attnc_epilogue_tile(act, rows, cols, c, c_rs, bias, pre, pre_rs, second, post,
+/// post_rs, k0, k1, k2)`: [`apply`] for JIT code, `act` and `k0..k2` an [`Activation`]'s
+/// code and constants, a null `bias`, `pre`, `second` or `post` one that is absent;
+/// `second`'s rows are `c_rs` apart, as `c`'s. The code generator calls it only where
+/// [`super::epilogue_shim`] gave its address.
 ///
 /// # Safety
 /// [`apply`]'s: the CPU has AVX-512F, and the tile and what it reads are inside their
 /// allocations, the tile this call's alone. The JIT code passes its task's own tile of `c`
 /// and the same tile of each input, which `Plan::validate` proved inside their buffers,
-/// with no input overlapping `c`.
+/// with no input overlapping `c`; and, paired, the same tile of the pair's second product,
+/// `c` at the next index of its last batch axis, which `Plan::validate` proved inside
+/// `c`'s buffer as it proves every index the GEMM writes.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn attnc_epilogue_tile(
     act: i64,
@@ -176,6 +186,7 @@ pub unsafe extern "C" fn attnc_epilogue_tile(
     bias: *const f32,
     pre: *const f32,
     pre_rs: i64,
+    second: *const f32,
     post: *const f32,
     post_rs: i64,
     k0: f32,
@@ -198,6 +209,7 @@ pub unsafe extern "C" fn attnc_epilogue_tile(
     let reads = Reads {
         bias: (!bias.is_null()).then_some(bias),
         pre: (!pre.is_null()).then_some((pre, u(pre_rs))),
+        second: (!second.is_null()).then_some((second, u(c_rs))),
         post: (!post.is_null()).then_some((post, u(post_rs))),
     };
     // SAFETY: the sizes and strides are not negative (checked), and this function's
