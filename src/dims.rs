@@ -9,6 +9,7 @@
 //! discharged by [`DimTable::div`] from constant values, `assert`s or structure.
 //! Division by a sum of terms, and `%` that cannot be proved zero, become opaque atoms.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
@@ -267,47 +268,36 @@ impl Poly {
     pub fn add(&self, other: &Poly) -> Poly {
         let mut out = self.clone();
         for (m, c) in &other.0 {
-            out.add_term(m, *c);
+            out.add_term(Cow::Borrowed(m), *c);
         }
         out
     }
 
     /// Adds `c * m` in place: a sum built term by term costs one map update a term, where
-    /// `add` would copy the sum so far for each.
-    fn add_term(&mut self, m: &Monomial, c: Ratio) {
-        let sum = self.0.get(m).copied().unwrap_or(Ratio::ZERO).add(c);
-        if sum.is_zero() {
-            self.0.remove(m);
-        } else if let Some(old) = self.0.get_mut(m) {
-            *old = sum;
-        } else {
-            self.0.insert(m.clone(), sum);
-        }
-    }
-
-    /// Adds every term of `other` in place.
-    fn add_assign(&mut self, other: &Poly) {
-        for (m, c) in &other.0 {
-            self.add_term(m, *c);
-        }
-    }
-
-    /// [`Poly::add_term`] of a monomial the caller gives up: no copy of it where it is new.
-    fn add_owned_term(&mut self, m: Monomial, c: Ratio) {
-        match self.0.get_mut(&m) {
+    /// `add` would copy the sum so far for each. A borrowed `m` is copied only where it is
+    /// new to the sum.
+    fn add_term(&mut self, m: Cow<Monomial>, c: Ratio) {
+        match self.0.get_mut(&*m) {
             Some(old) => {
                 let sum = old.add(c);
                 match sum.is_zero() {
                     true => {
-                        self.0.remove(&m);
+                        self.0.remove(&*m);
                     }
                     false => *old = sum,
                 }
             }
             None if c.is_zero() => {}
             None => {
-                self.0.insert(m, c);
+                self.0.insert(m.into_owned(), c);
             }
+        }
+    }
+
+    /// Adds every term of `other` in place.
+    fn add_assign(&mut self, other: &Poly) {
+        for (m, c) in &other.0 {
+            self.add_term(Cow::Borrowed(m), *c);
         }
     }
 
@@ -332,7 +322,7 @@ impl Poly {
         let mut out = Poly::default();
         for (m1, c1) in &self.0 {
             for (m2, c2) in &other.0 {
-                out.add_term(&m1.mul(m2), c1.mul(*c2));
+                out.add_term(Cow::Owned(m1.mul(m2)), c1.mul(*c2));
             }
         }
         out
@@ -490,7 +480,7 @@ impl Poly {
             }
             match term {
                 Factor::Const(k) if k.is_zero() => {}
-                Factor::Const(k) => out.add_owned_term(Monomial(kept), k),
+                Factor::Const(k) => out.add_term(Cow::Owned(Monomial(kept)), k),
                 Factor::Poly(mut term) => {
                     if !kept.is_empty() {
                         term = term.mul(&Poly(BTreeMap::from([(Monomial(kept), Ratio::ONE)])));

@@ -169,7 +169,7 @@ fn epilogue_tile(
         bias.map_or(null, |(p, _)| p),
         pre,
         pre_rs,
-        second.filter(|_| form.paired).unwrap_or(null),
+        second.unwrap_or(null),
         post,
         post_rs,
         e.f32(k0),

@@ -132,22 +132,8 @@ pub fn rules_with(lifts: bool) -> Vec<Rw> {
     // program asked for some rows (the last position's logits) computes only those.
     rules.extend(rows::sink_rules());
     rules.retain(|r| lifts || !is_lift(r));
-    // Per-head elementwise ops lift like masked_fill (see `LiftElementwise`).
-    // Every elementwise primitive of the op table lifts the same way.
-    for &op in UnaryOp::ALL.iter().filter(|_| lifts) {
-        let lhs: egg::Pattern<Tensor> = format!("({op} (select ?x ?a ?h))").parse().unwrap();
-        rules.push(Rewrite::new(format!("lift-{op}"), lhs, LiftElementwise::Unary(op)).unwrap());
-    }
-    for &op in BinaryOp::ALL.iter().filter(|_| lifts) {
-        let lifts = [
-            (format!("lift-{op}-left"), format!("({op} (select ?x ?a ?h) ?y)"), LiftElementwise::Binary(op, true)),
-            (format!("lift-{op}-right"), format!("({op} ?y (select ?x ?a ?h))"), LiftElementwise::Binary(op, false)),
-            (format!("lift-{op}-both"), format!("({op} (select ?x ?a ?h) (select ?y ?a ?h))"), LiftElementwise::Both(op)),
-        ];
-        for (name, lhs, applier) in lifts {
-            let lhs: egg::Pattern<Tensor> = lhs.parse().unwrap();
-            rules.push(Rewrite::new(name, lhs, applier).unwrap());
-        }
+    if lifts {
+        rules.extend(elementwise_lifts());
     }
     // A unit axis commutes with a comparison to a scalar (`mask.unsqueeze(1) == 0`), both
     // ways, so that either order is found from the other and the cheaper (or, on a tie,
@@ -173,6 +159,29 @@ pub fn rules_with(lifts: bool) -> Vec<Rw> {
     // written as FlexAttention's `mask_mod` keeps (`where(j <= i, s, -inf)`) fuses too.
     let applier = Checked { rhs: "(masked_fill ?a (not ?c) ?f)".parse().unwrap(), scalar: Some("?f".parse().unwrap()) };
     rules.push(Rewrite::new("where-masked-fill", "(where ?c ?a ?f)".parse::<egg::Pattern<Tensor>>().unwrap(), applier).unwrap());
+    rules
+}
+
+/// Per-head elementwise ops lift like masked_fill (see `LiftElementwise`): every
+/// elementwise primitive of the op table lifts the same way, from either side or both.
+#[rustfmt::skip]
+fn elementwise_lifts() -> Vec<Rw> {
+    let mut rules = Vec::new();
+    for &op in UnaryOp::ALL {
+        let lhs: egg::Pattern<Tensor> = format!("({op} (select ?x ?a ?h))").parse().unwrap();
+        rules.push(Rewrite::new(format!("lift-{op}"), lhs, LiftElementwise::Unary(op)).unwrap());
+    }
+    for &op in BinaryOp::ALL {
+        let lifts = [
+            (format!("lift-{op}-left"), format!("({op} (select ?x ?a ?h) ?y)"), LiftElementwise::Binary(op, true)),
+            (format!("lift-{op}-right"), format!("({op} ?y (select ?x ?a ?h))"), LiftElementwise::Binary(op, false)),
+            (format!("lift-{op}-both"), format!("({op} (select ?x ?a ?h) (select ?y ?a ?h))"), LiftElementwise::Both(op)),
+        ];
+        for (name, lhs, applier) in lifts {
+            let lhs: egg::Pattern<Tensor> = lhs.parse().unwrap();
+            rules.push(Rewrite::new(name, lhs, applier).unwrap());
+        }
+    }
     rules
 }
 
