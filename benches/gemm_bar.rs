@@ -12,7 +12,8 @@
 //! (`Gemm::packed`, `runtime/native/panel.rs`) against the same product from `[in, out]`
 //! weights (the `gemm` crate per tile, packing at every call) and one call of the crate, at
 //! the models' shapes with many rows, hot (the weights in cache from the call before) and
-//! cold (the caches swept between calls), on 1 and 2 threads.
+//! cold (the caches swept between calls), on 1 and 2 threads. `-- few`: the same table at
+//! the few-row shapes of one short sentence and of a short prompt.
 
 use attnc::check::DimOverride;
 use attnc::driver::check_source;
@@ -210,6 +211,20 @@ fn crate_shape(g: &Gemm) -> (usize, usize, usize) {
 /// The models' products with many rows: MiniLM at 32 × 128 and 8 × 256 tokens (QKV
 /// merged, out, up, down), SmolLM2's prefill of 512 (o, QKV merged, gate/up, down, tied
 /// output).
+/// Few-row products at MiniLM's (one sentence of 16 tokens) and SmolLM2's (8 and 16 new
+/// tokens) shapes: `-- few`.
+const FEW_SHAPES: &[(usize, usize, usize)] = &[
+    (16, 1152, 384),
+    (16, 384, 384),
+    (16, 1536, 384),
+    (16, 384, 1536),
+    (12, 1536, 384),
+    (8, 1536, 384),
+    (16, 960, 576),
+    (16, 576, 1536),
+    (8, 960, 576),
+];
+
 const PACKED_SHAPES: &[(usize, usize, usize)] = &[
     (4096, 1152, 384),
     (4096, 384, 384),
@@ -298,15 +313,15 @@ fn product((m, n, k): (usize, usize, usize), packed: bool) -> (Executable, Bound
 }
 
 /// The table of `-- packed`: GFLOP/s of CPU time per thread (of wall time in parentheses).
-fn packed_table(rounds: usize) {
+fn packed_table(rounds: usize, shapes: &[(usize, usize, usize)]) {
     println!(
-        "Products of many rows, GFLOP/s of CPU time per thread (in parentheses: of wall time), medians of \
+        "Products from packed weights, GFLOP/s of CPU time per thread (in parentheses: of wall time), medians of \
          {rounds} alternating rounds; cold: 512 MiB written between calls"
     );
     println!("| m × n × k | threads | cache | packed | `[in, out]`, crate per tile | crate, one call | packed / best other |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     let mut sweep = vec![0u8; 512 << 20];
-    for &shape in PACKED_SHAPES {
+    for &shape in shapes {
         let flops = 2.0 * (shape.0 * shape.1 * shape.2) as f64;
         let (packed, packed_data) = product(shape, true);
         let (plain, plain_data) = product(shape, false);
@@ -377,7 +392,10 @@ fn main() {
     let wanted =
         std::env::var("ATTNC_BLOCKS").unwrap_or_else(|_| "encoder_M,gpt2_S,self_attention_M,llama_S".into());
     if std::env::args().any(|a| a == "packed") {
-        return packed_table(rounds);
+        return packed_table(rounds, PACKED_SHAPES);
+    }
+    if std::env::args().any(|a| a == "few") {
+        return packed_table(rounds, FEW_SHAPES);
     }
     let pool = pool(threads).unwrap();
     println!(

@@ -10,12 +10,23 @@
 
 use crate::kernel::PANEL;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
-/// Rows of `c` per register block.
+/// Rows of `c` per register block over two panels.
 const MR: usize = 8;
 
+/// Rows of `c` per register block over one panel, where there are more rows than [`MR`].
+const MR_MANY: usize = 16;
+
+/// Steps of `k` ahead of the one it multiplies that [`one_panel`] asks the cache for.
+const AHEAD: usize = 32;
+
+/// Steps of `k` whose columns of `a` [`many`] copies at a time: 32 KiB of stack.
+const KC: usize = 512;
+
 /// `c[i, j] = alpha * Σ_p a[i, p] b[p, j]` for `i < m`, `j < n`, with `b` packed (from a
-/// column that is a multiple of [`PANEL`]) and a unit column stride for `c`.
+/// column that is a multiple of [`PANEL`]) and a unit column stride for `c`. Up to [`MR`]
+/// rows, register blocks of two panels; more rows go to [`many`].
 ///
 /// # Safety
 /// The CPU has AVX-512F ([`super::tile::available`]); the `n·k` floats from `b` are inside
@@ -29,6 +40,10 @@ pub unsafe fn sgemm(
     b: *const f32,
     alpha: f32,
 ) {
+    if m > MR {
+        // SAFETY: this function's contract is `many`'s.
+        return unsafe { many((m, n, k), (c, c_rs), (a, a_rs, a_cs), b, alpha) };
+    }
     let mut j = 0;
     while j < n {
         let w0 = (n - j).min(PANEL);
@@ -159,6 +174,210 @@ unsafe fn block<const R: usize, const U: usize>((k, c, c_rs, a, a_rs, a_cs, (b0,
     }
 }
 
+/// [`sgemm`] for more rows than [`MR`]: blocks of up to [`MR_MANY`] rows by one panel, so
+/// that every float of `b` is read once for all of them (blocks of 8 rows by two panels read
+/// each panel again for every block). The block's rows of `a` are first copied step-major,
+/// `KC` steps at a time, so that each multiply-add takes its element of `a` as a broadcast
+/// from one pointer at a fixed offset, with no address arithmetic per row (which, 16 rows
+/// apart in `a`, took the ports the multiply-adds need). Between chunks of `k` a block keeps
+/// its sums in `c`, unscaled, and picks them up again: the same sums in the same order as
+/// one pass, so the chunking changes no bit; `alpha` is applied after the last chunk.
+///
+/// # Safety
+/// [`sgemm`]'s.
+#[target_feature(enable = "avx512f")]
+unsafe fn many(
+    (m, n, k): (usize, usize, usize),
+    (c, c_rs): (*mut f32, usize),
+    (a, a_rs, a_cs): (*const f32, usize, usize),
+    b: *const f32,
+    alpha: f32,
+) {
+    // Uninitialized: a chunk reads only the steps and rows `copy_steps` wrote for it.
+    let mut steps = Steps([MaybeUninit::uninit(); KC * MR_MANY]);
+    let mut i = 0;
+    while i < m {
+        let rows = (m - i).min(MR_MANY);
+        let mut p0 = 0;
+        while p0 < k {
+            let kc = (k - p0).min(KC);
+            // SAFETY: rows `i..i + rows` and steps `p0..p0 + kc` are inside `a` (contract).
+            unsafe { copy_steps(&mut steps, (a.add(i * a_rs + p0 * a_cs), a_rs, a_cs), rows, kc) };
+            let chunk = Chunk {
+                steps: steps.0.as_ptr().cast(),
+                kc,
+                first: p0 == 0,
+                alpha: (p0 + kc == k).then_some(alpha),
+            };
+            let mut j = 0;
+            while j < n {
+                let w = (n - j).min(PANEL);
+                // SAFETY: rows `i..i + rows` and columns `j..j + w` are the product's
+                // (contract); the panel of columns `j..j + w` is the `k·w` floats from
+                // `b + j·k`, and its rows `p0..p0 + kc` the `kc·w` from `p0·w` on.
+                unsafe {
+                    let (c, panel) = (c.add(i * c_rs + j), b.add(j * k + p0 * w));
+                    let args = (c, c_rs, panel, lane_mask(w));
+                    match rows {
+                        16 => one_panel::<16>(&chunk, args),
+                        15 => one_panel::<15>(&chunk, args),
+                        14 => one_panel::<14>(&chunk, args),
+                        13 => one_panel::<13>(&chunk, args),
+                        12 => one_panel::<12>(&chunk, args),
+                        11 => one_panel::<11>(&chunk, args),
+                        10 => one_panel::<10>(&chunk, args),
+                        9 => one_panel::<9>(&chunk, args),
+                        8 => one_panel::<8>(&chunk, args),
+                        7 => one_panel::<7>(&chunk, args),
+                        6 => one_panel::<6>(&chunk, args),
+                        5 => one_panel::<5>(&chunk, args),
+                        4 => one_panel::<4>(&chunk, args),
+                        3 => one_panel::<3>(&chunk, args),
+                        2 => one_panel::<2>(&chunk, args),
+                        _ => one_panel::<1>(&chunk, args),
+                    }
+                }
+                j += w;
+            }
+            p0 += kc;
+        }
+        i += rows;
+    }
+}
+
+/// A chunk's rows of `a`, step-major: [`MR_MANY`] floats a step, each step a cache line.
+#[repr(align(64))]
+struct Steps([MaybeUninit<f32>; KC * MR_MANY]);
+
+/// Copies `kc` steps of `rows` rows of `a` into `steps`, step-major. With rows contiguous
+/// (`a_cs = 1`), 16 steps of 16 rows at a time: 16 loads, a transpose in registers and 16
+/// stores, where one element at a time took a load and a store each (and every task of a
+/// product copies its rows again).
+///
+/// # Safety
+/// The CPU has AVX-512F; `rows <= MR_MANY`, `kc <= KC`, and for `r < rows`, `p < kc`,
+/// `a + r·a_rs + p·a_cs` is inside its allocation.
+#[target_feature(enable = "avx512f")]
+unsafe fn copy_steps(steps: &mut Steps, (a, a_rs, a_cs): (*const f32, usize, usize), rows: usize, kc: usize) {
+    let out = steps.0.as_mut_ptr().cast::<f32>();
+    if a_cs != 1 {
+        for p in 0..kc {
+            for r in 0..rows {
+                // SAFETY: `r < rows`, `p < kc` (contract); step `p` of `steps` holds
+                // `MR_MANY > r` floats.
+                unsafe { *out.add(p * MR_MANY + r) = *a.add(r * a_rs + p * a_cs) };
+            }
+        }
+        return;
+    }
+    for p in (0..kc).step_by(16) {
+        let lanes = (kc - p).min(16);
+        let mask = lane_mask(lanes);
+        // SAFETY: the lanes set are steps `p..p + lanes < kc` of row `r < rows`, inside `a`
+        // (contract); rows past `rows` are zeros, never read from `a`.
+        let r: [__m512; 16] = std::array::from_fn(|r| match r < rows {
+            true => unsafe { _mm512_maskz_loadu_ps(mask, a.add(r * a_rs + p)) },
+            false => _mm512_setzero_ps(),
+        });
+        for (q, w) in transpose(r).into_iter().take(lanes).enumerate() {
+            // SAFETY: step `p + q < kc <= KC` of `steps`, 64-byte aligned.
+            unsafe { _mm512_store_ps(out.add((p + q) * MR_MANY), w) };
+        }
+    }
+}
+
+/// The transpose of a 16 × 16 block held as 16 rows: the result's vector `q` is column `q`.
+/// Pairs of 32-bit, then 64-bit, lanes interleaved within each 128-bit lane, then 128-bit
+/// lanes gathered across vectors in two rounds.
+#[target_feature(enable = "avx512f")]
+fn transpose(r: [__m512; 16]) -> [__m512; 16] {
+    let pd = _mm512_castps_pd;
+    let ps = _mm512_castpd_ps;
+    // `t[2j]`, `t[2j + 1]`: rows `2j` and `2j + 1` interleaved, columns 4L, 4L + 1 and
+    // 4L + 2, 4L + 3 in 128-bit lane L.
+    let t: [__m512; 16] = std::array::from_fn(|x| match x % 2 {
+        0 => _mm512_unpacklo_ps(r[x], r[x + 1]),
+        _ => _mm512_unpackhi_ps(r[x - 1], r[x]),
+    });
+    // `u[4g + c]`: rows `4g..4g + 4` of column 4L + c in lane L.
+    let u: [__m512; 16] = std::array::from_fn(|x| {
+        let (g, c) = (x / 4, x % 4);
+        let (lo, hi) = (t[4 * g + c / 2], t[4 * g + 2 + c / 2]);
+        match c % 2 {
+            0 => ps(_mm512_unpacklo_pd(pd(lo), pd(hi))),
+            _ => ps(_mm512_unpackhi_pd(pd(lo), pd(hi))),
+        }
+    });
+    // `v[8h + 2c + e]`: groups `2h` and `2h + 1` of column c's lanes `e` and `e + 2`.
+    let v: [__m512; 16] = std::array::from_fn(|x| {
+        let (h, c, e) = (x / 8, (x % 8) / 2, x % 2);
+        let (a, b) = (u[8 * h + c], u[8 * h + 4 + c]);
+        match e {
+            0 => _mm512_shuffle_f32x4::<0x88>(a, b),
+            _ => _mm512_shuffle_f32x4::<0xdd>(a, b),
+        }
+    });
+    // Column `4L + c`: from `v` of both halves, lanes `L % 2` of the pair `L / 2`.
+    std::array::from_fn(|q| {
+        let (l, c) = (q / 4, q % 4);
+        let (a, b) = (v[2 * c + l % 2], v[8 + 2 * c + l % 2]);
+        match l / 2 {
+            0 => _mm512_shuffle_f32x4::<0x88>(a, b),
+            _ => _mm512_shuffle_f32x4::<0xdd>(a, b),
+        }
+    })
+}
+
+/// A chunk of `k` for [`one_panel`]: `kc` steps of the block's rows of `a`, step-major
+/// (`MR_MANY` floats a step); whether it is the first chunk (the sums start at 0, else at
+/// what `c` holds) and, for the last, `alpha`.
+struct Chunk {
+    steps: *const f32,
+    kc: usize,
+    first: bool,
+    alpha: Option<f32>,
+}
+
+/// `R` rows by one panel over one chunk of `k`: `R` sums, each step one load of the panel's
+/// row and `R` multiply-adds with broadcasts from the chunk's step.
+///
+/// # Safety
+/// The CPU has AVX-512F; `chunk.steps` holds `chunk.kc` steps of `MR_MANY` floats;
+/// `panel` holds `chunk.kc` rows of the panel's width, whose lanes `mask` sets; for `r < R`
+/// and those lanes, `c + r·c_rs + j` is inside its allocation.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn one_panel<const R: usize>(
+    chunk: &Chunk,
+    (c, c_rs, panel, mask): (*mut f32, usize, *const f32, u16),
+) {
+    let w = mask.count_ones() as usize;
+    let mut s = [_mm512_setzero_ps(); R];
+    if !chunk.first {
+        for (r, s) in s.iter_mut().enumerate() {
+            // SAFETY: row `r` of the block of `c`, the lanes set (contract).
+            *s = unsafe { _mm512_maskz_loadu_ps(mask, c.add(r * c_rs)) };
+        }
+    }
+    for p in 0..chunk.kc {
+        // SAFETY: row `p < kc` of the panel and step `p` of the chunk (contract).
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(mask, panel.add(p * w));
+            _mm_prefetch::<_MM_HINT_T0>(panel.wrapping_add((p + AHEAD) * w).cast());
+            let step = chunk.steps.add(p * MR_MANY);
+            for (r, s) in s.iter_mut().enumerate() {
+                *s = _mm512_fmadd_ps(_mm512_set1_ps(*step.add(r)), x, *s);
+            }
+        }
+    }
+    let alpha = chunk.alpha.map(|alpha| _mm512_set1_ps(alpha));
+    for (r, &s) in s.iter().enumerate() {
+        let s = alpha.map_or(s, |alpha| _mm512_mul_ps(s, alpha));
+        // SAFETY: row `r` of the block of `c`, the lanes set (contract).
+        unsafe { _mm512_mask_storeu_ps(c.add(r * c_rs), mask, s) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::attnc_sgemm_packed;
@@ -185,8 +404,9 @@ mod tests {
 
     #[test]
     fn packed_products_equal_a_plain_loop_for_every_few_rows_and_tail() {
-        // Every row count up to the lowering's threshold (16) and past it: row blocks of 8
-        // and the tails of each.
+        // Every row count up to the lowering's threshold (16) and past it: blocks of two
+        // panels up to 8 rows, of one panel and up to 16 rows past it, and the tails of
+        // each; `k` past a chunk of steps (`KC`), and `a` with rows or columns contiguous.
         for m in 1..=20 {
             for (n, k) in [
                 (1, 1),
@@ -197,6 +417,7 @@ mod tests {
                 (50, 31),
                 (64, 64),
                 (97, 130),
+                (40, 1100),
             ] {
                 let (a, b) = (values(m * k, m), values(k * n, n));
                 let packed = pack(&b, k, n);
@@ -242,6 +463,27 @@ mod tests {
                     );
                 }
                 assert_eq!(c, want, "m {m}, n {n}, k {k}");
+                // `a` read through its transpose: column-major, rows 1 apart.
+                let at: Vec<f32> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
+                let mut by_columns = vec![f32::NAN; m * n];
+                // SAFETY: `at` is `k × m`, read as `m × k` with strides (1, m).
+                unsafe {
+                    let (m, n, k) = (m as i64, n as i64, k as i64);
+                    attnc_sgemm_packed(
+                        m,
+                        n,
+                        k,
+                        by_columns.as_mut_ptr(),
+                        n,
+                        1,
+                        at.as_ptr(),
+                        1,
+                        m,
+                        packed.as_ptr(),
+                        0.5,
+                    );
+                }
+                assert_eq!(by_columns, want, "m {m}, n {n}, k {k}, a by columns");
                 let strided: Vec<f32> = wide.iter().step_by(2).copied().collect();
                 assert_eq!(strided, want, "m {m}, n {n}, k {k}, strided c");
             }
