@@ -427,65 +427,44 @@ mod tests {
                         want[i * n + j] = 0.5 * (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum::<f32>();
                     }
                 }
-                // Row-major `c` (the AVX-512 product where the CPU has it), then `c` with
-                // a column stride of 2 (the `gemm` crate, panel by panel).
-                let mut c = vec![f32::NAN; m * n];
-                let mut wide = vec![f32::NAN; 2 * m * n];
-                // SAFETY: `a` is `m × k`, `packed` holds `n·k` floats, `c` is `m × n` and
-                // `wide` `m × 2n`, all as the strides say.
-                unsafe {
-                    let (m, n, k) = (m as i64, n as i64, k as i64);
-                    attnc_sgemm_packed(
-                        m,
-                        n,
-                        k,
-                        c.as_mut_ptr(),
-                        n,
-                        1,
-                        a.as_ptr(),
-                        k,
-                        1,
-                        packed.as_ptr(),
-                        0.5,
-                    );
-                    attnc_sgemm_packed(
-                        m,
-                        n,
-                        k,
-                        wide.as_mut_ptr(),
-                        2 * n,
-                        2,
-                        a.as_ptr(),
-                        k,
-                        1,
-                        packed.as_ptr(),
-                        0.5,
-                    );
-                }
-                assert_eq!(c, want, "m {m}, n {n}, k {k}");
-                // `a` read through its transpose: column-major, rows 1 apart.
+                // `c = 0.5 a b` with `c`'s and `a`'s strides as given.
+                let product = |(c_rs, c_cs): (usize, usize), (a, a_rs, a_cs): (&[f32], usize, usize)| {
+                    let mut c = vec![f32::NAN; m * c_rs];
+                    let i = |x: usize| x as i64;
+                    // SAFETY: `c` holds `m` rows of `c_rs >= n·c_cs` floats, `a` is `m × k`
+                    // as its strides say, and `packed` holds `n·k` floats.
+                    unsafe {
+                        attnc_sgemm_packed(
+                            i(m),
+                            i(n),
+                            i(k),
+                            c.as_mut_ptr(),
+                            i(c_rs),
+                            i(c_cs),
+                            a.as_ptr(),
+                            i(a_rs),
+                            i(a_cs),
+                            packed.as_ptr(),
+                            0.5,
+                        )
+                    };
+                    c.into_iter().step_by(c_cs).collect::<Vec<f32>>()
+                };
+                // Row-major `c` (the AVX-512 product where the CPU has it); `c` with a
+                // column stride of 2 (the `gemm` crate, panel by panel); `a` read through
+                // its transpose (column-major: rows 1 apart).
+                assert_eq!(product((n, 1), (&a, k, 1)), want, "m {m}, n {n}, k {k}");
+                assert_eq!(
+                    product((2 * n, 2), (&a, k, 1)),
+                    want,
+                    "m {m}, n {n}, k {k}, strided c"
+                );
                 let at: Vec<f32> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
-                let mut by_columns = vec![f32::NAN; m * n];
-                // SAFETY: `at` is `k × m`, read as `m × k` with strides (1, m).
-                unsafe {
-                    let (m, n, k) = (m as i64, n as i64, k as i64);
-                    attnc_sgemm_packed(
-                        m,
-                        n,
-                        k,
-                        by_columns.as_mut_ptr(),
-                        n,
-                        1,
-                        at.as_ptr(),
-                        1,
-                        m,
-                        packed.as_ptr(),
-                        0.5,
-                    );
-                }
-                assert_eq!(by_columns, want, "m {m}, n {n}, k {k}, a by columns");
-                let strided: Vec<f32> = wide.iter().step_by(2).copied().collect();
-                assert_eq!(strided, want, "m {m}, n {n}, k {k}, strided c");
+                assert_eq!(
+                    product((n, 1), (&at, 1, m)),
+                    want,
+                    "m {m}, n {n}, k {k}, a by columns"
+                );
             }
         }
     }
