@@ -340,6 +340,22 @@ fn the_optimizer_is_bounded_by_nodes_and_fuses_a_3000_statement_program() {
     assert_eq!(stats.after.kernels, 3000);
 }
 
+/// Fusion makes a chain of elementwise statements one map, its formula as deep as the
+/// chain: lowering it walked the formula by recursion, and 20,000 statements overflowed the
+/// stack (an abort, on the native backend only).
+#[test]
+fn a_20000_statement_elementwise_chain_runs_natively() {
+    let dir = scratch("chain");
+    let mut src = String::from("dim N\ninput x: [N]\nlet y = x\n");
+    src.push_str(&"let y = y + x\n".repeat(20_000));
+    src.push_str("output y = y\n");
+    let file = dir.join("chain.attn");
+    std::fs::write(&file, src).unwrap();
+    let o = attnc(&["run", file.to_str().unwrap(), "--dim", "N=4"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("y  [4]  checksum"), "{}", stdout(&o));
+}
+
 #[test]
 fn the_repl_lists_a_dim_with_a_name_wider_than_65535_characters() {
     let name = "D".repeat(70_000);

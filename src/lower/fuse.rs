@@ -376,14 +376,17 @@ impl Decider<'_> {
         })
     }
 
-    /// Counts how often the elementwise tree of `id` (its absorbed nodes) reads each of its
-    /// leaves.
-    fn leaves(&self, id: ValueId, reads: &mut HashMap<ValueId, usize>) {
-        for &a in self.args(id) {
-            if self.absorbed[a] && self.op(a).is_elementwise() {
-                self.leaves(a, reads);
-            } else {
-                *reads.entry(a).or_default() += 1;
+    /// Counts how often the elementwise tree of `root` (its absorbed nodes) reads each of its
+    /// leaves; walked with a stack, as [`Self::absorb_map_args`] builds it.
+    fn leaves(&self, root: ValueId, reads: &mut HashMap<ValueId, usize>) {
+        let mut stack = vec![root];
+        while let Some(id) = stack.pop() {
+            for &a in self.args(id) {
+                if self.absorbed[a] && self.op(a).is_elementwise() {
+                    stack.push(a);
+                } else {
+                    *reads.entry(a).or_default() += 1;
+                }
             }
         }
     }
@@ -463,12 +466,17 @@ impl Decider<'_> {
         }
     }
 
-    /// Absorbs the elementwise producers of an elementwise root, recursively.
-    fn absorb_map_args(&mut self, id: ValueId) {
-        for a in self.args(id).to_vec() {
-            if self.free(a) && self.op(a).is_elementwise() {
-                self.absorbed[a] = true;
-                self.absorb_map_args(a);
+    /// Absorbs the elementwise producers of an elementwise root, and theirs in turn. They
+    /// are walked with a stack of their own, not by recursion: a chain of them is as long as
+    /// the program makes it, deeper than the thread's stack.
+    fn absorb_map_args(&mut self, root: ValueId) {
+        let mut stack = vec![root];
+        while let Some(id) = stack.pop() {
+            for a in self.args(id).to_vec() {
+                if self.free(a) && self.op(a).is_elementwise() {
+                    self.absorbed[a] = true;
+                    stack.push(a);
+                }
             }
         }
     }
