@@ -373,6 +373,24 @@ fn the_repl_lists_a_dim_with_a_name_wider_than_65535_characters() {
     assert!(stdout(&o).contains(&name), "{}", stderr(&o));
 }
 
+/// Functions inline at most 64 calls deep: a chain of 70 distinct functions is refused as
+/// too deep, not as a function calling itself (what the message said before).
+#[test]
+fn a_chain_of_70_distinct_calls_is_too_deep_not_recursive() {
+    let mut src = String::from("dim N\ninput x: [N]\nfn f0(a: [N]) -> [N] { a + 1.0 }\n");
+    for i in 1..70 {
+        src.push_str(&format!("fn f{i}(a: [N]) -> [N] {{ f{}(a) }}\n", i - 1));
+    }
+    src.push_str("output y = f69(x)\n");
+    let checked = attnc::driver::check_source(&src, &[]).unwrap();
+    let messages: Vec<&str> = checked.diagnostics.iter().map(|d| d.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        ["the call of `f5` nests calls more than 64 deep: functions are inlined"]
+    );
+    assert_eq!(checked.diagnostics[0].code.to_string(), "E0101");
+}
+
 /// Checking is close to linear in the rank. Comparing the strides `N^k` and `N^(k+1)` of
 /// an elementwise result once expanded `(N + 1)^k`, which made a rank-30,000 input run for
 /// hours; rank 8,000 now checks in well under a second.
