@@ -36,10 +36,11 @@ impl Held<'_> {
     }
 }
 
-/// `obj` as a float32 C-contiguous array: borrowed when it already is one, else converted.
+/// `obj` as a float32 C-contiguous array: borrowed when it already is one (and aligned, as
+/// a slice of `f32` must be), else converted.
 pub fn input<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
     if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        if a.is_c_contiguous() {
+        if a.is_c_contiguous() && a.is_aligned() {
             return borrow(a);
         }
     }
@@ -77,12 +78,16 @@ fn ndarray_of<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'
     Ok(array.cast_into::<PyUntypedArray>()?)
 }
 
-/// A C-contiguous float32 copy.
+/// A C-contiguous, aligned float32 copy. `numpy.require` with `C` and `A`, not
+/// `numpy.ascontiguousarray`, which gives back a contiguous float32 array as it is, however
+/// misaligned (`numpy.frombuffer(b, numpy.float32, offset=1)`), and a misaligned array
+/// cannot be read as a slice of `f32`.
 fn to_f32<'py>(py: Python<'py>, array: &Bound<'py, PyUntypedArray>) -> PyResult<Bound<'py, PyAny>> {
     let numpy = py.import("numpy")?;
     let kwargs = PyDict::new(py);
     kwargs.set_item("dtype", numpy.getattr("float32")?)?;
-    numpy.call_method("ascontiguousarray", (array,), Some(&kwargs))
+    kwargs.set_item("requirements", "CA")?;
+    numpy.call_method("require", (array,), Some(&kwargs))
 }
 
 /// The safetensors dtype of a NumPy dtype attnc reads (what a weight's messages name).
