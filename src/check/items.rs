@@ -15,9 +15,20 @@ use std::rc::Rc;
 /// Functions inline into each other at most this deep.
 const MAX_CALL_DEPTH: usize = 64;
 
-/// Why a `--dim` cannot apply to `ast` (an unknown dim, or a derived one), as a usage
-/// message; `None` when every override names a free or constant dim.
+/// Why a `--dim` cannot apply to `ast` (a dim given twice, an unknown dim, or a derived
+/// one), as a usage message; `None` when every override names a free or constant dim once.
+/// A dim given twice is refused rather than one value silently winning over the other.
 pub fn dim_override_error(ast: &ast::Program, overrides: &[DimOverride]) -> Option<String> {
+    let twice = overrides.iter().enumerate().find_map(|(i, o)| {
+        let first = overrides[..i].iter().find(|p| p.name == o.name)?;
+        Some(format!(
+            "--dim {}: given twice, as {} and {}",
+            o.name, first.value, o.value
+        ))
+    });
+    if twice.is_some() {
+        return twice;
+    }
     let decls: Vec<&ast::DimDecl> = ast
         .items
         .iter()
