@@ -113,6 +113,12 @@ pub fn selection(shape: &[usize], name: &str, opts: &PlotOptions) -> Result<Sele
             "`{name}` has shape {shape:?}: a heatmap needs a [.., N, M] tensor"
         )));
     }
+    // An empty tensor has no batch element to count: `[1, 0, 3]` was "0 batch elements".
+    if shape.contains(&0) {
+        return Err(error(format!(
+            "`{name}` has shape {shape:?}, no elements: there is nothing to draw"
+        )));
+    }
     let (n, m) = (shape[rank - 2], shape[rank - 1]);
     let h = if rank >= 4 { shape[rank - 3] } else { 1 };
     let batch = shape.iter().product::<usize>() / (n * m * h).max(1);

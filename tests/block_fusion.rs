@@ -164,6 +164,25 @@ fn norms_are_one_row_kernel() {
     assert_eq!(kinds(&plan(&src)), ["row", "gemm"]);
 }
 
+/// A row kernel computes at most 64 nodes: each stage's formula repeats the elementwise
+/// nodes below it, and a chain of 1,000 row-wise statements fused whole was one kernel of
+/// some 500,000 formula nodes, minutes of Cranelift's time. It is many small kernels now.
+#[test]
+fn a_chain_of_row_statements_is_split_into_bounded_row_kernels() {
+    let mut src = format!("{HEAD}let y = x\n");
+    src.push_str(&"let y = y - y.amax(-1, keepdim=True) * 0.5\n".repeat(1000));
+    src.push_str("output y = y\n");
+    let p = plan(&src);
+    for k in &p.kernels {
+        if let KernelOp::Row(r) = &k.op {
+            let size: usize = r.stages.iter().map(|s| s.expr.len()).sum::<usize>() + r.write.len();
+            assert!(size <= 64 * 64, "a row kernel of {size} formula nodes");
+        }
+    }
+    assert!(kinds(&p).iter().filter(|&&k| k == "row").count() > 1);
+    agrees("row chain", &program(&src, DIMS));
+}
+
 /// A statistic that is also read elsewhere (here an output) is computed once, by a kernel
 /// of its own, and the rest reads it.
 #[test]

@@ -88,6 +88,14 @@ fn bad_dim_overrides_are_usage_errors() {
         attnc(&["check", "examples/mha.attn", "--bogus"]).status.code(),
         Some(2)
     );
+    // Given twice, the first value won, silently.
+    let o = attnc(&["check", "examples/mha.attn", "--dim", "D=16", "--dim", "D=32"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--dim D: given twice, as 16 and 32"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -340,6 +340,22 @@ fn the_optimizer_is_bounded_by_nodes_and_fuses_a_3000_statement_program() {
     assert_eq!(stats.after.kernels, 3000);
 }
 
+/// Fusion makes a chain of elementwise statements one map, its formula as deep as the
+/// chain: lowering it walked the formula by recursion, and 20,000 statements overflowed the
+/// stack (an abort, on the native backend only).
+#[test]
+fn a_20000_statement_elementwise_chain_runs_natively() {
+    let dir = scratch("chain");
+    let mut src = String::from("dim N\ninput x: [N]\nlet y = x\n");
+    src.push_str(&"let y = y + x\n".repeat(20_000));
+    src.push_str("output y = y\n");
+    let file = dir.join("chain.attn");
+    std::fs::write(&file, src).unwrap();
+    let o = attnc(&["run", file.to_str().unwrap(), "--dim", "N=4"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("y  [4]  checksum"), "{}", stdout(&o));
+}
+
 #[test]
 fn the_repl_lists_a_dim_with_a_name_wider_than_65535_characters() {
     let name = "D".repeat(70_000);
@@ -355,6 +371,24 @@ fn the_repl_lists_a_dim_with_a_name_wider_than_65535_characters() {
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains(&name), "{}", stderr(&o));
+}
+
+/// Functions inline at most 64 calls deep: a chain of 70 distinct functions is refused as
+/// too deep, not as a function calling itself (what the message said before).
+#[test]
+fn a_chain_of_70_distinct_calls_is_too_deep_not_recursive() {
+    let mut src = String::from("dim N\ninput x: [N]\nfn f0(a: [N]) -> [N] { a + 1.0 }\n");
+    for i in 1..70 {
+        src.push_str(&format!("fn f{i}(a: [N]) -> [N] {{ f{}(a) }}\n", i - 1));
+    }
+    src.push_str("output y = f69(x)\n");
+    let checked = attnc::driver::check_source(&src, &[]).unwrap();
+    let messages: Vec<&str> = checked.diagnostics.iter().map(|d| d.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        ["the call of `f5` nests calls more than 64 deep: functions are inlined"]
+    );
+    assert_eq!(checked.diagnostics[0].code.to_string(), "E0101");
 }
 
 /// Checking is close to linear in the rank. Comparing the strides `N^k` and `N^(k+1)` of

@@ -194,6 +194,13 @@ fn what_cannot_be_drawn_is_an_error_naming_the_tensor() {
     assert!(too_many.contains("more than the"), "{too_many}");
     let scalar = Tensor::new(vec![3], vec![0.0; 3]);
     assert!(plot::select(&scalar, "s", &PlotOptions::default()).is_err());
+    // No queries, not no batch elements.
+    let empty = Tensor::new(vec![1, 0, 3], Vec::new());
+    let empty = plot::select(&empty, "z", &PlotOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(empty.contains("`z` has shape [1, 0, 3], no elements"), "{empty}");
     let maps = plot::select(&t, "attn", &PlotOptions::default()).unwrap();
     let gif = plot::save(&maps, "attn", &PlotOptions::default(), &temp("x.gif"));
     assert!(gif.err().unwrap().to_string().contains(".png or an .svg"));

@@ -204,6 +204,37 @@ fn e0209_checks_an_assert_about_free_dims_at_run_time() {
     expect_error(&bad, &["error[E0209]", "N % 2 == 0"]);
 }
 
+/// An id outside the table is named where it comes from. Ids computed from an input are not
+/// the input's values: `(x * 1000).long()` is -644 where `x` holds -0.644, which the message
+/// once called "input `x` holds -644".
+#[test]
+fn e0306_names_ids_computed_from_an_input_as_computed() {
+    let dir = scratch("e0306");
+    let src = dir.join("ids.attn");
+    std::fs::write(
+        &src,
+        "dim B, N, V = 10, D = 4\nparam W: [V, D] = \"w\"\ninput x: [B, N]\noutput y = W[(x * 1000).long()]\n",
+    )
+    .unwrap();
+    let o = attnc(&[
+        "run",
+        src.to_str().unwrap(),
+        "--backend",
+        "interp",
+        "--dim",
+        "B=2",
+        "--dim",
+        "N=3",
+    ]);
+    expect_error(
+        &o,
+        &[
+            "error[E0306]: a tensor computed from input `x` holds",
+            "outside the 10 rows of weight `w`",
+        ],
+    );
+}
+
 #[test]
 fn broken_files_name_the_file_and_leave_no_output() {
     let dir = scratch("broken");

@@ -80,6 +80,40 @@ def test_other_strides_and_dtypes_are_converted_as_pytorch_would(mha):
         assert np.array_equal(out[name], expected[name])
 
 
+def misaligned(array):
+    """A C-contiguous copy of float32 `array` one byte off its alignment."""
+    raw = np.frombuffer(b"\0" + array.tobytes(), dtype=np.float32, offset=1).reshape(array.shape)
+    assert raw.flags.c_contiguous and not raw.flags.aligned
+    return raw
+
+
+def test_a_misaligned_float32_array_is_copied_as_other_strides_are(mha):
+    # It was borrowed as contiguous, then refused as a slice: "internal error".
+    inputs = pad_inputs()
+    expected = mha(**inputs)
+    out = mha(**dict(inputs, query=misaligned(inputs["query"])))
+    for name in expected:
+        assert np.array_equal(out[name], expected[name])
+    weights = read_safetensors(FIXTURES / f"weights_{PAD}.safetensors")
+    weights["linears.0.weight"] = misaligned(weights["linears.0.weight"])
+    f = attnc.compile(EXAMPLES / "mha.attn", dims={"D": 16, "H": 4}, weights=weights, threads=2)
+    assert np.array_equal(f(**inputs)["out"], expected["out"])
+
+
+def test_big_endian_floats_are_read_as_their_values(mha):
+    # `>f4` was refused as a dtype attnc "cannot read", while the message said it reads floats.
+    inputs = pad_inputs()
+    expected = mha(**inputs)
+    swapped = dict(inputs, query=inputs["query"].astype(">f4"), key=inputs["key"].astype(">f8"))
+    out = mha(**swapped)
+    for name in expected:
+        assert np.array_equal(out[name], expected[name])
+    weights = read_safetensors(FIXTURES / f"weights_{PAD}.safetensors")
+    weights["linears.0.weight"] = weights["linears.0.weight"].astype(">f4")
+    f = attnc.compile(EXAMPLES / "mha.attn", dims={"D": 16, "H": 4}, weights=weights, threads=2)
+    assert np.array_equal(f(**inputs)["out"], expected["out"])
+
+
 def test_an_unreadable_dtype_is_a_type_error(mha):
     inputs = dict(pad_inputs())
     inputs["value"] = inputs["value"].astype(np.complex64)

@@ -15,9 +15,20 @@ use std::rc::Rc;
 /// Functions inline into each other at most this deep.
 const MAX_CALL_DEPTH: usize = 64;
 
-/// Why a `--dim` cannot apply to `ast` (an unknown dim, or a derived one), as a usage
-/// message; `None` when every override names a free or constant dim.
+/// Why a `--dim` cannot apply to `ast` (a dim given twice, an unknown dim, or a derived
+/// one), as a usage message; `None` when every override names a free or constant dim once.
+/// A dim given twice is refused rather than one value silently winning over the other.
 pub fn dim_override_error(ast: &ast::Program, overrides: &[DimOverride]) -> Option<String> {
+    let twice = overrides.iter().enumerate().find_map(|(i, o)| {
+        let first = overrides[..i].iter().find(|p| p.name == o.name)?;
+        Some(format!(
+            "--dim {}: given twice, as {} and {}",
+            o.name, first.value, o.value
+        ))
+    });
+    if twice.is_some() {
+        return twice;
+    }
     let decls: Vec<&ast::DimDecl> = ast
         .items
         .iter()
@@ -517,11 +528,7 @@ impl Checker {
     /// Inline a call of `f`: bind its shape variables from the arguments, check the body
     /// in a scope that sees only the globals, and check the declared result.
     pub(super) fn call_fn(&mut self, f: &ast::FnDecl, name: &Ident, args: &[&Expr], span: Span) -> Value {
-        if self.calls.iter().any(|(n, _)| *n == f.name.name) || self.calls.len() >= MAX_CALL_DEPTH {
-            let msg = format!(
-                "function `{}` cannot call itself: functions are inlined",
-                f.name.name
-            );
+        if let Some(msg) = self.uninlinable(f) {
             self.error(Code::E0101, name.span, msg);
             return Value::Error;
         }
@@ -573,6 +580,21 @@ impl Checker {
         self.scopes.truncate(1);
         self.scopes.extend(caller_scopes);
         result
+    }
+
+    /// Why a call of `f` cannot be inlined where the calls being inlined now stand: `f` is
+    /// among them (it calls itself), or they are [`MAX_CALL_DEPTH`] deep already. Each says
+    /// which, so that a long chain of distinct functions is not called recursion.
+    fn uninlinable(&self, f: &ast::FnDecl) -> Option<String> {
+        let name = &f.name.name;
+        if self.calls.iter().any(|(n, _)| n == name) {
+            return Some(format!(
+                "function `{name}` cannot call itself: functions are inlined"
+            ));
+        }
+        (self.calls.len() >= MAX_CALL_DEPTH).then(|| {
+            format!("the call of `{name}` nests calls more than {MAX_CALL_DEPTH} deep: functions are inlined")
+        })
     }
 
     /// Bind the shape variables of `ann` from `value`, then check that they agree (E0201).

@@ -159,13 +159,18 @@ fn sampler(args: &GenerateArgs) -> Result<Sampler, RunError> {
 
 /// The cache's capacity or the window's length: the prompt and the new tokens, rounded up
 /// to a multiple of `step`, within the context; an error when the prompt alone does not fit.
+/// The sum saturates: `--max-new-tokens` may be any `usize`, and a sum that wrapped would
+/// be a capacity too small for the prompt.
 fn capacity(
     prompt: usize,
     new_tokens: usize,
     step: usize,
     context: Option<usize>,
 ) -> Result<usize, RunError> {
-    let wanted = (prompt + new_tokens).div_ceil(step) * step;
+    let wanted = prompt
+        .saturating_add(new_tokens)
+        .div_ceil(step)
+        .saturating_mul(step);
     match context {
         Some(c) if prompt >= c => Err(RunError::new(
             None,
@@ -295,5 +300,14 @@ mod tests {
             err.message,
             "the prompt has 300 tokens, the model's context only 300"
         );
+    }
+
+    /// `--max-new-tokens 18446744073709551614` after a 2-token prompt wrapped the sum to 0:
+    /// a capacity of 0, and nothing generated, silently.
+    #[test]
+    fn capacity_of_the_most_new_tokens_is_the_context() {
+        assert_eq!(capacity(2, usize::MAX - 1, CACHE_STEP, Some(8192)).unwrap(), 8192);
+        assert_eq!(capacity(2, usize::MAX, WINDOW_STEP, Some(300)).unwrap(), 300);
+        assert_eq!(capacity(2, usize::MAX, CACHE_STEP, None).unwrap(), usize::MAX);
     }
 }

@@ -37,6 +37,12 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 
 mod attention;
 
+/// The most nodes one row kernel computes. Each stage's formula repeats the elementwise
+/// nodes below it, so a kernel's code grows with the square of its nodes: a chain of
+/// `y = y.sum(-1, keepdim=True) + y` fused whole took minutes to compile at 1,000
+/// statements. A norm or a softmax by hand is a dozen nodes.
+const MAX_ROW_NODES: usize = 64;
+
 /// A constant scale: multiply by `node`'s value, or divide by it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Scale {
@@ -289,7 +295,8 @@ impl Decider<'_> {
     /// other; `None` unless there is a reduction among them (else it is a map).
     ///
     /// Walked from the root down in decreasing id: a node's readers all come after it, so
-    /// when it is reached, every reader it has inside the kernel is counted.
+    /// when it is reached, every reader it has inside the kernel is counted. The walk stops
+    /// at [`MAX_ROW_NODES`]: the nodes below are computed by kernels of their own.
     fn row(&self, root: ValueId) -> Option<Vec<ValueId>> {
         let shape = &self.program.tensor_type(root).shape;
         let (_, rows) = shape.split_last()?;
@@ -326,6 +333,9 @@ impl Decider<'_> {
                 }
                 op => op.is_elementwise() && (rowwise(v, false) || rowwise(v, true)),
             };
+            if fits && inside.len() == MAX_ROW_NODES {
+                break;
+            }
             if fits {
                 reductions += usize::from(matches!(self.op(v), Op::Reduce { .. }));
                 inside.insert(v);
@@ -376,14 +386,17 @@ impl Decider<'_> {
         })
     }
 
-    /// Counts how often the elementwise tree of `id` (its absorbed nodes) reads each of its
-    /// leaves.
-    fn leaves(&self, id: ValueId, reads: &mut HashMap<ValueId, usize>) {
-        for &a in self.args(id) {
-            if self.absorbed[a] && self.op(a).is_elementwise() {
-                self.leaves(a, reads);
-            } else {
-                *reads.entry(a).or_default() += 1;
+    /// Counts how often the elementwise tree of `root` (its absorbed nodes) reads each of its
+    /// leaves; walked with a stack, as [`Self::absorb_map_args`] builds it.
+    fn leaves(&self, root: ValueId, reads: &mut HashMap<ValueId, usize>) {
+        let mut stack = vec![root];
+        while let Some(id) = stack.pop() {
+            for &a in self.args(id) {
+                if self.absorbed[a] && self.op(a).is_elementwise() {
+                    stack.push(a);
+                } else {
+                    *reads.entry(a).or_default() += 1;
+                }
             }
         }
     }
@@ -463,12 +476,17 @@ impl Decider<'_> {
         }
     }
 
-    /// Absorbs the elementwise producers of an elementwise root, recursively.
-    fn absorb_map_args(&mut self, id: ValueId) {
-        for a in self.args(id).to_vec() {
-            if self.free(a) && self.op(a).is_elementwise() {
-                self.absorbed[a] = true;
-                self.absorb_map_args(a);
+    /// Absorbs the elementwise producers of an elementwise root, and theirs in turn. They
+    /// are walked with a stack of their own, not by recursion: a chain of them is as long as
+    /// the program makes it, deeper than the thread's stack.
+    fn absorb_map_args(&mut self, root: ValueId) {
+        let mut stack = vec![root];
+        while let Some(id) = stack.pop() {
+            for a in self.args(id).to_vec() {
+                if self.free(a) && self.op(a).is_elementwise() {
+                    self.absorbed[a] = true;
+                    stack.push(a);
+                }
             }
         }
     }

@@ -144,7 +144,10 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Appends `id`'s expression to `expr`; returns its index.
+    /// Appends `id`'s expression to `expr`: each absorbed producer's formula before the
+    /// formula that reads it, the operands in order. The producers are walked with a stack
+    /// of their own, not by recursion: a chain of absorbed ops is as long as the program
+    /// makes it (`let a2 = a1 + x` twenty thousand times), deeper than the thread's stack.
     fn expr(
         &mut self,
         root: ValueId,
@@ -152,52 +155,94 @@ impl Lowerer<'_> {
         shape: &[usize],
         inputs: &mut Vec<Operand>,
         expr: &mut Vec<Expr>,
-    ) -> Result<usize, PlanError> {
-        let node = self.program.node(id);
-        let inline = id == root || (self.fusion.absorbed[id] && node.op.is_elementwise());
-        let e = if self.fusion.constant[id] {
-            Expr::Const(self.constant(id)?)
-        } else if inline {
-            let args = node.args.clone();
-            let mut a = Vec::new();
-            for &x in &args {
-                a.push(self.expr(root, x, shape, inputs, expr)?);
-            }
-            match (&node.op, a.as_slice()) {
-                // Only ever a root, so its last two axes are the map's.
-                (&Op::Tri { upper, diagonal }, &[x]) => {
-                    let r = shape.len();
-                    let mut push = |e: Expr| {
-                        expr.push(e);
-                        expr.len() - 1
-                    };
-                    let (j, i) = (push(Expr::Index(r - 1)), push(Expr::Index(r - 2)));
-                    let offset = push(Expr::Binary(BinaryOp::Sub, j, i));
-                    let diagonal = push(Expr::Const(diagonal as f32));
-                    let side = if upper { CmpOp::Ge } else { CmpOp::Le };
-                    let keep = push(Expr::Compare(side, offset, diagonal));
-                    let zero = push(Expr::Const(0.0));
-                    Expr::Select(keep, x, zero)
+    ) -> Result<(), PlanError> {
+        /// A node to start (push its operands) or to finish (its operands are done).
+        enum Step {
+            Start(ValueId),
+            Finish(ValueId),
+        }
+        // The formula indices of the operands finished and not yet read, in order.
+        let mut done: Vec<usize> = Vec::new();
+        let mut steps = vec![Step::Start(id)];
+        while let Some(step) = steps.pop() {
+            match step {
+                Step::Start(id) if self.inlined(root, id) => {
+                    steps.push(Step::Finish(id));
+                    let args = &self.program.node(id).args;
+                    steps.extend(args.iter().rev().map(|&x| Step::Start(x)));
                 }
-                _ => map_node(id, &node.op, &a)?,
-            }
-        } else {
-            let v = self.view(id)?;
-            let op = v
-                .expand(shape)
-                .ok_or_else(|| internal(format!("node {id} does not broadcast to {shape:?}")))?
-                .operand();
-            let i = match inputs.iter().position(|o| *o == op) {
-                Some(i) => i,
-                None => {
-                    inputs.push(op);
-                    inputs.len() - 1
+                Step::Start(id) => {
+                    let e = self.leaf(id, shape, inputs)?;
+                    expr.push(e);
+                    done.push(expr.len() - 1);
                 }
-            };
-            Expr::Input(i)
+                Step::Finish(id) => {
+                    let a = done.split_off(done.len() - self.program.node(id).args.len());
+                    let e = self.formula(id, shape, &a, expr)?;
+                    expr.push(e);
+                    done.push(expr.len() - 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `id` is computed inside the map of `root`: the root itself, or an
+    /// elementwise producer fusion absorbed (a constant is a leaf even then).
+    fn inlined(&self, root: ValueId, id: ValueId) -> bool {
+        let elementwise = self.fusion.absorbed[id] && self.program.node(id).op.is_elementwise();
+        !self.fusion.constant[id] && (id == root || elementwise)
+    }
+
+    /// The formula of a node the map does not compute: a constant, or an input of the map
+    /// (added to `inputs` unless an equal operand is there).
+    fn leaf(&mut self, id: ValueId, shape: &[usize], inputs: &mut Vec<Operand>) -> Result<Expr, PlanError> {
+        if self.fusion.constant[id] {
+            return Ok(Expr::Const(self.constant(id)?));
+        }
+        let v = self.view(id)?;
+        let op = v
+            .expand(shape)
+            .ok_or_else(|| internal(format!("node {id} does not broadcast to {shape:?}")))?
+            .operand();
+        let i = match inputs.iter().position(|o| *o == op) {
+            Some(i) => i,
+            None => {
+                inputs.push(op);
+                inputs.len() - 1
+            }
         };
-        expr.push(e);
-        Ok(expr.len() - 1)
+        Ok(Expr::Input(i))
+    }
+
+    /// The formula of inlined node `id` over its operands' formulas `a`; a `tril`'s pushes
+    /// the index arithmetic it selects by to `expr` first.
+    fn formula(
+        &self,
+        id: ValueId,
+        shape: &[usize],
+        a: &[usize],
+        expr: &mut Vec<Expr>,
+    ) -> Result<Expr, PlanError> {
+        let node = self.program.node(id);
+        Ok(match (&node.op, a) {
+            // Only ever a root, so its last two axes are the map's.
+            (&Op::Tri { upper, diagonal }, &[x]) => {
+                let r = shape.len();
+                let mut push = |e: Expr| {
+                    expr.push(e);
+                    expr.len() - 1
+                };
+                let (j, i) = (push(Expr::Index(r - 1)), push(Expr::Index(r - 2)));
+                let offset = push(Expr::Binary(BinaryOp::Sub, j, i));
+                let diagonal = push(Expr::Const(diagonal as f32));
+                let side = if upper { CmpOp::Ge } else { CmpOp::Le };
+                let keep = push(Expr::Compare(side, offset, diagonal));
+                let zero = push(Expr::Const(0.0));
+                Expr::Select(keep, x, zero)
+            }
+            _ => map_node(id, &node.op, a)?,
+        })
     }
 
     /// The two parts of a `cat` along the keys: the parts themselves where fusion absorbed

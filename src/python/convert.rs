@@ -10,7 +10,7 @@
 
 use crate::runtime::files::Tensors;
 use crate::runtime::Tensor;
-use numpy::{dtype, PyArrayDescr, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
+use numpy::{PyArrayDescr, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -36,16 +36,17 @@ impl Held<'_> {
     }
 }
 
-/// `obj` as a float32 C-contiguous array: borrowed when it already is one, else converted.
+/// `obj` as a float32 C-contiguous array: borrowed when it already is one (and aligned, as
+/// a slice of `f32` must be), else converted.
 pub fn input<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
     if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        if a.is_c_contiguous() {
+        if a.is_c_contiguous() && a.is_aligned() {
             return borrow(a);
         }
     }
     let array = ndarray_of(py, obj)?;
     let descr = array.dtype();
-    if store_dtype(py, &descr).is_none() {
+    if store_dtype(&descr).is_none() {
         return Err(unreadable(&descr));
     }
     let converted = to_f32(py, &array)?;
@@ -77,34 +78,37 @@ fn ndarray_of<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'
     Ok(array.cast_into::<PyUntypedArray>()?)
 }
 
-/// A C-contiguous float32 copy.
+/// A C-contiguous, aligned float32 copy. `numpy.require` with `C` and `A`, not
+/// `numpy.ascontiguousarray`, which gives back a contiguous float32 array as it is, however
+/// misaligned (`numpy.frombuffer(b, numpy.float32, offset=1)`), and a misaligned array
+/// cannot be read as a slice of `f32`.
 fn to_f32<'py>(py: Python<'py>, array: &Bound<'py, PyUntypedArray>) -> PyResult<Bound<'py, PyAny>> {
     let numpy = py.import("numpy")?;
     let kwargs = PyDict::new(py);
     kwargs.set_item("dtype", numpy.getattr("float32")?)?;
-    numpy.call_method("ascontiguousarray", (array,), Some(&kwargs))
+    kwargs.set_item("requirements", "CA")?;
+    numpy.call_method("require", (array,), Some(&kwargs))
 }
 
-/// The safetensors dtype of a NumPy dtype attnc reads (what a weight's messages name).
-fn store_dtype(py: Python<'_>, descr: &Bound<'_, PyArrayDescr>) -> Option<Dtype> {
-    let candidates = [
-        (dtype::<f32>(py), Dtype::F32),
-        (dtype::<f64>(py), Dtype::F64),
-        (dtype::<bool>(py), Dtype::BOOL),
-        (dtype::<i8>(py), Dtype::I8),
-        (dtype::<i16>(py), Dtype::I16),
-        (dtype::<i32>(py), Dtype::I32),
-        (dtype::<i64>(py), Dtype::I64),
-        (dtype::<u8>(py), Dtype::U8),
-        (dtype::<u16>(py), Dtype::U16),
-        (dtype::<u32>(py), Dtype::U32),
-        (dtype::<u64>(py), Dtype::U64),
-    ];
-    if let Some((_, d)) = candidates.iter().find(|(c, _)| descr.is_equiv_to(c)) {
-        return Some(*d);
-    }
-    // NumPy's float16 has no Rust element type here: its kind and size say it.
-    (descr.kind() == b'f' && descr.itemsize() == 2).then_some(Dtype::F16)
+/// The safetensors dtype of a NumPy dtype attnc reads (what a weight's messages name): by
+/// its kind and size, so that either byte order is read (`>f4` as well as `<f4`: the
+/// conversion to float32 swaps the bytes), as the module's doc promises of every float.
+fn store_dtype(descr: &Bound<'_, PyArrayDescr>) -> Option<Dtype> {
+    Some(match (descr.kind(), descr.itemsize()) {
+        (b'f', 2) => Dtype::F16,
+        (b'f', 4) => Dtype::F32,
+        (b'f', 8) => Dtype::F64,
+        (b'b', 1) => Dtype::BOOL,
+        (b'i', 1) => Dtype::I8,
+        (b'i', 2) => Dtype::I16,
+        (b'i', 4) => Dtype::I32,
+        (b'i', 8) => Dtype::I64,
+        (b'u', 1) => Dtype::U8,
+        (b'u', 2) => Dtype::U16,
+        (b'u', 4) => Dtype::U32,
+        (b'u', 8) => Dtype::U64,
+        _ => return None,
+    })
 }
 
 fn unreadable(descr: &Bound<'_, PyArrayDescr>) -> PyErr {
@@ -124,7 +128,7 @@ pub fn weights(py: Python<'_>, dict: &Bound<'_, PyDict>) -> PyResult<Tensors> {
         let array = ndarray_of(py, &value)
             .map_err(|e| PyTypeError::new_err(format!("weight `{key}`: {}", e.value(py))))?;
         let descr = array.dtype();
-        let dtype = store_dtype(py, &descr).ok_or_else(|| unreadable(&descr))?;
+        let dtype = store_dtype(&descr).ok_or_else(|| unreadable(&descr))?;
         let held = borrow(to_f32(py, &array)?.cast::<PyArrayDyn<f32>>()?)?;
         entries.push((key, dtype, Tensor::new(held.shape(), held.slice()?.to_vec())));
     }

@@ -22,7 +22,7 @@ pub fn out_of_range(
     rows: usize,
 ) -> RunError {
     let node = program.node(gather);
-    let ids = source(program, node.args[1]);
+    let ids = quoted(program, node.args[1]);
     let table = source(program, node.args[0]);
     let position = unflatten(flat, shape);
     RunError::new(
@@ -36,7 +36,7 @@ pub fn out_of_range(
 /// outside the `size` slices of the axis it writes.
 pub fn copy_out_of_range(program: &Program, copy: ValueId, at: usize, value: f32, size: usize) -> RunError {
     let node = program.node(copy);
-    let index = source(program, node.args[1]);
+    let index = quoted(program, node.args[1]);
     let target = source(program, node.args[0]);
     let Op::IndexCopy { axis, .. } = node.op else {
         unreachable!("copy_out_of_range is called on an index_copy")
@@ -47,6 +47,22 @@ pub fn copy_out_of_range(program: &Program, copy: ValueId, at: usize, value: f32
     )
     .with_hint(format!("give positions from 0 to {}", size.saturating_sub(1)))
 }
+
+/// What holds the ids or positions `id` whose value and position a message quotes: the
+/// input itself (`input `input_ids``) when the op reads it as it is, else `a tensor computed
+/// from input `x``: the value of `W[(x * 1000).long()]` at `[0, 0]` is -644 where `x` holds
+/// -0.644, and that of `W[ids.t()]` at `[1, 0]` is `ids`' at `[0, 1]`.
+fn quoted(program: &Program, id: ValueId) -> String {
+    let made_from = source(program, id);
+    match program.node(id).op {
+        Op::Input(_) => made_from,
+        _ if made_from == COMPUTED => made_from,
+        _ => format!("a tensor computed from {made_from}"),
+    }
+}
+
+/// How [`source`] names what it cannot follow to an input or a weight.
+const COMPUTED: &str = "a computed tensor";
 
 /// `input `input_ids``, `weight `embeddings.word_embeddings.weight``, or `a computed
 /// value`: what a gather's operand was made from, following conversions and views.
@@ -63,7 +79,7 @@ pub fn source(program: &Program, mut id: ValueId) -> String {
             Op::IndexCopy { .. } => id = node.args[0],
             _ => match node.args.first() {
                 Some(&a) if node.args.len() <= 2 => id = a,
-                _ => return "a computed tensor".to_string(),
+                _ => return COMPUTED.to_string(),
             },
         }
     }

@@ -35,6 +35,7 @@ pub struct Limits {
 /// What a generation did and how long it took.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
+    /// The prompt's tokens the prefill ran: none when no token was asked for.
     pub prompt_tokens: usize,
     pub prefill: Duration,
     /// New tokens, the end-of-sequence one included.
@@ -62,16 +63,17 @@ pub fn generate(
     limits: Limits,
     mut emit: impl FnMut(u32) -> Result<(), RunError>,
 ) -> Result<Stats, RunError> {
+    if prompt.is_empty() {
+        return Err(RunError::new(None, "the prompt has no tokens").with_hint("give a prompt with some text"));
+    }
+    // No prefill runs, so none is counted: its tokens over no time were 2e9 tokens/s.
+    if limits.max_new_tokens == 0 {
+        return Ok(Stats::default());
+    }
     let mut stats = Stats {
         prompt_tokens: prompt.len(),
         ..Stats::default()
     };
-    if prompt.is_empty() {
-        return Err(RunError::new(None, "the prompt has no tokens").with_hint("give a prompt with some text"));
-    }
-    if limits.max_new_tokens == 0 {
-        return Ok(stats);
-    }
     let start = Instant::now();
     let mut logits = model.forward(prompt, 0)?;
     stats.prefill = start.elapsed();
@@ -159,8 +161,9 @@ mod tests {
             max_new_tokens: 0,
             eos: None,
         };
-        let (ids, _, calls) = run(&[1], limits);
+        let (ids, stats, calls) = run(&[1], limits);
         assert!(ids.is_empty() && calls.is_empty());
+        assert_eq!(stats.prefill_tokens_per_second(), 0.0);
         let mut model = Counter {
             vocab: 2,
             seen: 0,

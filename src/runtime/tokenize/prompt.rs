@@ -20,6 +20,13 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
 
+/// The fuel a chat template's render may spend (minijinja's unit: about one instruction, or
+/// 64 bytes of data made). The template is the GGUF file's, and two nested loops over
+/// `range(10000)` ran for hours, or wrote its output until the system ran out of memory;
+/// this bounds a render to about a second and 64 MB. A chat template renders one message in
+/// a few hundred, and a prompt as long as a command line takes (128 KiB) in some thousands.
+const TEMPLATE_FUEL: u64 = 1_000_000;
+
 /// GGUF's token types that become added tokens.
 const CONTROL: i64 = 3;
 const USER_DEFINED: i64 = 4;
@@ -160,9 +167,16 @@ impl ChatTemplate {
             if let Some(detail) = e.detail() {
                 message = format!("{message} ({detail})");
             }
-            RunError::new(None, message)
+            let error = RunError::new(None, message);
+            match e.kind() {
+                minijinja::ErrorKind::OutOfFuel => error.with_hint(format!(
+                    "the template does more than {TEMPLATE_FUEL} steps of work for one message: it is not a chat template"
+                )),
+                _ => error,
+            }
         };
         let mut env = minijinja::Environment::new();
+        env.set_fuel(Some(TEMPLATE_FUEL));
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
             .lstrip_blocks(true)
@@ -357,5 +371,18 @@ mod tests {
         };
         let message = failing.render("x").unwrap_err().message;
         assert!(message.contains("no system role"), "{message}");
+    }
+
+    /// A template is the GGUF file's: one that loops 9 million times (or for hours, or
+    /// writes until memory runs out) is refused once it has spent its fuel.
+    #[test]
+    fn a_template_that_does_too_much_work_is_refused() {
+        let busy = ChatTemplate {
+            source: "{% for i in range(3000) %}{% for j in range(3000) %}{% endfor %}{% endfor %}".into(),
+            specials: Vec::new(),
+        };
+        let err = busy.render("x").unwrap_err();
+        assert!(err.message.contains("ran out of fuel"), "{}", err.message);
+        assert!(err.hints[0].contains("not a chat template"), "{:?}", err.hints);
     }
 }
