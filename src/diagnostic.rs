@@ -55,6 +55,9 @@ pub enum Code {
     /// Run time: a value of an input that does not fit: an id outside its table, an int64
     /// beyond the integers float32 holds exactly, more tokens than the model has positions.
     E0306,
+    /// Run time: a program the native backend does not run (a gather by ids the program
+    /// computes, or inside a `for` over heads); the interpreter runs it.
+    E0307,
 }
 
 impl fmt::Display for Code {

@@ -235,6 +235,27 @@ fn e0306_names_ids_computed_from_an_input_as_computed() {
     );
 }
 
+/// A gather by ids the program computes runs on the interpreter (above); the native backend
+/// refuses it with a code and the way to run it, before any kernel runs.
+#[test]
+fn e0307_a_gather_by_computed_ids_on_the_native_backend_names_the_interpreter() {
+    let dir = scratch("e0307");
+    let src = dir.join("ids.attn");
+    std::fs::write(
+        &src,
+        "dim B, N, V = 10, D = 4\nparam W: [V, D] = \"w\"\ninput x: [B, N]\noutput y = W[(x * 0).long()]\n",
+    )
+    .unwrap();
+    let o = attnc(&["run", src.to_str().unwrap(), "--dim", "B=2", "--dim", "N=3"]);
+    expect_error(
+        &o,
+        &[
+            "error[E0307]: the native backend gathers rows of a weight by an input's ids only",
+            "--backend interp",
+        ],
+    );
+}
+
 #[test]
 fn broken_files_name_the_file_and_leave_no_output() {
     let dir = scratch("broken");

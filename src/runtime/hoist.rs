@@ -5,11 +5,11 @@
 //! computes, so it is taken out of the program before the optimizer (which has no gather)
 //! and done here, row by row, each id checked against the table (E0306). What the plan
 //! sees in its place is an input node of the gather's type. A gather by ids the program
-//! computes, or from a table it computes, is refused with a message (the interpreter runs
-//! it).
+//! computes, or from a table it computes, is refused (E0307: the interpreter runs it).
 
 use super::gather;
 use super::{Bound, RunError, Tensor};
+use crate::diagnostic::Code;
 use crate::ir::{DType, InputDecl, Op, Program, ValueId};
 
 /// A program without its gathers, and how to compute them from a [`Bound`].
@@ -26,8 +26,8 @@ struct HostGather {
     ids: usize,
 }
 
-/// `program` with each gather replaced by a new input; an error naming the first gather
-/// the host cannot do.
+/// `program` with each gather replaced by a new input; E0307 for the first gather the host
+/// cannot do.
 pub fn hoist(program: &Program) -> Result<Hoisted, RunError> {
     let mut out = program.clone();
     let mut gathers = Vec::new();
@@ -38,11 +38,11 @@ pub fn hoist(program: &Program) -> Result<Hoisted, RunError> {
         let (table, ids) = (program.node(node.args[0]), program.node(node.args[1]));
         let (Op::Param(t), Op::Input(i)) = (&table.op, &ids.op) else {
             let message = "the native backend gathers rows of a weight by an input's ids only";
-            return Err(RunError::new(None, message).with_hint("run with `--backend interp`"));
+            return Err(RunError::new(Some(Code::E0307), message).with_hint("run with `--backend interp`"));
         };
         if !program.body.contains(&id) {
             let message = "the native backend does not gather inside a `for` over heads";
-            return Err(RunError::new(None, message).with_hint("run with `--backend interp`"));
+            return Err(RunError::new(Some(Code::E0307), message).with_hint("run with `--backend interp`"));
         }
         out.inputs.push(InputDecl {
             name: format!("{}[{}]", program.params[*t].name, program.inputs[*i].name),
