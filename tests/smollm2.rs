@@ -463,6 +463,11 @@ fn generate_explains_what_it_cannot_do() {
     );
     let err = run(EXAMPLE, &["--prompt", "hi", "--temperature=-1"]);
     assert!(err.contains("the temperature must be a positive number"), "{err}");
+    let err = run(EXAMPLE, &["--prompt", "hi", "--dim", "C=4096"]);
+    assert!(
+        err.contains("`--dim C=4096`: `generate` sets the cache's capacity `C`"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -105,10 +105,7 @@ impl From<RunError> for Failed {
 /// The checked program with `extra` among the `--dim`s; its diagnostics printed otherwise.
 fn checked_program(args: &GenerateArgs, extra: Option<DimOverride>) -> Result<Program, Failed> {
     let mut dims: Vec<DimOverride> = args.dims.dims.clone();
-    if let Some(extra) = extra {
-        dims.retain(|d| d.name != extra.name);
-        dims.push(extra);
-    }
+    dims.extend(extra);
     let (src, checked) = load(&args.file, &dims).map_err(Failed::Exit)?;
     if checked.has_errors() {
         let name = args.file.display().to_string();
@@ -157,6 +154,17 @@ fn sampler(args: &GenerateArgs) -> Result<Sampler, RunError> {
     }
 }
 
+/// The cache's capacity is `generate`'s to set: a `--dim` for it would be replaced, and a
+/// user's value must not be dropped without a word.
+fn capacity_given(given: &DimOverride) -> RunError {
+    let message = format!(
+        "`--dim {}={}`: `generate` sets the cache's capacity `{}` from the prompt and `--max-new-tokens`",
+        given.name, given.value, given.name
+    );
+    RunError::new(None, message)
+        .with_hint("leave it out; `--max-new-tokens` bounds the tokens the cache holds")
+}
+
 /// The cache's capacity or the window's length: the prompt and the new tokens, rounded up
 /// to a multiple of `step`, within the context; an error when the prompt alone does not fit.
 /// The sum saturates: `--max-new-tokens` may be any `usize`, and a sum that wrapped would
@@ -195,6 +203,12 @@ fn run(args: &GenerateArgs, exit: &mut i32) -> Result<String, Failed> {
     };
     let prompt = model.tokenizer.encode(&text)?;
     let cache = capacity_dim(&program)?;
+    if let Some(given) = cache
+        .as_ref()
+        .and_then(|c| args.dims.dims.iter().find(|d| &d.name == c))
+    {
+        return Err(capacity_given(given).into());
+    }
     let step = if cache.is_some() { CACHE_STEP } else { WINDOW_STEP };
     let capacity = capacity(prompt.len(), args.max_new_tokens, step, model.context)?;
     let program = match cache {
