@@ -1,5 +1,5 @@
 //! Weights of few-row products packed once. A product of at most [`PACKED_ROWS`] rows does
-//! about one multiply-add per element of `b` it reads, so its time is streaming `b`; where
+//! a few multiply-adds per element of `b` it reads, so its time is mostly streaming `b`; where
 //! `b` is computed from params alone, a copy laid out in panels of [`PANEL`] columns
 //! ([`Gemm::packed`]) is made before the product, which memory planning moves to the
 //! prologue with every other kernel that reads params only: once per set of weights.

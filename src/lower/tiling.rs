@@ -29,12 +29,14 @@ pub fn fold_batch_into_rows(g: &mut Gemm) {
 const STREAMED: usize = 512 << 10;
 
 /// Rows up to which a product whose `b` is a weight reads it packed in panels
-/// ([`crate::kernel::Gemm::packed`], `lower/pack.rs`): MiniLM's 16 tokens and a decode
-/// step's one, measured faster that way in `BENCHMARKS.md` ("Few-row products from packed
-/// weights"). Past it the `gemm` crate, packing at every call, still measured faster than
-/// the many-row product from packed panels, 0.5-0.9x its speed at the models' shapes
-/// ("Products of many rows from packed weights").
-pub const PACKED_ROWS: usize = 16;
+/// ([`crate::kernel::Gemm::packed`], `lower/pack.rs`): a decode step's one token, a short
+/// sentence's or prompt's few dozen, measured faster that way in `BENCHMARKS.md` ("Few-row
+/// products from packed weights"; 32 rather than 16 since the product of 9 to 16 rows reads
+/// the weight once: MiniLM at 2 × 16 tokens 1.3× faster, SmolLM2's prefill of 24 tokens
+/// 1.4×). Past it the `gemm` crate, packing at every call, measured faster: 64 rows by a
+/// `k` of 1536 already ran at 0.73-0.93× its speed, each block of 16 rows reading the weight
+/// again ("few-row products of 9 to 16 rows").
+pub const PACKED_ROWS: usize = 32;
 
 /// Tiles of the result, chosen from the shape alone (never from the thread count, so that
 /// every thread count computes the same bits): while there are fewer than 4 tasks, each of

@@ -404,10 +404,10 @@ mod tests {
 
     #[test]
     fn packed_products_equal_a_plain_loop_for_every_few_rows_and_tail() {
-        // Every row count up to the lowering's threshold (16) and past it: blocks of two
+        // Every row count up to the lowering's threshold (32) and past it: blocks of two
         // panels up to 8 rows, of one panel and up to 16 rows past it, and the tails of
         // each; `k` past a chunk of steps (`KC`), and `a` with rows or columns contiguous.
-        for m in 1..=20 {
+        for m in 1..=40 {
             for (n, k) in [
                 (1, 1),
                 (15, 3),
