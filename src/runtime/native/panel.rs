@@ -3,10 +3,11 @@
 //! A product of few rows (a decode step's one token, a short sentence) does about one
 //! multiply-add per weight it reads: its time is streaming `b` from memory. Packed, each
 //! panel of [`PANEL`] columns is one run of memory read front to back, so every cache line
-//! fetched is used whole and the prefetcher sees two sequential streams. A step of `k`
-//! loads one row of two panels (32 columns) and multiplies it with a broadcast element of
-//! each row of `a`; with few rows, `k` is split into interleaved partial sums so that
-//! enough multiply-adds are in flight to keep up with the loads.
+//! fetched is used whole and the prefetcher sees two sequential streams. Up to 8 rows, a
+//! step of `k` loads one row of two panels (32 columns) and multiplies it with a broadcast
+//! element of each row of `a`; with fewer than 5 rows, `k` is split into interleaved
+//! partial sums so that enough multiply-adds are in flight to keep up with the loads. More
+//! rows are blocks of up to 16 by one panel ([`many`]).
 
 use crate::kernel::PANEL;
 use std::arch::x86_64::*;
@@ -44,6 +45,9 @@ pub unsafe fn sgemm(
         // SAFETY: this function's contract is `many`'s.
         return unsafe { many((m, n, k), (c, c_rs), (a, a_rs, a_cs), b, alpha) };
     }
+    if m == 0 {
+        return;
+    }
     let mut j = 0;
     while j < n {
         let w0 = (n - j).min(PANEL);
@@ -51,27 +55,21 @@ pub unsafe fn sgemm(
         // The second panel starts `k · w0` after the first (with `w1 = 0` it is past the
         // block and never read: `wrapping_add`, which may leave the allocation).
         let panels = (b.wrapping_add(j * k), w0, b.wrapping_add((j + w0) * k), w1);
-        let mut i = 0;
-        while i < m {
-            let rows = (m - i).min(MR);
-            // SAFETY: the rows and columns are a part of the product's (caller's contract),
-            // and the panels of columns `j..j + w0 + w1` are the `k·(w0 + w1)` floats from
-            // `b + j·k`, inside the `n·k` from `b`.
-            unsafe {
-                let (c, a) = (c.add(i * c_rs + j), a.add(i * a_rs));
-                let args = (k, c, c_rs, a, a_rs, a_cs, panels, alpha);
-                match rows {
-                    8 => block::<8, 1>(args),
-                    7 => block::<7, 1>(args),
-                    6 => block::<6, 1>(args),
-                    5 => block::<5, 1>(args),
-                    4 => block::<4, 2>(args),
-                    3 => block::<3, 2>(args),
-                    2 => block::<2, 4>(args),
-                    _ => block::<1, 4>(args),
-                }
+        // SAFETY: the `1..=MR` rows and the columns are the product's (caller's contract),
+        // and the panels of columns `j..j + w0 + w1` are the `k·(w0 + w1)` floats from
+        // `b + j·k`, inside the `n·k` from `b`.
+        unsafe {
+            let args = (k, c.add(j), c_rs, a, a_rs, a_cs, panels, alpha);
+            match m {
+                8 => block::<8, 1>(args),
+                7 => block::<7, 1>(args),
+                6 => block::<6, 1>(args),
+                5 => block::<5, 1>(args),
+                4 => block::<4, 2>(args),
+                3 => block::<3, 2>(args),
+                2 => block::<2, 4>(args),
+                _ => block::<1, 4>(args),
             }
-            i += rows;
         }
         j += w0 + w1;
     }
@@ -198,8 +196,9 @@ unsafe fn many(
     let mut i = 0;
     while i < m {
         let rows = (m - i).min(MR_MANY);
+        // At least one chunk, empty where `k = 0`: it writes the sums, 0.
         let mut p0 = 0;
-        while p0 < k {
+        loop {
             let kc = (k - p0).min(KC);
             // SAFETY: rows `i..i + rows` and steps `p0..p0 + kc` are inside `a` (contract).
             unsafe { copy_steps(&mut steps, (a.add(i * a_rs + p0 * a_cs), a_rs, a_cs), rows, kc) };
@@ -217,7 +216,7 @@ unsafe fn many(
                 // `b + j·k`, and its rows `p0..p0 + kc` the `kc·w` from `p0·w` on.
                 unsafe {
                     let (c, panel) = (c.add(i * c_rs + j), b.add(j * k + p0 * w));
-                    let args = (c, c_rs, panel, lane_mask(w));
+                    let args = (c, c_rs, panel, w);
                     match rows {
                         16 => one_panel::<16>(&chunk, args),
                         15 => one_panel::<15>(&chunk, args),
@@ -240,6 +239,9 @@ unsafe fn many(
                 j += w;
             }
             p0 += kc;
+            if p0 >= k {
+                break;
+            }
         }
         i += rows;
     }
@@ -343,15 +345,15 @@ struct Chunk {
 ///
 /// # Safety
 /// The CPU has AVX-512F; `chunk.steps` holds `chunk.kc` steps of `MR_MANY` floats;
-/// `panel` holds `chunk.kc` rows of the panel's width, whose lanes `mask` sets; for `r < R`
-/// and those lanes, `c + r·c_rs + j` is inside its allocation.
+/// `panel` holds `chunk.kc` rows of its width `w <= PANEL`; for `r < R` and `j < w`,
+/// `c + r·c_rs + j` is inside its allocation.
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn one_panel<const R: usize>(
     chunk: &Chunk,
-    (c, c_rs, panel, mask): (*mut f32, usize, *const f32, u16),
+    (c, c_rs, panel, w): (*mut f32, usize, *const f32, usize),
 ) {
-    let w = mask.count_ones() as usize;
+    let mask = lane_mask(w);
     let mut s = [_mm512_setzero_ps(); R];
     if !chunk.first {
         for (r, s) in s.iter_mut().enumerate() {
@@ -418,6 +420,7 @@ mod tests {
                 (64, 64),
                 (97, 130),
                 (40, 1100),
+                (20, 0),
             ] {
                 let (a, b) = (values(m * k, m), values(k * n, n));
                 let packed = pack(&b, k, n);
