@@ -9,6 +9,7 @@
 //! `cargo bench --bench kernels -- norm` times only the norm feeding a GEMM, three ways
 //! (BENCHMARKS.md, "decisions"); `cargo bench --bench kernels -- tile` only the attention
 //! kernel's tile products at the seed module's shapes.
+//! `-- softmax` only the fused softmax.
 
 use attnc::driver::check_source;
 use attnc::ir::CmpOp;
@@ -636,6 +637,17 @@ fn norm_into_gemm(threads: usize) {
     }
 }
 
+/// The fused softmax's elements per second at three row lengths.
+fn softmax_table(threads: usize) {
+    println!("softmax (scale, mask, max, exp, sum, normalize), {threads} thread(s)");
+    for &(rows, len) in &[(4096, 128), (4096, 512), (1024, 2048)] {
+        println!(
+            "  {rows:>5} rows x {len:<5}  {:6.2} G elements/s",
+            softmax(rows, len, threads) / 1e9
+        );
+    }
+}
+
 fn main() {
     let threads: usize = std::env::var("ATTNC_THREADS")
         .ok()
@@ -649,6 +661,10 @@ fn main() {
         println!("attention tile products, GFLOP/s, 1 thread (the FMA peak: `cargo bench --bench peak`)");
         attention_tiles(256);
         attention_tiles(64);
+        return;
+    }
+    if std::env::args().any(|a| a == "softmax") {
+        softmax_table(threads);
         return;
     }
     println!("GEMM GFLOP/s, {threads} thread(s) (the FMA peak: `cargo bench --bench peak`)");
@@ -670,13 +686,7 @@ fn main() {
             gemm_kernel(m, n, k, (128.min(m), 128.min(n)), threads, true),
         );
     }
-    println!("softmax (scale, mask, max, exp, sum, normalize), {threads} thread(s)");
-    for &(rows, len) in &[(4096, 128), (4096, 512), (1024, 2048)] {
-        println!(
-            "  {rows:>5} rows x {len:<5}  {:6.2} G elements/s",
-            softmax(rows, len, threads) / 1e9
-        );
-    }
+    softmax_table(threads);
     // 64k elements: a call takes well under a millisecond, so on a loaded machine most calls
     // run without being preempted (at 1M elements the medians measured the scheduler).
     let (rows, len) = (64, 1024);

@@ -3,8 +3,10 @@
 use super::emit::{Emit, LANES};
 use super::math::{eval, float_cc};
 use crate::kernel::{Expr, MaskFill, Softmax};
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32, F32X4, I32};
 use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_frontend::Variable;
 
 /// One row of scores being normalized: `len` elements at `src` (stride `src_stride`),
 /// written to `dst` (stride `dst_stride`, may equal `src`).
@@ -83,6 +85,55 @@ pub fn lanes(e: &mut Emit, len: Value, vector: bool, mut body: impl FnMut(&mut E
     e.for_range(split, len, 1, |e, j| body(e, j, 1));
 }
 
+/// Calls `body(j, w, slot)` for `j` in `0..len` in the order a row's maximum and sum take,
+/// the native tile softmax's (`runtime/native/softmax.rs`): where `vector`, 16 keys a trip
+/// as four vectors (`slot` 0 to 3: four accumulators, the shim's 16 lanes), then the whole
+/// vectors left, each in the slot its keys would have in a trip (at most three: slots 0,
+/// 1, 2), then one lane at a time (`w` = 1, `slot` 0).
+fn sixteen(e: &mut Emit, len: Value, vector: bool, mut body: impl FnMut(&mut Emit, Value, usize, usize)) {
+    let zero = e.int(0);
+    let split = match vector {
+        true => {
+            let mask16 = e.int(-(4 * LANES as i64));
+            let whole = e.b.ins().band(len, mask16);
+            e.for_range(zero, whole, 4 * LANES as i64, |e, j| {
+                for slot in 0..4 {
+                    let at = offset(e, j, slot * LANES);
+                    body(e, at, LANES, slot);
+                }
+            });
+            let mask4 = e.int(-(LANES as i64));
+            let quads = e.b.ins().band(len, mask4);
+            for slot in 0..3 {
+                let at = offset(e, whole, slot * LANES);
+                let end = e.b.ins().iadd_imm_s(at, LANES as i64);
+                let fits = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, quads);
+                e.when(fits, |e| body(e, at, LANES, slot));
+            }
+            quads
+        }
+        false => zero,
+    };
+    e.for_range(split, len, 1, |e, j| body(e, j, 1, 0));
+}
+
+/// `j + d`, or `j` itself where `d` is 0.
+fn offset(e: &mut Emit, j: Value, d: usize) -> Value {
+    match d {
+        0 => j,
+        d => e.b.ins().iadd_imm_s(j, d as i64),
+    }
+}
+
+/// Four accumulators folded as the shim folds its 16 lanes: `f(v0, v2)` and `f(v1, v3)`,
+/// then those two, each `f(first, second)`.
+fn fold(e: &mut Emit, acc: [Variable; 4], mut f: impl FnMut(&mut Emit, Value, Value) -> Value) -> Value {
+    let v = acc.map(|a| e.b.use_var(a));
+    let a = f(e, v[0], v[2]);
+    let b = f(e, v[1], v[3]);
+    f(e, a, b)
+}
+
 /// The score at `j` on `w` lanes: `masked_fill(change(src) * scale)`.
 fn score(e: &mut Emit, row: &Row, j: Value, w: usize) -> Value {
     let addr = e.step(row.src, j, row.src_stride);
@@ -140,22 +191,22 @@ impl<'a> Row<'a> {
 pub fn scale_mask_max(e: &mut Emit, row: &Row) -> Value {
     let vector = row.vector();
     let ninf = e.splat(f32::NEG_INFINITY, LANES);
-    let vmax = e.var(F32X4, ninf);
+    let vmax = [(); 4].map(|_| e.var(F32X4, ninf));
     let ninf1 = e.f32(f32::NEG_INFINITY);
     let smax = e.var(F32, ninf1);
     let store = row.stores_scores();
-    lanes(e, row.len, vector, |e, j, w| {
+    sixteen(e, row.len, vector, |e, j, w, slot| {
         let y = score(e, row, j, w);
         if store {
             let addr = e.step(row.dst, j, row.dst_stride);
             e.store(y, addr);
         }
-        let acc = if w == 1 { smax } else { vmax };
+        let acc = if w == 1 { smax } else { vmax[slot] };
         let old = e.b.use_var(acc);
         let new = e.max(old, y);
         e.b.def_var(acc, new);
     });
-    let v = e.b.use_var(vmax);
+    let v = fold(e, vmax, |e, a, b| e.max(a, b));
     let a = e.hmax(v);
     let s = e.b.use_var(smax);
     e.max(a, s)
@@ -171,11 +222,11 @@ pub fn exp_sum(e: &mut Emit, row: &Row, max: Value, scaled: bool) -> Value {
     let max = e.pin(max);
     let vector = row.vector();
     let zero = e.splat(0.0, LANES);
-    let vsum = e.var(F32X4, zero);
+    let vsum = [(); 4].map(|_| e.var(F32X4, zero));
     let zero1 = e.f32(0.0);
     let ssum = e.var(F32, zero1);
     let vmax = e.b.ins().splat(F32X4, max);
-    lanes(e, row.len, vector, |e, j, w| {
+    sixteen(e, row.len, vector, |e, j, w, slot| {
         let y = score(e, row, j, w);
         let m = if w == 1 { max } else { vmax };
         let d = e.b.ins().fsub(y, m);
@@ -185,12 +236,12 @@ pub fn exp_sum(e: &mut Emit, row: &Row, max: Value, scaled: bool) -> Value {
         };
         let addr = e.step(row.dst, j, row.dst_stride);
         e.store(p, addr);
-        let acc = if w == 1 { ssum } else { vsum };
+        let acc = if w == 1 { ssum } else { vsum[slot] };
         let old = e.b.use_var(acc);
         let new = e.b.ins().fadd(old, p);
         e.b.def_var(acc, new);
     });
-    let v = e.b.use_var(vsum);
+    let v = fold(e, vsum, |e, a, b| e.b.ins().fadd(a, b));
     let a = e.hsum(v);
     let s = e.b.use_var(ssum);
     e.b.ins().fadd(a, s)

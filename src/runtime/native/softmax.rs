@@ -6,18 +6,16 @@
 //! It computes the bits the 128-bit JIT path computes (`codegen/softmax.rs`'s
 //! `scale_mask_max` and `exp_sum`, `codegen/attention.rs`'s `update_row`), so that the
 //! interpreter's tolerances and every thread count see one result: the same `exp`
-//! polynomial, operation for operation, and the same order of every sum and maximum. The
-//! JIT accumulates a row four lanes at a time (lane `l` takes the keys `j ≡ l mod 4`, in
-//! order); here one 512-bit vector holds four keys of four rows, one row per 128-bit
-//! quarter, so each quarter is that row's four-lane accumulator and the order is kept.
+//! polynomial, operation for operation, and the same order of every sum and maximum. That
+//! order is this routine's natural one: a row's keys in 16 lanes (key `j` in lane
+//! `j mod 16`, in order), over its whole groups of four keys; the lanes folded in halves
+//! (256 bits, then 128, then the JIT's pairs of lanes); then the keys left one by one. The
+//! JIT keeps the 16 lanes as four vectors of four.
 //!
 //! [`tile_softmax`]: crate::codegen
 
 use crate::codegen::{EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
 use std::arch::x86_64::*;
-
-/// Rows per vector: one per 128-bit quarter.
-const GROUP: usize = 4;
 
 /// The running state of the tile's rows: each row's maximum and sum so far (`rows` floats
 /// each), and its output row (`dv` floats, strides `rs` between rows and `cs` between
@@ -42,63 +40,36 @@ pub struct Running {
 /// none of them is another's.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn tile_softmax((rows, cols): (usize, usize), (tile, tile_rs): (*mut f32, usize), run: &Running) {
-    let mut i = 0;
-    while i < rows {
-        let g = (rows - i).min(GROUP);
-        // Rows past the tile repeat the group's last row and are never written.
-        let mut at = [tile; GROUP];
-        for (q, row) in at.iter_mut().enumerate() {
-            // SAFETY: row `i + min(q, g - 1)` is one of the tile's `rows` (the contract).
-            *row = unsafe { tile.add((i + q.min(g - 1)) * tile_rs) };
-        }
-        // SAFETY: the group's rows are inside the tile, and its rows' statistics and
-        // outputs inside theirs (the contract).
-        unsafe { group(&at, g, cols, i, run) };
-        i += g;
+    for i in 0..rows {
+        // SAFETY: row `i < rows` of the tile, of the statistics and of the outputs are
+        // inside their allocations (the contract).
+        unsafe { update(tile.add(i * tile_rs), cols, i, run) };
     }
 }
 
-/// Rows `i..i + g` of the tile, at `at` (`g ≤ 4`; the rest repeat row `g - 1`).
+/// Row `i` of the tile, its `cols` scores at `row`.
 ///
 /// # Safety
-/// [`tile_softmax`]'s contract, for these rows.
+/// [`tile_softmax`]'s contract, for this row.
 #[target_feature(enable = "avx512f")]
-unsafe fn group(at: &[*mut f32; GROUP], g: usize, cols: usize, i: usize, run: &Running) {
-    // SAFETY: the rows' `cols` scores are inside the tile (the contract).
-    let row_max = unsafe { group_max(at, cols) };
-    let mut base = [0.0f32; GROUP];
-    let mut m_old = [0.0f32; GROUP];
-    let mut m_new = [0.0f32; GROUP];
-    for q in 0..g {
-        // SAFETY: row `i + q` of the statistics is inside them (the contract).
-        m_old[q] = unsafe { *run.max.add(i + q) };
-        m_new[q] = max(m_old[q], row_max[q]);
+unsafe fn update(row: *mut f32, cols: usize, i: usize, run: &Running) {
+    // SAFETY: the row's `cols` scores are inside the tile (the contract).
+    let row_max = unsafe { row_max(row, cols) };
+    // SAFETY: row `i` of the statistics and of the output are inside them (the contract).
+    unsafe {
+        let m_old = *run.max.add(i);
+        let m_new = max(m_old, row_max);
         // A row whose every key so far is removed subtracts 0, so `-inf - -inf` is not NaN.
-        base[q] = if m_new[q] == f32::NEG_INFINITY {
-            0.0
-        } else {
-            m_new[q]
-        };
-    }
-    // The rows past `g` repeat row `g - 1`, and its base with it.
-    for q in g..GROUP {
-        base[q] = base[g - 1];
-    }
-    // SAFETY: as for the maximum; the rows past `g` are not written.
-    let sum = unsafe { group_exp_sum(at, g, cols, base) };
-    for q in 0..g {
+        let base = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+        let sum = exp_sum(row, cols, base);
         // `base` is at least `m_old`: the exponent is never positive.
-        let corr = exp_nonpositive1(m_old[q] - base[q]);
-        // SAFETY: row `i + q` of the statistics and of the output are inside them (the
-        // contract).
-        unsafe {
-            let l_at = run.sum.add(i + q);
-            *l_at = (*l_at).mul_add(corr, sum[q]);
-            *run.max.add(i + q) = m_new[q];
-            // A product by exactly 1 changes no bit: a row whose maximum stayed is left.
-            if run.later && corr != 1.0 {
-                scale(run.out.add((i + q) * run.rs), run.dv, run.cs, corr);
-            }
+        let corr = exp_nonpositive1(m_old - base);
+        let l_at = run.sum.add(i);
+        *l_at = (*l_at).mul_add(corr, sum);
+        *run.max.add(i) = m_new;
+        // A product by exactly 1 changes no bit: a row whose maximum stayed is left.
+        if run.later && corr != 1.0 {
+            scale(run.out.add(i * run.rs), run.dv, run.cs, corr);
         }
     }
 }
@@ -113,111 +84,111 @@ fn max(a: f32, b: f32) -> f32 {
     }
 }
 
-/// Four keys of each of the four rows, from key `j`: row `q` in quarter `q`.
-///
-/// # Safety
-/// Keys `j..j + 4` of every row are inside the tile.
-#[target_feature(enable = "avx512f")]
-unsafe fn gather(at: &[*mut f32; GROUP], j: usize) -> __m512 {
-    // SAFETY: the four keys of each row are inside the tile (the contract).
-    unsafe {
-        let v = _mm512_castps128_ps512(_mm_loadu_ps(at[0].add(j)));
-        let v = _mm512_insertf32x4::<1>(v, _mm_loadu_ps(at[1].add(j)));
-        let v = _mm512_insertf32x4::<2>(v, _mm_loadu_ps(at[2].add(j)));
-        _mm512_insertf32x4::<3>(v, _mm_loadu_ps(at[3].add(j)))
+/// The keys of a row that go through the 16 lanes: `(whole, quads)`, the end of its whole
+/// groups of 16 and of its whole groups of 4 (the lanes set in the last, partial vector).
+fn spans(cols: usize) -> (usize, usize) {
+    (cols & !15, cols & !3)
+}
+
+/// The low `lanes` bits set (at most 16).
+fn lane_mask(lanes: usize) -> u16 {
+    match lanes {
+        0 => 0,
+        l if l >= 16 => u16::MAX,
+        l => (1u16 << l) - 1,
     }
 }
 
-/// Writes quarter `q` of `v` to keys `j..j + 4` of row `q`, for the first `g` rows.
-///
-/// # Safety
-/// Keys `j..j + 4` of the first `g` rows are inside the tile.
+/// The 16 lanes as the JIT folds its four vectors: the upper 256 bits and the lower,
+/// `(lower, upper)`, for the caller to combine; then it combines the upper 128 bits of that
+/// with the lower in [`fold4`].
 #[target_feature(enable = "avx512f")]
-unsafe fn scatter(at: &[*mut f32; GROUP], g: usize, j: usize, v: __m512) {
-    // SAFETY: the four keys of each of the `g` rows are inside the tile (the contract).
-    unsafe {
-        _mm_storeu_ps(at[0].add(j), _mm512_castps512_ps128(v));
-        if g > 1 {
-            _mm_storeu_ps(at[1].add(j), _mm512_extractf32x4_ps::<1>(v));
-        }
-        if g > 2 {
-            _mm_storeu_ps(at[2].add(j), _mm512_extractf32x4_ps::<2>(v));
-        }
-        if g > 3 {
-            _mm_storeu_ps(at[3].add(j), _mm512_extractf32x4_ps::<3>(v));
-        }
-    }
+fn halves(v: __m512) -> (__m256, __m256) {
+    let hi = _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v));
+    (_mm512_castps512_ps256(v), _mm256_castpd_ps(hi))
 }
 
-/// The four lanes of each quarter of `v`.
+/// Eight lanes folded to one: lane `x` with lane `4 + x`, then lanes `(0, 1)` and `(2, 3)`
+/// (the JIT's `hmax` and `hsum`), then those two, each by `f(first, second)`.
 #[target_feature(enable = "avx512f")]
-fn quarters(v: __m512) -> [[f32; 4]; GROUP] {
-    // SAFETY: `__m512` and `[[f32; 4]; 4]` have the same size, and every bit pattern is a
-    // float.
-    unsafe { std::mem::transmute::<__m512, [[f32; GROUP]; 4]>(v) }
+fn fold4(h: __m256, f: fn(f32, f32) -> f32) -> f32 {
+    let mut q = [0.0f32; 8];
+    // SAFETY: `q` holds 8 floats.
+    unsafe { _mm256_storeu_ps(q.as_mut_ptr(), h) };
+    let l: [f32; 4] = std::array::from_fn(|x| f(q[x], q[4 + x]));
+    f(f(l[0], l[1]), f(l[2], l[3]))
 }
 
-/// Each row's maximum over its `cols` scores, in the JIT's order: four lanes over the keys
-/// of whole vectors, those lanes paired, then the keys left one by one.
+/// `a + b`, as a function for [`fold4`].
+fn add(a: f32, b: f32) -> f32 {
+    a + b
+}
+
+/// The row's maximum over its `cols` scores, in the order of the module's documentation.
 ///
 /// # Safety
-/// The rows' `cols` scores are inside the tile.
+/// The row's `cols` scores are inside the tile.
 #[target_feature(enable = "avx512f")]
-unsafe fn group_max(at: &[*mut f32; GROUP], cols: usize) -> [f32; GROUP] {
-    let whole = cols & !3;
+unsafe fn row_max(row: *const f32, cols: usize) -> f32 {
+    let (whole, quads) = spans(cols);
     let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
-    for j in (0..whole).step_by(4) {
-        // SAFETY: keys `j..j + 4 ≤ cols` of each row are inside the tile.
-        acc = _mm512_max_ps(acc, unsafe { gather(at, j) });
+    for j in (0..whole).step_by(16) {
+        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile.
+        acc = _mm512_max_ps(acc, unsafe { _mm512_loadu_ps(row.add(j)) });
     }
-    let mut out = [f32::NEG_INFINITY; GROUP];
-    for (q, l) in quarters(acc).into_iter().enumerate() {
-        let mut rest = f32::NEG_INFINITY;
-        for j in whole..cols {
-            // SAFETY: key `j < cols` of row `q` is inside the tile.
-            rest = max(rest, unsafe { *at[q].add(j) });
-        }
-        out[q] = max(max(max(l[0], l[1]), max(l[2], l[3])), rest);
+    if quads > whole {
+        let m = lane_mask(quads - whole);
+        // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
+        let v = unsafe { _mm512_maskz_loadu_ps(m, row.add(whole)) };
+        acc = _mm512_mask_max_ps(acc, m, acc, v);
     }
-    out
+    let mut rest = f32::NEG_INFINITY;
+    for j in quads..cols {
+        // SAFETY: key `j < cols` is inside the tile.
+        rest = max(rest, unsafe { *row.add(j) });
+    }
+    let (lo, hi) = halves(acc);
+    max(fold4(_mm256_max_ps(lo, hi), max), rest)
 }
 
-/// `exp(s - base)` over each row's `cols` scores, written back to the first `g` rows, and
-/// each row's sum in the JIT's order: four lanes over the keys of whole vectors, the lanes
-/// summed in pairs, then the keys left one by one.
+/// `exp(s - base)` over the row's `cols` scores, written back, and their sum in the order
+/// of the module's documentation.
 ///
 /// # Safety
-/// The rows' `cols` scores are inside the tile.
+/// The row's `cols` scores are inside the tile.
 #[target_feature(enable = "avx512f")]
-unsafe fn group_exp_sum(at: &[*mut f32; GROUP], g: usize, cols: usize, base: [f32; GROUP]) -> [f32; GROUP] {
-    let whole = cols & !3;
-    let b = _mm512_castps128_ps512(_mm_set1_ps(base[0]));
-    let b = _mm512_insertf32x4::<1>(b, _mm_set1_ps(base[1]));
-    let b = _mm512_insertf32x4::<2>(b, _mm_set1_ps(base[2]));
-    let b = _mm512_insertf32x4::<3>(b, _mm_set1_ps(base[3]));
+unsafe fn exp_sum(row: *mut f32, cols: usize, base: f32) -> f32 {
+    let (whole, quads) = spans(cols);
+    let b = _mm512_set1_ps(base);
     let mut acc = _mm512_setzero_ps();
-    for j in (0..whole).step_by(4) {
-        // SAFETY: keys `j..j + 4 ≤ cols` of each row are inside the tile.
+    for j in (0..whole).step_by(16) {
+        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile.
         unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(gather(at, j), b));
-            scatter(at, g, j, p);
+            let p = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row.add(j)), b));
+            _mm512_storeu_ps(row.add(j), p);
             acc = _mm512_add_ps(acc, p);
         }
     }
-    let mut sum = [0.0; GROUP];
-    for (q, l) in quarters(acc).into_iter().enumerate().take(g) {
-        let mut rest = 0.0f32;
-        for j in whole..cols {
-            // SAFETY: key `j < cols` of row `q < g` is inside the tile.
-            unsafe {
-                let p = exp_nonpositive1(*at[q].add(j) - base[q]);
-                *at[q].add(j) = p;
-                rest += p;
-            }
+    if quads > whole {
+        let m = lane_mask(quads - whole);
+        // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
+        unsafe {
+            let p = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row.add(whole)), b));
+            _mm512_mask_storeu_ps(row.add(whole), m, p);
+            acc = _mm512_mask_add_ps(acc, m, acc, p);
         }
-        sum[q] = ((l[0] + l[1]) + (l[2] + l[3])) + rest;
     }
-    sum
+    let mut rest = 0.0f32;
+    for j in quads..cols {
+        // SAFETY: key `j < cols` is inside the tile.
+        unsafe {
+            let p = exp_nonpositive1(*row.add(j) - base);
+            *row.add(j) = p;
+            rest += p;
+        }
+    }
+    let (lo, hi) = halves(acc);
+    fold4(_mm256_add_ps(lo, hi), add) + rest
 }
 
 /// `dst[c·cs] *= factor` for `c < len`.
