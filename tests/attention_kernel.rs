@@ -474,6 +474,19 @@ fn an_infinite_fill_on_the_first_keys_makes_no_nan() {
 }
 
 #[test]
+fn a_padding_mask_with_a_finite_fill_matches_dense_attention() {
+    // The seed module's and BERT's key padding mask (`where mask != 0 fill -1e9`), the same
+    // for every query row: the native softmax fills its keys as it reads the scores. Keys
+    // masked in the first tile only, across tiles, and with a partial last tile and a
+    // partial vector of keys.
+    for (n, m, masked, block) in [(9, 40, 3, (4, 16)), (5, 67, 37, (8, 32)), (3, 21, 21, (2, 8))] {
+        let mut c = case(n, m, None, 0.0, block);
+        c.key_mask = Some((masked, -1e9));
+        c.check(13);
+    }
+}
+
+#[test]
 fn grouped_query_heads_read_shared_keys_in_place() {
     for group in [1, 2, 4] {
         let mut c = case(17, 23, None, 0.0, (8, 8));

@@ -248,6 +248,29 @@ fn attention_calls_the_tile_softmax_after_its_masks() {
     insta::assert_snapshot!(clif_with(&p, tile));
 }
 
+#[test]
+fn attention_gives_the_tile_softmax_the_keys_a_padding_mask_fills() {
+    // A mask the same for every query row (`[B, 1, M]`, as BERT's): the keys it fills are
+    // found once per tile into scratch and the shim reads them, not a pass over the tile.
+    let padded = Attention {
+        out: op(4, &[12, 4, 1]),
+        mask: Some(MaskFill {
+            mask: op(3, &[5, 0, 1]),
+            op: CmpOp::Ne,
+            rhs: 0.0,
+            fill: -1e9,
+        }),
+        positions: None,
+        ..causal_attention()
+    };
+    let p = plan(&[24, 40, 40, 10], 24, KernelOp::Attention(Box::new(padded)));
+    let tile = Shims {
+        softmax: Some(std::ptr::null()),
+        ..shims()
+    };
+    insta::assert_snapshot!(clif_with(&p, tile));
+}
+
 /// A causal attention kernel at tiny sizes: 3 rows, 5 keys, tiles of 2 × 4.
 fn causal_attention() -> Attention {
     Attention {

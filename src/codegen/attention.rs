@@ -3,7 +3,8 @@
 //! scratch, each row is changed (the score change, in the pass that finds its maximum) and
 //! masked, its running maximum and sum updated and the tile turned into `exp(s - max)`; the output rows are rescaled by `exp(old max - new max)` and the tile
 //! times the value block is accumulated onto them (microkernel). At the end each row is
-//! divided by its sum. Memory: `rows · (keys per block + 2)` floats of scratch.
+//! divided by its sum. Memory: `rows · (keys per block + 2) + keys per block` floats of
+//! scratch.
 //!
 //! A mask of positions is decided per tile from the tile's corners: a tile it removes is
 //! not visited (where the kernel may skip), a tile it keeps whole tests no element, and only
@@ -19,6 +20,7 @@
 
 use super::emit::Emit;
 use super::key_ranges::read_entry;
+use super::math::float_cc;
 use super::place::{place, Place};
 use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, Row};
 use super::visible::{kept_by_all, values_finite, visible_keys, MaskRows};
@@ -31,7 +33,7 @@ use cranelift_frontend::Variable;
 pub fn translate(e: &mut Emit, a: &Attention) {
     let args = Args::new(e, a);
     let out_strides = OutStrides::new(a);
-    let scratch = Scratch::new(e, a.block.0);
+    let scratch = Scratch::new(e, a.block);
     let (begin, end) = (e.begin, e.end);
     e.for_range(begin, end, 1, |e, t| task(e, a, &args, &out_strides, &scratch, t));
 }
@@ -102,20 +104,23 @@ impl OutStrides {
     }
 }
 
-/// Scratch: the running maximum and sum of each row, then the scores tile `[br, bc]`.
+/// Scratch: the running maximum and sum of each row, the scores tile `[br, bc]`, then
+/// the keys of the tile a mask broadcast over its rows fills (for the native softmax).
 struct Scratch {
     max_row: Value,
     sum_row: Value,
     tile: Value,
+    hits: Value,
 }
 
 impl Scratch {
-    fn new(e: &mut Emit, br: usize) -> Scratch {
-        let (off1, off2) = (e.int(br as i64), e.int(2 * br as i64));
+    fn new(e: &mut Emit, (br, bc): (usize, usize)) -> Scratch {
+        let [off1, off2, off3] = [br, 2 * br, 2 * br + br * bc].map(|o| e.int(o as i64));
         Scratch {
             max_row: e.scratch,
             sum_row: e.at(e.scratch, off1),
             tile: e.at(e.scratch, off2),
+            hits: e.at(e.scratch, off3),
         }
     }
 }
@@ -433,6 +438,12 @@ fn visit(
     let zero = e.int(0);
     let rows_pass = |e: &mut Emit, masked: bool| match e.has_softmax_tile() {
         true => {
+            // A mask the same for every row goes to the shim as the keys it fills; any
+            // other is applied to the tile here, with the score change.
+            let hits = (task.mask)
+                .filter(|_| masked && broadcast_over_rows(a))
+                .map(|mask| mask_hits(e, a, mask, keys, scratch.hits));
+            let masked = masked && hits.is_none();
             if a.score.is_some() || masked || a.positions.is_some() {
                 e.for_range(zero, rows, 1, |e, i| {
                     scored_row(e, a, (task, keys), (i, masked), scratch, store_scores)
@@ -440,7 +451,7 @@ fn visit(
             }
             let out = (task.out, os[r], os[r + 1], a.dv);
             let stats = (scratch.max_row, scratch.sum_row);
-            tile_softmax(e, (rows, cols), (tile, bc), stats, out, later);
+            tile_softmax(e, (rows, cols), (tile, bc), stats, out, later, hits);
         }
         false => e.for_range(zero, rows, 1, |e, i| {
             update_row(e, a, (task, keys), (i, masked), later, os, scratch)
@@ -472,6 +483,37 @@ fn visit(
     ]);
     let yes = e.b.ins().iconst(I8, 1);
     e.b.def_var(task.started, yes);
+}
+
+/// Whether the kernel's tensor mask removes the same keys from every query row, with no
+/// score change or mask of positions to apply before it: the native softmax then applies
+/// it as it reads the scores ([`mask_hits`]).
+fn broadcast_over_rows(a: &Attention) -> bool {
+    let r = a.batch.len();
+    let mask = a.mask.as_ref().filter(|m| m.mask.strides[r] == 0);
+    mask.is_some() && a.score.is_none() && a.positions.is_none()
+}
+
+/// The tile's keys the mask (the same for every row) fills, as 1.0 (filled) or 0.0 at
+/// `hits`, read once for the tile; with the fill, for the native softmax.
+fn mask_hits(
+    e: &mut Emit,
+    a: &Attention,
+    (p, m): (Value, &MaskFill),
+    keys: &Keys,
+    hits: Value,
+) -> (Value, f32) {
+    let stride = m.mask.strides[a.batch.len() + 1];
+    let p = e.step(p, keys.j0, stride);
+    lanes(e, keys.cols, stride <= 1, |e, j, w| {
+        let at = e.step(p, j, stride);
+        let mv = e.load(at, w, stride, true);
+        let rhs = e.splat(m.rhs, w);
+        let hit = e.cmp_value(float_cc(m.op), mv, rhs);
+        let dst = e.step(hits, j, 1);
+        e.store(hit, dst);
+    });
+    (hits, m.fill)
 }
 
 /// Row `i` of a visited tile: the score change and both masks, then the row's running

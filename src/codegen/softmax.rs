@@ -264,8 +264,11 @@ pub fn store_scores(e: &mut Emit, row: &Row) {
 /// on the scores as the generated code left them: per row of the `rows × cols` tile (row
 /// stride `tile_rs`), its maximum, `exp` and sum, the running maximum and sum at `stats`,
 /// and its output row (`out` with its row and column strides and `dv` columns) rescaled
-/// where the maximum moved and `later` (an `i8`: a tile was visited before). The bits are
-/// those of [`scale_mask_max`], [`exp_sum`] and the update that follows them.
+/// where the maximum moved and `later` (an `i8`: a tile was visited before); where `hits`
+/// is given, the scores of the keys it marks (`cols` floats, 1.0 for a key filled) read as
+/// its fill. The bits are those of [`scale_mask_max`], [`exp_sum`] and the update that
+/// follows them, the mask in [`scale_mask_max`]'s pass.
+#[allow(clippy::too_many_arguments)]
 pub fn tile_softmax(
     e: &mut Emit,
     (rows, cols): (Value, Value),
@@ -273,11 +276,16 @@ pub fn tile_softmax(
     (max, sum): (Value, Value),
     (out, out_rs, out_cs, dv): (Value, usize, usize, usize),
     later: Value,
+    hits: Option<(Value, f32)>,
 ) {
     let [tile_rs, out_rs, out_cs, dv] = [tile_rs, out_rs, out_cs, dv].map(|s| e.int(s as i64));
     let later = e.b.ins().uextend(I32, later);
+    let (hits, fill) = match hits {
+        Some((p, fill)) => (p, e.f32(fill)),
+        None => (e.int(0), e.f32(0.0)),
+    };
     e.softmax_tile([
-        rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, later,
+        rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, hits, later, fill,
     ]);
 }
 

@@ -86,7 +86,7 @@ impl KernelOp {
     /// Floats of per-thread scratch a task needs.
     pub fn scratch(&self) -> usize {
         match self {
-            KernelOp::Attention(a) => 2 * a.block.0 + a.block.0 * a.block.1,
+            KernelOp::Attention(a) => 2 * a.block.0 + a.block.0 * a.block.1 + a.block.1,
             _ => 0,
         }
     }

@@ -30,38 +30,62 @@ pub struct Running {
     pub later: bool,
 }
 
+/// A mask that removes the same keys from every row of the tile (a padding mask broadcast
+/// over the queries): `hits[j]` is 1.0 where key `j`'s score becomes `fill`, else 0.0, as
+/// the generated code found it once for the tile (`codegen/attention.rs`). Applied as each
+/// pass reads a score, so the tile is not read and written once more to mask it.
+#[derive(Clone, Copy)]
+pub struct Filled {
+    pub hits: *const f32,
+    pub fill: f32,
+}
+
 /// Runs the online softmax's update on `rows × cols` scores at `tile` (row stride
-/// `tile_rs`, unit column stride): see the module's documentation.
+/// `tile_rs`, unit column stride), the scores of the keys `filled` hits replaced by its
+/// fill: see the module's documentation.
 ///
 /// # Safety
 /// The CPU has AVX-512F ([`super::tile::available`]); the tile's `rows × cols` elements,
-/// `rows` floats at `run.max` and at `run.sum`, and `run.out + i·rs + c·cs` for `i < rows`,
-/// `c < dv` are inside their allocations, written by no other thread during the call, and
-/// none of them is another's.
+/// `rows` floats at `run.max` and at `run.sum`, `run.out + i·rs + c·cs` for `i < rows`,
+/// `c < dv`, and `cols` floats at `filled.hits` are inside their allocations; the first
+/// three are written by no other thread during the call, and none of them is another's.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn tile_softmax((rows, cols): (usize, usize), (tile, tile_rs): (*mut f32, usize), run: &Running) {
+pub unsafe fn tile_softmax(
+    (rows, cols): (usize, usize),
+    (tile, tile_rs): (*mut f32, usize),
+    run: &Running,
+    filled: Option<Filled>,
+) {
     for i in 0..rows {
-        // SAFETY: row `i < rows` of the tile, of the statistics and of the outputs are
-        // inside their allocations (the contract).
-        unsafe { update(tile.add(i * tile_rs), cols, i, run) };
+        // SAFETY: row `i < rows` of the tile, of the statistics and of the outputs, and
+        // the hits, are inside their allocations (the contract).
+        unsafe {
+            let row = tile.add(i * tile_rs);
+            match filled {
+                Some(f) => update::<true>(row, cols, i, run, f),
+                None => update::<false>(row, cols, i, run, Filled { hits: row, fill: 0.0 }),
+            }
+        }
     }
 }
 
-/// Row `i` of the tile, its `cols` scores at `row`.
+/// Row `i` of the tile, its `cols` scores at `row`; where `FILLED`, those `filled` hits
+/// replaced (else `filled` is not read).
 ///
 /// # Safety
 /// [`tile_softmax`]'s contract, for this row.
 #[target_feature(enable = "avx512f")]
-unsafe fn update(row: *mut f32, cols: usize, i: usize, run: &Running) {
-    // SAFETY: the row's `cols` scores are inside the tile (the contract).
-    let row_max = unsafe { row_max(row, cols) };
+unsafe fn update<const FILLED: bool>(row: *mut f32, cols: usize, i: usize, run: &Running, filled: Filled) {
+    // SAFETY: the row's `cols` scores and the hits are inside their allocations (the
+    // contract).
+    let row_max = unsafe { row_max::<FILLED>(row, cols, filled) };
     // SAFETY: row `i` of the statistics and of the output are inside them (the contract).
     unsafe {
         let m_old = *run.max.add(i);
         let m_new = max(m_old, row_max);
         // A row whose every key so far is removed subtracts 0, so `-inf - -inf` is not NaN.
         let base = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-        let sum = exp_sum(row, cols, base);
+        let sum = exp_sum::<FILLED>(row, cols, base, filled);
         // `base` is at least `m_old`: the exponent is never positive.
         let corr = exp_nonpositive1(m_old - base);
         let l_at = run.sum.add(i);
@@ -124,28 +148,65 @@ fn add(a: f32, b: f32) -> f32 {
     a + b
 }
 
+/// The scores of keys `j..j + 16` whose lanes are set in `m` (the others 0), those the
+/// mask hits replaced by its fill where `FILLED`.
+///
+/// # Safety
+/// The lanes set in `m` are keys inside the tile, and where `FILLED`, inside the hits.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scores<const FILLED: bool>(row: *const f32, j: usize, m: u16, filled: Filled) -> __m512 {
+    // SAFETY: the lanes set are inside the tile and the hits; the others touch nothing.
+    unsafe {
+        let s = _mm512_maskz_loadu_ps(m, row.add(j));
+        if !FILLED {
+            return s;
+        }
+        let hit = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(
+            _mm512_maskz_loadu_ps(m, filled.hits.add(j)),
+            _mm512_setzero_ps(),
+        );
+        _mm512_mask_blend_ps(hit, s, _mm512_set1_ps(filled.fill))
+    }
+}
+
+/// [`scores`] of one key.
+///
+/// # Safety
+/// Key `j` is inside the tile, and where `FILLED`, inside the hits.
+#[target_feature(enable = "avx512f")]
+unsafe fn score<const FILLED: bool>(row: *const f32, j: usize, filled: Filled) -> f32 {
+    // SAFETY: as the contract says.
+    unsafe {
+        match FILLED && *filled.hits.add(j) != 0.0 {
+            true => filled.fill,
+            false => *row.add(j),
+        }
+    }
+}
+
 /// The row's maximum over its `cols` scores, in the order of the module's documentation.
 ///
 /// # Safety
-/// The row's `cols` scores are inside the tile.
+/// The row's `cols` scores are inside the tile, and where `FILLED`, `cols` hits.
 #[target_feature(enable = "avx512f")]
-unsafe fn row_max(row: *const f32, cols: usize) -> f32 {
+unsafe fn row_max<const FILLED: bool>(row: *const f32, cols: usize, filled: Filled) -> f32 {
     let (whole, quads) = spans(cols);
     let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
     for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile.
-        acc = _mm512_max_ps(acc, unsafe { _mm512_loadu_ps(row.add(j)) });
+        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the hits.
+        acc = _mm512_max_ps(acc, unsafe { scores::<FILLED>(row, j, u16::MAX, filled) });
     }
     if quads > whole {
         let m = lane_mask(quads - whole);
-        // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
-        let v = unsafe { _mm512_maskz_loadu_ps(m, row.add(whole)) };
+        // SAFETY: the lanes set are keys `whole..quads ≤ cols`.
+        let v = unsafe { scores::<FILLED>(row, whole, m, filled) };
         acc = _mm512_mask_max_ps(acc, m, acc, v);
     }
     let mut rest = f32::NEG_INFINITY;
     for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile.
-        rest = max(rest, unsafe { *row.add(j) });
+        // SAFETY: key `j < cols` is inside the tile and the hits.
+        rest = max(rest, unsafe { score::<FILLED>(row, j, filled) });
     }
     let (lo, hi) = halves(acc);
     max(fold4(_mm256_max_ps(lo, hi), max), rest)
@@ -155,16 +216,16 @@ unsafe fn row_max(row: *const f32, cols: usize) -> f32 {
 /// of the module's documentation.
 ///
 /// # Safety
-/// The row's `cols` scores are inside the tile.
+/// The row's `cols` scores are inside the tile, and where `FILLED`, `cols` hits.
 #[target_feature(enable = "avx512f")]
-unsafe fn exp_sum(row: *mut f32, cols: usize, base: f32) -> f32 {
+unsafe fn exp_sum<const FILLED: bool>(row: *mut f32, cols: usize, base: f32, filled: Filled) -> f32 {
     let (whole, quads) = spans(cols);
     let b = _mm512_set1_ps(base);
     let mut acc = _mm512_setzero_ps();
     for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile.
+        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the hits.
         unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row.add(j)), b));
+            let p = exp_nonpositive(_mm512_sub_ps(scores::<FILLED>(row, j, u16::MAX, filled), b));
             _mm512_storeu_ps(row.add(j), p);
             acc = _mm512_add_ps(acc, p);
         }
@@ -173,16 +234,16 @@ unsafe fn exp_sum(row: *mut f32, cols: usize, base: f32) -> f32 {
         let m = lane_mask(quads - whole);
         // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
         unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row.add(whole)), b));
+            let p = exp_nonpositive(_mm512_sub_ps(scores::<FILLED>(row, whole, m, filled), b));
             _mm512_mask_storeu_ps(row.add(whole), m, p);
             acc = _mm512_mask_add_ps(acc, m, acc, p);
         }
     }
     let mut rest = 0.0f32;
     for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile.
+        // SAFETY: key `j < cols` is inside the tile and the hits.
         unsafe {
-            let p = exp_nonpositive1(*row.add(j) - base);
+            let p = exp_nonpositive1(score::<FILLED>(row, j, filled) - base);
             *row.add(j) = p;
             rest += p;
         }
@@ -251,15 +312,16 @@ fn exp_nonpositive1(x: f32) -> f32 {
     _mm_cvtss_f32(_mm512_castps512_ps128(exp_nonpositive(_mm512_set1_ps(x))))
 }
 
-/// `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv,
-/// later)`: [`tile_softmax`] for JIT code. The code generator calls it only where
-/// [`super::use_tile`] holds (the shim is bound to no symbol otherwise).
+/// `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, hits,
+/// later, fill)`: [`tile_softmax`] for JIT code, with the mask's hits where `hits` is not
+/// null. The code generator calls it only where [`super::use_tile`] holds (the shim is
+/// bound to no symbol otherwise).
 ///
 /// # Safety
-/// [`tile_softmax`]'s: the CPU has AVX-512F, and the tile, the statistics and the outputs
-/// are inside their allocations and this call's alone. The JIT code passes its thread's
-/// scratch (tile and statistics, sized by `KernelOp::scratch`) and its task's own output
-/// rows, which `Plan::validate` proved inside their buffer.
+/// [`tile_softmax`]'s: the CPU has AVX-512F, and the tile, the statistics, the outputs and
+/// the hits are inside their allocations, the first three this call's alone. The JIT code
+/// passes its thread's scratch (tile, statistics and hits, sized by `KernelOp::scratch`)
+/// and its task's own output rows, which `Plan::validate` proved inside their buffer.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn attnc_softmax_tile(
     rows: i64,
@@ -272,7 +334,9 @@ pub unsafe extern "C" fn attnc_softmax_tile(
     out_rs: i64,
     out_cs: i64,
     dv: i64,
+    hits: *const f32,
     later: i32,
+    fill: f32,
 ) {
     if rows <= 0 || cols <= 0 || tile_rs < 0 || out_rs < 0 || out_cs < 0 || dv < 0 {
         return;
@@ -287,9 +351,10 @@ pub unsafe extern "C" fn attnc_softmax_tile(
         dv: u(dv),
         later: later != 0,
     };
+    let filled = (!hits.is_null()).then_some(Filled { hits, fill });
     // SAFETY: the sizes and strides are not negative (checked), and this function's
     // contract is `tile_softmax`'s.
-    unsafe { tile_softmax((u(rows), u(cols)), (tile, u(tile_rs)), &run) }
+    unsafe { tile_softmax((u(rows), u(cols)), (tile, u(tile_rs)), &run, filled) }
 }
 
 #[cfg(test)]
@@ -297,7 +362,8 @@ mod tests {
     use super::*;
 
     /// A tile of `rows × cols` scores in rows of `cols + 3` (the 3 past each row a
-    /// sentinel the routine must not touch), and the state of each row before it.
+    /// sentinel the routine must not touch), the state of each row before it, and the
+    /// keys a mask fills (`hits`, empty for none) with `fill`.
     struct Case {
         rows: usize,
         cols: usize,
@@ -306,6 +372,8 @@ mod tests {
         sum: Vec<f32>,
         out: Vec<f32>,
         dv: usize,
+        hits: Vec<f32>,
+        fill: f32,
     }
 
     const SENTINEL: f32 = 12345.0;
@@ -328,6 +396,28 @@ mod tests {
                 sum: (0..rows).map(|i| [0.0, 1.5, 2.0][i % 3]).collect(),
                 out: (0..rows * (dv + 1)).map(|x| x as f32 * 0.25 - 1.0).collect(),
                 dv,
+                hits: Vec::new(),
+                fill: 0.0,
+            }
+        }
+
+        /// The case with the keys `hit` says filled by `fill` in every row.
+        fn filled(self, hit: impl Fn(usize) -> bool, fill: f32) -> Case {
+            let hits = (0..self.cols).map(|j| if hit(j) { 1.0 } else { 0.0 }).collect();
+            Case { hits, fill, ..self }
+        }
+
+        /// Row `i`'s scores as the routine sees them: the hits filled.
+        fn scores(&self, i: usize) -> Vec<f32> {
+            let rs = self.cols + 3;
+            let row = &self.tile[i * rs..i * rs + self.cols];
+            match self.hits.is_empty() {
+                true => row.to_vec(),
+                false => row
+                    .iter()
+                    .zip(&self.hits)
+                    .map(|(&s, &h)| if h != 0.0 { self.fill } else { s })
+                    .collect(),
             }
         }
 
@@ -345,7 +435,11 @@ mod tests {
             };
             // SAFETY: the CPU has AVX-512F (checked by the caller), and every element the
             // routine reaches is inside these vectors, which nothing else uses.
-            unsafe { tile_softmax((c.rows, c.cols), (c.tile.as_mut_ptr(), c.cols + 3), &run) };
+            let filled = (!c.hits.is_empty()).then_some(Filled {
+                hits: c.hits.as_ptr(),
+                fill: c.fill,
+            });
+            unsafe { tile_softmax((c.rows, c.cols), (c.tile.as_mut_ptr(), c.cols + 3), &run, filled) };
             c
         }
     }
@@ -357,6 +451,7 @@ mod tests {
                 max: self.max.clone(),
                 sum: self.sum.clone(),
                 out: self.out.clone(),
+                hits: self.hits.clone(),
                 ..*self
             }
         }
@@ -368,7 +463,7 @@ mod tests {
         let after = before.run();
         let rs = before.cols + 3;
         for i in 0..before.rows {
-            let row = &before.tile[i * rs..i * rs + before.cols];
+            let row = &before.scores(i);
             let got = &after.tile[i * rs..(i + 1) * rs];
             assert!(
                 got[before.cols..].iter().all(|&x| x == SENTINEL),
@@ -457,6 +552,20 @@ mod tests {
             check(&Case::new(5, cols, removed));
             check(&Case::new(5, cols, nan));
             check(&Case::new(5, cols, huge));
+        }
+    }
+
+    #[test]
+    fn keys_a_mask_fills_are_filled_in_every_row() {
+        if !super::super::tile::available() {
+            return;
+        }
+        for cols in [1, 3, 4, 13, 16, 21, 64, 67] {
+            for fill in [-1e9, f32::NEG_INFINITY, 0.0] {
+                // Every third key, and a row of keys all filled.
+                check(&Case::new(5, cols, score).filled(|j| j % 3 == 1, fill));
+                check(&Case::new(3, cols, score).filled(|_| true, fill));
+            }
         }
     }
 }
