@@ -124,7 +124,7 @@ pub fn isa(opt: &str) -> Result<OwnedTargetIsa, String> {
 
 /// A signature of `count` parameters of each type, in order. The shims' parameters: a
 /// kernel's 4 pointers and indices; `attnc_sgemm`'s 12 sizes, pointers and strides, `alpha`
-/// and `acc`; `attnc_sgemm_packed`'s 10 and `alpha`; `attnc_softmax_tile`'s 11, a flag and the fill;
+/// and `acc`; `attnc_sgemm_packed`'s 10 and `alpha`; `attnc_softmax_tile`'s 11, two flags and the fill;
 /// `attnc_epilogue_tile`'s 11 and 3 constants.
 fn signature(module: &JITModule, params: &[(Type, usize)]) -> Signature {
     let mut sig = module.make_signature();
@@ -186,7 +186,7 @@ impl Jit {
         let packed = (packed, sig);
         let softmax = shims
             .softmax
-            .map(|_| imported(&mut module, SOFTMAX_SYMBOL, &[(I64, 11), (I32, 1), (F32, 1)]))
+            .map(|_| imported(&mut module, SOFTMAX_SYMBOL, &[(I64, 11), (I32, 2), (F32, 1)]))
             .transpose()?;
         let epilogue = shims
             .epilogue

@@ -42,10 +42,15 @@ enum Score {
     Alibi,
     /// `c * tanh(s / c)`.
     Softcap(f32),
+    /// `s + mask[j] * f32::MIN`, the first `k` keys masked (1) in the mask input `[m]`: an
+    /// additive padding mask, the same for every row, as BERT's extended mask.
+    Padding(usize),
 }
 
 impl Score {
-    fn kernel(self, slopes_buf: usize) -> ScoreMod {
+    /// The change's kernel form, its input the slopes at `slopes_buf` or the mask at
+    /// `mask_buf`.
+    fn kernel(self, slopes_buf: usize, mask_buf: usize) -> ScoreMod {
         match self {
             Score::Alibi => ScoreMod {
                 inputs: vec![operand(slopes_buf, &[0, 1, 0, 0])],
@@ -57,6 +62,16 @@ impl Score {
                     Expr::Binary(BinaryOp::Sub, 2, 1),
                     Expr::Binary(BinaryOp::Mul, 3, 4),
                     Expr::Binary(BinaryOp::Add, 0, 5),
+                ],
+            },
+            Score::Padding(_) => ScoreMod {
+                inputs: vec![operand(mask_buf, &[0, 0, 0, 1])],
+                expr: vec![
+                    Expr::Input(0),
+                    Expr::Input(3),
+                    Expr::Const(f32::MIN),
+                    Expr::Binary(BinaryOp::Mul, 1, 2),
+                    Expr::Binary(BinaryOp::Add, 0, 3),
                 ],
             },
             Score::Softcap(c) => ScoreMod {
@@ -80,6 +95,8 @@ impl Score {
         match self {
             Score::Alibi => s + Score::slope(h, heads) as f64 * (j as f64 - i as f64),
             Score::Softcap(c) => c as f64 * (s / c as f64).tanh(),
+            Score::Padding(k) if j < k => (s as f32 + f32::MIN) as f64,
+            Score::Padding(_) => s,
         }
     }
 }
@@ -170,7 +187,7 @@ impl Case {
             }),
             positions: self.positions.clone(),
             kv_group: self.kv_group,
-            score: self.score.map(|s| s.kernel(5)),
+            score: self.score.map(|s| s.kernel(5, 3)),
             tail: (t > 0).then(|| KeyTail {
                 k: operand(6, &[hk * t * dk, t * dk, dk, 1]),
                 v: operand(7, &[hk * t * dv, t * dv, dv, 1]),
@@ -213,7 +230,10 @@ impl Case {
         let [b, h] = self.batch;
         let (n, m, dk, dv, hk) = (self.n, self.m, self.dk, self.dv, self.heads_kv());
         let mut rng = Rng(seed);
-        let masked = self.key_mask.map_or(0, |(k, _)| k);
+        let masked = match self.score {
+            Some(Score::Padding(k)) => k,
+            _ => self.key_mask.map_or(0, |(k, _)| k),
+        };
         vec![
             Tensor::new(vec![b, h, n, dk], random(b * h * n * dk, &mut rng)),
             Tensor::new(vec![b, hk, m, dk], random(b * hk * m * dk, &mut rng)),
@@ -483,6 +503,17 @@ fn a_padding_mask_with_a_finite_fill_matches_dense_attention() {
         let mut c = case(n, m, None, 0.0, block);
         c.key_mask = Some((masked, -1e9));
         c.check(13);
+    }
+}
+
+#[test]
+fn an_additive_padding_mask_matches_dense_attention() {
+    // `s + mask · min`, the mask broadcast over the query rows: the native softmax adds it
+    // as it reads the scores. The same sizes as the filled padding mask's test.
+    for (n, m, masked, block) in [(9, 40, 3, (4, 16)), (5, 67, 37, (8, 32)), (3, 21, 20, (2, 8))] {
+        let mut c = case(n, m, None, 0.0, block);
+        c.score = Some(Score::Padding(masked));
+        c.check(14);
     }
 }
 

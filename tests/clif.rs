@@ -8,7 +8,7 @@ use attnc::codegen::Shims;
 use attnc::ir::CmpOp;
 use attnc::kernel::{
     Affine, Attention, BinaryOp, Buffer, BufferKind, Epilogue, Expr, Gemm, IndexMask, Keep, Kernel, KernelOp,
-    Map, MaskFill, Operand, Plan, ReduceOp, Row, Softmax, Stage, UnaryOp,
+    Map, MaskFill, Operand, Plan, ReduceOp, Row, ScoreMod, Softmax, Stage, UnaryOp,
 };
 use attnc::runtime::jit::shims;
 
@@ -259,6 +259,33 @@ fn attention_gives_the_tile_softmax_the_keys_a_padding_mask_fills() {
             op: CmpOp::Ne,
             rhs: 0.0,
             fill: -1e9,
+        }),
+        positions: None,
+        ..causal_attention()
+    };
+    let p = plan(&[24, 40, 40, 10], 24, KernelOp::Attention(Box::new(padded)));
+    let tile = Shims {
+        softmax: Some(std::ptr::null()),
+        ..shims()
+    };
+    insta::assert_snapshot!(clif_with(&p, tile));
+}
+
+#[test]
+fn attention_gives_the_tile_softmax_an_additive_padding_mask_as_a_row_of_keys() {
+    // `s + mask · min` with the mask `[B, 1, M]`: the addend is computed once per tile into
+    // scratch and the shim adds it, not a pass over the tile.
+    let padded = Attention {
+        out: op(4, &[12, 4, 1]),
+        score: Some(ScoreMod {
+            inputs: vec![op(3, &[5, 0, 1])],
+            expr: vec![
+                Expr::Input(0),
+                Expr::Input(3),
+                Expr::Const(f32::MIN),
+                Expr::Binary(BinaryOp::Mul, 1, 2),
+                Expr::Binary(BinaryOp::Add, 0, 3),
+            ],
         }),
         positions: None,
         ..causal_attention()

@@ -20,11 +20,14 @@
 
 use super::emit::Emit;
 use super::key_ranges::read_entry;
-use super::math::float_cc;
+use super::math::{eval, float_cc};
 use super::place::{place, Place};
-use super::softmax::{exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, Row};
+use super::softmax::{
+    exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, KeyChange, Row,
+};
 use super::visible::{kept_by_all, values_finite, visible_keys, MaskRows};
-use crate::kernel::{Attention, Keep, MaskFill};
+use crate::ir::BinaryOp;
+use crate::kernel::{Attention, Expr, Keep, MaskFill, ScoreMod};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, I32, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
@@ -104,13 +107,13 @@ impl OutStrides {
     }
 }
 
-/// Scratch: the running maximum and sum of each row, the scores tile `[br, bc]`, then
-/// the keys of the tile a mask broadcast over its rows fills (for the native softmax).
+/// Scratch: the running maximum and sum of each row, the scores tile `[br, bc]`, then a
+/// value per key of the tile for the native softmax ([`key_row`]).
 struct Scratch {
     max_row: Value,
     sum_row: Value,
     tile: Value,
-    hits: Value,
+    keys: Value,
 }
 
 impl Scratch {
@@ -120,7 +123,7 @@ impl Scratch {
             max_row: e.scratch,
             sum_row: e.at(e.scratch, off1),
             tile: e.at(e.scratch, off2),
-            hits: e.at(e.scratch, off3),
+            keys: e.at(e.scratch, off3),
         }
     }
 }
@@ -438,20 +441,19 @@ fn visit(
     let zero = e.int(0);
     let rows_pass = |e: &mut Emit, masked: bool| match e.has_softmax_tile() {
         true => {
-            // A mask the same for every row goes to the shim as the keys it fills; any
-            // other is applied to the tile here, with the score change.
-            let hits = (task.mask)
-                .filter(|_| masked && broadcast_over_rows(a))
-                .map(|mask| mask_hits(e, a, mask, keys, scratch.hits));
-            let masked = masked && hits.is_none();
-            if a.score.is_some() || masked || a.positions.is_some() {
+            // A change the same for every row goes to the shim as a row of keys; any other
+            // is applied to the tile here.
+            let key_row = key_row(e, a, (task, keys), masked, scratch.keys);
+            let masked = masked && key_row.is_none();
+            let changed = a.score.is_some() && key_row.is_none();
+            if changed || masked || a.positions.is_some() {
                 e.for_range(zero, rows, 1, |e, i| {
                     scored_row(e, a, (task, keys), (i, masked), scratch, store_scores)
                 });
             }
             let out = (task.out, os[r], os[r + 1], a.dv);
             let stats = (scratch.max_row, scratch.sum_row);
-            tile_softmax(e, (rows, cols), (tile, bc), stats, out, later, hits);
+            tile_softmax(e, (rows, cols), (tile, bc), stats, out, later, key_row);
         }
         false => e.for_range(zero, rows, 1, |e, i| {
             update_row(e, a, (task, keys), (i, masked), later, os, scratch)
@@ -485,13 +487,94 @@ fn visit(
     e.b.def_var(task.started, yes);
 }
 
-/// Whether the kernel's tensor mask removes the same keys from every query row, with no
-/// score change or mask of positions to apply before it: the native softmax then applies
-/// it as it reads the scores ([`mask_hits`]).
-fn broadcast_over_rows(a: &Attention) -> bool {
+/// Where the tile's scores change alike in every row and nothing must come before the
+/// change, the row of keys the native softmax applies as it reads them, computed once for
+/// the tile at `dst`: a tensor mask broadcast over the rows (tested in this tile: `masked`)
+/// with no score change, or a score change `s + x` whose `x` reads neither the score nor
+/// the row (an additive padding mask) where no mask is tested. `None` otherwise: the
+/// changes are applied to the tile row by row.
+fn key_row(
+    e: &mut Emit,
+    a: &Attention,
+    (task, keys): (&Rows, &Keys),
+    masked: bool,
+    dst: Value,
+) -> Option<(Value, KeyChange)> {
+    if a.positions.is_some() {
+        return None;
+    }
     let r = a.batch.len();
-    let mask = a.mask.as_ref().filter(|m| m.mask.strides[r] == 0);
-    mask.is_some() && a.score.is_none() && a.positions.is_none()
+    match (&a.score, task.mask.filter(|_| masked)) {
+        (None, Some(mask)) if mask.1.mask.strides[r] == 0 => Some(mask_hits(e, a, mask, keys, dst)),
+        (Some(score), None) => {
+            let x = added_per_key(score, r)?;
+            Some(key_addend(e, a, (score, x), (task, keys), dst))
+        }
+        _ => None,
+    }
+}
+
+/// Where a score change is `s + x` with `x` the same for every row (it reads the key
+/// index, constants and inputs broadcast over the rows, never the score or the row
+/// index), `x`'s node. The nodes are taken in evaluation order, so no walk recurses.
+fn added_per_key(score: &ScoreMod, r: usize) -> Option<usize> {
+    let expr = &score.expr;
+    let mut per_key: Vec<bool> = Vec::with_capacity(expr.len());
+    for n in expr {
+        let of = |k: usize| per_key.get(k).copied().unwrap_or(false);
+        let yes = match *n {
+            Expr::Input(k) if k < 2 => false,
+            Expr::Input(k) => match k.checked_sub(ScoreMod::LEAVES) {
+                None => true,
+                Some(input) => score.inputs.get(input).is_some_and(|o| o.strides[r] == 0),
+            },
+            Expr::Const(_) => true,
+            Expr::Reduced(_) | Expr::Index(_) => false,
+            Expr::Unary(_, x) => of(x),
+            Expr::Binary(_, x, y) | Expr::Compare(_, x, y) => of(x) && of(y),
+            Expr::Select(c, x, y) => of(c) && of(x) && of(y),
+        };
+        per_key.push(yes);
+    }
+    match *expr.last()? {
+        Expr::Binary(BinaryOp::Add, s, x)
+            if expr.get(s) == Some(&Expr::Input(0)) && per_key.get(x) == Some(&true) =>
+        {
+            Some(x)
+        }
+        _ => None,
+    }
+}
+
+/// `x` of the score change `s + x` (its node `x`, the same for every row: see
+/// [`added_per_key`]) at each of the tile's keys, computed as the row pass would, at `dst`.
+fn key_addend(
+    e: &mut Emit,
+    a: &Attention,
+    (score, x): (&ScoreMod, usize),
+    (task, keys): (&Rows, &Keys),
+    dst: Value,
+) -> (Value, KeyChange) {
+    let r = a.batch.len();
+    let inputs: Vec<(Value, usize)> = (score.inputs.iter().zip(&task.score))
+        .map(|(o, &base)| (e.step(base, keys.j0, o.strides[r + 1]), o.strides[r + 1]))
+        .collect();
+    // The nodes up to `x` are a formula whose result is `x`; the score and the row index
+    // it does not read are 0.
+    let expr = &score.expr[..=x];
+    lanes(e, keys.cols, true, |e, j, w| {
+        let zero = e.splat(0.0, w);
+        let key = e.b.ins().iadd(keys.j0, j);
+        let mut leaves = vec![zero, zero, e.iota(key, w)];
+        for &(p, stride) in &inputs {
+            let p = e.step(p, j, stride);
+            leaves.push(e.load(p, w, stride, true));
+        }
+        let v = eval(e, expr, &leaves, &[], w);
+        let at = e.step(dst, j, 1);
+        e.store(v, at);
+    });
+    (dst, KeyChange::Add)
 }
 
 /// The tile's keys the mask (the same for every row) fills, as 1.0 (filled) or 0.0 at
@@ -502,7 +585,7 @@ fn mask_hits(
     (p, m): (Value, &MaskFill),
     keys: &Keys,
     hits: Value,
-) -> (Value, f32) {
+) -> (Value, KeyChange) {
     let stride = m.mask.strides[a.batch.len() + 1];
     let p = e.step(p, keys.j0, stride);
     lanes(e, keys.cols, stride <= 1, |e, j, w| {
@@ -513,7 +596,7 @@ fn mask_hits(
         let dst = e.step(hits, j, 1);
         e.store(hit, dst);
     });
-    (hits, m.fill)
+    (hits, KeyChange::Fill(m.fill))
 }
 
 /// Row `i` of a visited tile: the score change and both masks, then the row's running

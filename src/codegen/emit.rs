@@ -522,8 +522,8 @@ impl Emit<'_> {
     }
 
     /// Calls `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs,
-    /// dv, hits, later, fill)`; only where [`Emit::has_softmax_tile`].
-    pub fn softmax_tile(&mut self, args: [Value; 13]) {
+    /// dv, keys, later, op, fill)`; only where [`Emit::has_softmax_tile`].
+    pub fn softmax_tile(&mut self, args: [Value; 14]) {
         let func_ref = self.optional_shim(self.softmax);
         self.softmax.1 = Some(func_ref);
         self.b.ins().call(func_ref, &args);

@@ -264,10 +264,10 @@ pub fn store_scores(e: &mut Emit, row: &Row) {
 /// on the scores as the generated code left them: per row of the `rows × cols` tile (row
 /// stride `tile_rs`), its maximum, `exp` and sum, the running maximum and sum at `stats`,
 /// and its output row (`out` with its row and column strides and `dv` columns) rescaled
-/// where the maximum moved and `later` (an `i8`: a tile was visited before); where `hits`
-/// is given, the scores of the keys it marks (`cols` floats, 1.0 for a key filled) read as
-/// its fill. The bits are those of [`scale_mask_max`], [`exp_sum`] and the update that
-/// follows them, the mask in [`scale_mask_max`]'s pass.
+/// where the maximum moved and `later` (an `i8`: a tile was visited before); where `keys`
+/// is given (`cols` floats), each score changed by its key's value as its [`KeyChange`]
+/// says. The bits are those of [`scale_mask_max`], [`exp_sum`] and the update that follows
+/// them, the change in [`scale_mask_max`]'s pass.
 #[allow(clippy::too_many_arguments)]
 pub fn tile_softmax(
     e: &mut Emit,
@@ -276,17 +276,29 @@ pub fn tile_softmax(
     (max, sum): (Value, Value),
     (out, out_rs, out_cs, dv): (Value, usize, usize, usize),
     later: Value,
-    hits: Option<(Value, f32)>,
+    keys: Option<(Value, KeyChange)>,
 ) {
     let [tile_rs, out_rs, out_cs, dv] = [tile_rs, out_rs, out_cs, dv].map(|s| e.int(s as i64));
     let later = e.b.ins().uextend(I32, later);
-    let (hits, fill) = match hits {
-        Some((p, fill)) => (p, e.f32(fill)),
-        None => (e.int(0), e.f32(0.0)),
+    let (keys, op, fill) = match keys {
+        Some((p, KeyChange::Fill(fill))) => (p, 1, fill),
+        Some((p, KeyChange::Add)) => (p, 2, 0.0),
+        None => (e.int(0), 0, 0.0),
     };
+    let op = e.b.ins().iconst(I32, op);
+    let fill = e.f32(fill);
     e.softmax_tile([
-        rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, hits, later, fill,
+        rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, keys, later, op, fill,
     ]);
+}
+
+/// What a row of values, one per key, does to every row's scores in the native softmax
+/// (`runtime/native/softmax.rs`'s `KeyOp`): a score whose key's value is not 0 becomes the
+/// fill (a padding mask, its keys marked 1.0), or the value is added (an additive one).
+#[derive(Clone, Copy)]
+pub enum KeyChange {
+    Fill(f32),
+    Add,
 }
 
 /// `dst[j] *= factor` over `len` elements of stride `stride`.

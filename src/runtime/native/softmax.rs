@@ -30,62 +30,91 @@ pub struct Running {
     pub later: bool,
 }
 
-/// A mask that removes the same keys from every row of the tile (a padding mask broadcast
-/// over the queries): `hits[j]` is 1.0 where key `j`'s score becomes `fill`, else 0.0, as
-/// the generated code found it once for the tile (`codegen/attention.rs`). Applied as each
-/// pass reads a score, so the tile is not read and written once more to mask it.
+/// A change of the scores the same for every row of the tile, one value per key, as the
+/// generated code computed it once for the tile (`codegen/attention.rs`): a padding mask
+/// broadcast over the queries, or an additive one (`(1 - mask) · min`). Applied as each
+/// pass reads a score, so the tile is not read and written once more to change it.
 #[derive(Clone, Copy)]
-pub struct Filled {
-    pub hits: *const f32,
-    pub fill: f32,
+pub struct KeyRow {
+    pub values: *const f32,
+    pub op: KeyOp,
+}
+
+/// What a [`KeyRow`]'s value `v` does to a score `s`.
+#[derive(Clone, Copy)]
+pub enum KeyOp {
+    /// `fill` where `v` is not 0 (1.0 where the mask hits), else `s`.
+    Fill(f32),
+    /// `s + v`.
+    Add,
+}
+
+/// The [`KeyOp`]s as the const parameter of the passes: none, fill, add.
+const NONE: u8 = 0;
+const FILL: u8 = 1;
+const ADD: u8 = 2;
+
+/// A [`KeyRow`] as the passes read it: its values and the fill (where `OP` is [`FILL`]).
+#[derive(Clone, Copy)]
+struct Keys {
+    values: *const f32,
+    fill: f32,
 }
 
 /// Runs the online softmax's update on `rows × cols` scores at `tile` (row stride
-/// `tile_rs`, unit column stride), the scores of the keys `filled` hits replaced by its
-/// fill: see the module's documentation.
+/// `tile_rs`, unit column stride), each score changed by its key's value in `keys`: see
+/// the module's documentation.
 ///
 /// # Safety
 /// The CPU has AVX-512F ([`super::tile::available`]); the tile's `rows × cols` elements,
 /// `rows` floats at `run.max` and at `run.sum`, `run.out + i·rs + c·cs` for `i < rows`,
-/// `c < dv`, and `cols` floats at `filled.hits` are inside their allocations; the first
+/// `c < dv`, and `cols` floats at `keys.values` are inside their allocations; the first
 /// three are written by no other thread during the call, and none of them is another's.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn tile_softmax(
     (rows, cols): (usize, usize),
     (tile, tile_rs): (*mut f32, usize),
     run: &Running,
-    filled: Option<Filled>,
+    keys: Option<KeyRow>,
 ) {
     for i in 0..rows {
         // SAFETY: row `i < rows` of the tile, of the statistics and of the outputs, and
-        // the hits, are inside their allocations (the contract).
+        // the key row, are inside their allocations (the contract).
         unsafe {
             let row = tile.add(i * tile_rs);
-            match filled {
-                Some(f) => update::<true>(row, cols, i, run, f),
-                None => update::<false>(row, cols, i, run, Filled { hits: row, fill: 0.0 }),
+            let k = |values, fill| Keys { values, fill };
+            match keys {
+                Some(KeyRow {
+                    values,
+                    op: KeyOp::Fill(fill),
+                }) => update::<FILL>(row, cols, i, run, k(values, fill)),
+                Some(KeyRow {
+                    values,
+                    op: KeyOp::Add,
+                }) => update::<ADD>(row, cols, i, run, k(values, 0.0)),
+                None => update::<NONE>(row, cols, i, run, k(row, 0.0)),
             }
         }
     }
 }
 
-/// Row `i` of the tile, its `cols` scores at `row`; where `FILLED`, those `filled` hits
-/// replaced (else `filled` is not read).
+/// Row `i` of the tile, its `cols` scores at `row`, changed as `OP` says by `keys` (not
+/// read where `OP` is [`NONE`]).
 ///
 /// # Safety
 /// [`tile_softmax`]'s contract, for this row.
 #[target_feature(enable = "avx512f")]
-unsafe fn update<const FILLED: bool>(row: *mut f32, cols: usize, i: usize, run: &Running, filled: Filled) {
-    // SAFETY: the row's `cols` scores and the hits are inside their allocations (the
+unsafe fn update<const OP: u8>(row: *mut f32, cols: usize, i: usize, run: &Running, keys: Keys) {
+    // SAFETY: the row's `cols` scores and the key row are inside their allocations (the
     // contract).
-    let row_max = unsafe { row_max::<FILLED>(row, cols, filled) };
+    let row_max = unsafe { row_max::<OP>(row, cols, keys) };
     // SAFETY: row `i` of the statistics and of the output are inside them (the contract).
     unsafe {
         let m_old = *run.max.add(i);
         let m_new = max(m_old, row_max);
         // A row whose every key so far is removed subtracts 0, so `-inf - -inf` is not NaN.
         let base = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-        let sum = exp_sum::<FILLED>(row, cols, base, filled);
+        let sum = exp_sum::<OP>(row, cols, base, keys);
         // `base` is at least `m_old`: the exponent is never positive.
         let corr = exp_nonpositive1(m_old - base);
         let l_at = run.sum.add(i);
@@ -148,39 +177,44 @@ fn add(a: f32, b: f32) -> f32 {
     a + b
 }
 
-/// The scores of keys `j..j + 16` whose lanes are set in `m` (the others 0), those the
-/// mask hits replaced by its fill where `FILLED`.
+/// The scores of keys `j..j + 16` whose lanes are set in `m` (the others 0), changed as
+/// `OP` says by their keys' values.
 ///
 /// # Safety
-/// The lanes set in `m` are keys inside the tile, and where `FILLED`, inside the hits.
+/// The lanes set in `m` are keys inside the tile, and unless `OP` is [`NONE`], inside the
+/// key row.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn scores<const FILLED: bool>(row: *const f32, j: usize, m: u16, filled: Filled) -> __m512 {
-    // SAFETY: the lanes set are inside the tile and the hits; the others touch nothing.
+unsafe fn scores<const OP: u8>(row: *const f32, j: usize, m: u16, keys: Keys) -> __m512 {
+    // SAFETY: the lanes set are inside the tile and the key row; the others touch nothing.
     unsafe {
         let s = _mm512_maskz_loadu_ps(m, row.add(j));
-        if !FILLED {
+        if OP == NONE {
             return s;
         }
-        let hit = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(
-            _mm512_maskz_loadu_ps(m, filled.hits.add(j)),
-            _mm512_setzero_ps(),
-        );
-        _mm512_mask_blend_ps(hit, s, _mm512_set1_ps(filled.fill))
+        let v = _mm512_maskz_loadu_ps(m, keys.values.add(j));
+        if OP == ADD {
+            return _mm512_add_ps(s, v);
+        }
+        let hit = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps());
+        _mm512_mask_blend_ps(hit, s, _mm512_set1_ps(keys.fill))
     }
 }
 
 /// [`scores`] of one key.
 ///
 /// # Safety
-/// Key `j` is inside the tile, and where `FILLED`, inside the hits.
+/// Key `j` is inside the tile, and unless `OP` is [`NONE`], inside the key row.
 #[target_feature(enable = "avx512f")]
-unsafe fn score<const FILLED: bool>(row: *const f32, j: usize, filled: Filled) -> f32 {
+unsafe fn score<const OP: u8>(row: *const f32, j: usize, keys: Keys) -> f32 {
     // SAFETY: as the contract says.
     unsafe {
-        match FILLED && *filled.hits.add(j) != 0.0 {
-            true => filled.fill,
-            false => *row.add(j),
+        let s = *row.add(j);
+        match OP {
+            NONE => s,
+            ADD => s + *keys.values.add(j),
+            _ if *keys.values.add(j) != 0.0 => keys.fill,
+            _ => s,
         }
     }
 }
@@ -188,25 +222,26 @@ unsafe fn score<const FILLED: bool>(row: *const f32, j: usize, filled: Filled) -
 /// The row's maximum over its `cols` scores, in the order of the module's documentation.
 ///
 /// # Safety
-/// The row's `cols` scores are inside the tile, and where `FILLED`, `cols` hits.
+/// The row's `cols` scores are inside the tile, and unless `OP` is [`NONE`], `cols` values
+/// of the key row.
 #[target_feature(enable = "avx512f")]
-unsafe fn row_max<const FILLED: bool>(row: *const f32, cols: usize, filled: Filled) -> f32 {
+unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32 {
     let (whole, quads) = spans(cols);
     let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
     for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the hits.
-        acc = _mm512_max_ps(acc, unsafe { scores::<FILLED>(row, j, u16::MAX, filled) });
+        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
+        acc = _mm512_max_ps(acc, unsafe { scores::<OP>(row, j, u16::MAX, keys) });
     }
     if quads > whole {
         let m = lane_mask(quads - whole);
         // SAFETY: the lanes set are keys `whole..quads ≤ cols`.
-        let v = unsafe { scores::<FILLED>(row, whole, m, filled) };
+        let v = unsafe { scores::<OP>(row, whole, m, keys) };
         acc = _mm512_mask_max_ps(acc, m, acc, v);
     }
     let mut rest = f32::NEG_INFINITY;
     for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile and the hits.
-        rest = max(rest, unsafe { score::<FILLED>(row, j, filled) });
+        // SAFETY: key `j < cols` is inside the tile and the key row.
+        rest = max(rest, unsafe { score::<OP>(row, j, keys) });
     }
     let (lo, hi) = halves(acc);
     max(fold4(_mm256_max_ps(lo, hi), max), rest)
@@ -216,16 +251,17 @@ unsafe fn row_max<const FILLED: bool>(row: *const f32, cols: usize, filled: Fill
 /// of the module's documentation.
 ///
 /// # Safety
-/// The row's `cols` scores are inside the tile, and where `FILLED`, `cols` hits.
+/// The row's `cols` scores are inside the tile, and unless `OP` is [`NONE`], `cols` values
+/// of the key row.
 #[target_feature(enable = "avx512f")]
-unsafe fn exp_sum<const FILLED: bool>(row: *mut f32, cols: usize, base: f32, filled: Filled) -> f32 {
+unsafe fn exp_sum<const OP: u8>(row: *mut f32, cols: usize, base: f32, keys: Keys) -> f32 {
     let (whole, quads) = spans(cols);
     let b = _mm512_set1_ps(base);
     let mut acc = _mm512_setzero_ps();
     for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the hits.
+        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
         unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(scores::<FILLED>(row, j, u16::MAX, filled), b));
+            let p = exp_nonpositive(_mm512_sub_ps(scores::<OP>(row, j, u16::MAX, keys), b));
             _mm512_storeu_ps(row.add(j), p);
             acc = _mm512_add_ps(acc, p);
         }
@@ -234,16 +270,16 @@ unsafe fn exp_sum<const FILLED: bool>(row: *mut f32, cols: usize, base: f32, fil
         let m = lane_mask(quads - whole);
         // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
         unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(scores::<FILLED>(row, whole, m, filled), b));
+            let p = exp_nonpositive(_mm512_sub_ps(scores::<OP>(row, whole, m, keys), b));
             _mm512_mask_storeu_ps(row.add(whole), m, p);
             acc = _mm512_mask_add_ps(acc, m, acc, p);
         }
     }
     let mut rest = 0.0f32;
     for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile and the hits.
+        // SAFETY: key `j < cols` is inside the tile and the key row.
         unsafe {
-            let p = exp_nonpositive1(score::<FILLED>(row, j, filled) - base);
+            let p = exp_nonpositive1(score::<OP>(row, j, keys) - base);
             *row.add(j) = p;
             rest += p;
         }
@@ -312,15 +348,17 @@ fn exp_nonpositive1(x: f32) -> f32 {
     _mm_cvtss_f32(_mm512_castps512_ps128(exp_nonpositive(_mm512_set1_ps(x))))
 }
 
-/// `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, hits,
-/// later, fill)`: [`tile_softmax`] for JIT code, with the mask's hits where `hits` is not
-/// null. The code generator calls it only where [`super::use_tile`] holds (the shim is
-/// bound to no symbol otherwise).
+/// `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, keys,
+/// later, op, fill)`: [`tile_softmax`] for JIT code, with the key row at `keys` where it is
+/// not null: `op` 1 fills with `fill` ([`KeyOp::Fill`]), any other adds ([`KeyOp::Add`]).
+/// The code generator calls it only where [`super::use_tile`] holds (the shim is bound to
+/// no symbol otherwise).
 ///
 /// # Safety
 /// [`tile_softmax`]'s: the CPU has AVX-512F, and the tile, the statistics, the outputs and
-/// the hits are inside their allocations, the first three this call's alone. The JIT code
-/// passes its thread's scratch (tile, statistics and hits, sized by `KernelOp::scratch`)
+/// the key row are inside their allocations, the first three this call's alone. The JIT
+/// code passes its thread's scratch (tile, statistics and key row, sized by
+/// `KernelOp::scratch`)
 /// and its task's own output rows, which `Plan::validate` proved inside their buffer.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn attnc_softmax_tile(
@@ -334,8 +372,9 @@ pub unsafe extern "C" fn attnc_softmax_tile(
     out_rs: i64,
     out_cs: i64,
     dv: i64,
-    hits: *const f32,
+    keys: *const f32,
     later: i32,
+    op: i32,
     fill: f32,
 ) {
     if rows <= 0 || cols <= 0 || tile_rs < 0 || out_rs < 0 || out_cs < 0 || dv < 0 {
@@ -351,10 +390,14 @@ pub unsafe extern "C" fn attnc_softmax_tile(
         dv: u(dv),
         later: later != 0,
     };
-    let filled = (!hits.is_null()).then_some(Filled { hits, fill });
+    let op = match op {
+        1 => KeyOp::Fill(fill),
+        _ => KeyOp::Add,
+    };
+    let keys = (!keys.is_null()).then_some(KeyRow { values: keys, op });
     // SAFETY: the sizes and strides are not negative (checked), and this function's
     // contract is `tile_softmax`'s.
-    unsafe { tile_softmax((u(rows), u(cols)), (tile, u(tile_rs)), &run, filled) }
+    unsafe { tile_softmax((u(rows), u(cols)), (tile, u(tile_rs)), &run, keys) }
 }
 
 #[cfg(test)]
@@ -362,8 +405,8 @@ mod tests {
     use super::*;
 
     /// A tile of `rows × cols` scores in rows of `cols + 3` (the 3 past each row a
-    /// sentinel the routine must not touch), the state of each row before it, and the
-    /// keys a mask fills (`hits`, empty for none) with `fill`.
+    /// sentinel the routine must not touch), the state of each row before it, and a row of
+    /// keys (`keys`, empty for none) that changes every row as `op` says.
     struct Case {
         rows: usize,
         cols: usize,
@@ -372,8 +415,8 @@ mod tests {
         sum: Vec<f32>,
         out: Vec<f32>,
         dv: usize,
-        hits: Vec<f32>,
-        fill: f32,
+        keys: Vec<f32>,
+        op: KeyOp,
     }
 
     const SENTINEL: f32 = 12345.0;
@@ -396,29 +439,44 @@ mod tests {
                 sum: (0..rows).map(|i| [0.0, 1.5, 2.0][i % 3]).collect(),
                 out: (0..rows * (dv + 1)).map(|x| x as f32 * 0.25 - 1.0).collect(),
                 dv,
-                hits: Vec::new(),
-                fill: 0.0,
+                keys: Vec::new(),
+                op: KeyOp::Add,
             }
         }
 
         /// The case with the keys `hit` says filled by `fill` in every row.
         fn filled(self, hit: impl Fn(usize) -> bool, fill: f32) -> Case {
-            let hits = (0..self.cols).map(|j| if hit(j) { 1.0 } else { 0.0 }).collect();
-            Case { hits, fill, ..self }
+            let keys = (0..self.cols).map(|j| if hit(j) { 1.0 } else { 0.0 }).collect();
+            Case {
+                keys,
+                op: KeyOp::Fill(fill),
+                ..self
+            }
         }
 
-        /// Row `i`'s scores as the routine sees them: the hits filled.
+        /// The case with `add(j)` added to key `j`'s score in every row.
+        fn added(self, add: impl Fn(usize) -> f32) -> Case {
+            let keys = (0..self.cols).map(add).collect();
+            Case {
+                keys,
+                op: KeyOp::Add,
+                ..self
+            }
+        }
+
+        /// Row `i`'s scores as the routine sees them: changed by the key row.
         fn scores(&self, i: usize) -> Vec<f32> {
             let rs = self.cols + 3;
             let row = &self.tile[i * rs..i * rs + self.cols];
-            match self.hits.is_empty() {
-                true => row.to_vec(),
-                false => row
-                    .iter()
-                    .zip(&self.hits)
-                    .map(|(&s, &h)| if h != 0.0 { self.fill } else { s })
-                    .collect(),
+            if self.keys.is_empty() {
+                return row.to_vec();
             }
+            let change = |(&s, &v): (&f32, &f32)| match self.op {
+                KeyOp::Fill(fill) if v != 0.0 => fill,
+                KeyOp::Fill(_) => s,
+                KeyOp::Add => s + v,
+            };
+            row.iter().zip(&self.keys).map(change).collect()
         }
 
         /// Runs the routine on a copy; returns the tile, maxima, sums and outputs after.
@@ -435,11 +493,11 @@ mod tests {
             };
             // SAFETY: the CPU has AVX-512F (checked by the caller), and every element the
             // routine reaches is inside these vectors, which nothing else uses.
-            let filled = (!c.hits.is_empty()).then_some(Filled {
-                hits: c.hits.as_ptr(),
-                fill: c.fill,
+            let keys = (!c.keys.is_empty()).then_some(KeyRow {
+                values: c.keys.as_ptr(),
+                op: c.op,
             });
-            unsafe { tile_softmax((c.rows, c.cols), (c.tile.as_mut_ptr(), c.cols + 3), &run, filled) };
+            unsafe { tile_softmax((c.rows, c.cols), (c.tile.as_mut_ptr(), c.cols + 3), &run, keys) };
             c
         }
     }
@@ -451,7 +509,7 @@ mod tests {
                 max: self.max.clone(),
                 sum: self.sum.clone(),
                 out: self.out.clone(),
-                hits: self.hits.clone(),
+                keys: self.keys.clone(),
                 ..*self
             }
         }
@@ -566,6 +624,19 @@ mod tests {
                 check(&Case::new(5, cols, score).filled(|j| j % 3 == 1, fill));
                 check(&Case::new(3, cols, score).filled(|_| true, fill));
             }
+        }
+    }
+
+    #[test]
+    fn a_row_of_keys_added_to_every_row_is_added() {
+        if !super::super::tile::available() {
+            return;
+        }
+        // An additive padding mask: 0 for kept keys, the float minimum for removed ones.
+        let padding = |j: usize| if j % 4 == 3 { f32::MIN } else { 0.0 };
+        for cols in [1, 3, 4, 13, 16, 21, 64, 67] {
+            check(&Case::new(5, cols, score).added(padding));
+            check(&Case::new(4, cols, score).added(|j| j as f32 * 0.25 - 2.0));
         }
     }
 }
