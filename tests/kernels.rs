@@ -967,3 +967,39 @@ fn a_row_kernel_without_row_axes_reduces_one_row() {
         assert_eq!(run(kernel, std::slice::from_ref(&x), 1), [want], "{prog:?}");
     }
 }
+
+/// A layout copy that transposes its last two axes (the attention kernel's `kᵀ` layout):
+/// `out[b, p, l] = x[b, l, p]`, every bit moved (NaN payloads, signed zeros, subnormals),
+/// with tasks of whole runs of `p`, of rows inside one run, and of neither (the native
+/// shim takes the first two where the CPU has AVX-512, the generated code the third).
+#[test]
+fn a_transposing_layout_copy_moves_every_bit() {
+    let (b, p, l) = (3, 20, 37);
+    let special = special();
+    // Every fifth a NaN of its own payload.
+    let x: Vec<f32> = (0..b * l * p)
+        .map(|i| match i % 5 {
+            0 => f32::from_bits(0x7fc0_0000 | i as u32),
+            _ => special[i % special.len()],
+        })
+        .collect();
+    for rows_per_task in [4, 20, 40, 7] {
+        let kernel = KernelOp::Map(Map {
+            shape: vec![b, p, l],
+            inputs: vec![op(0, 0, &[l * p, 1, p])],
+            expr: vec![Expr::Input(0)],
+            out: op(1, 0, &[p * l, l, 1]),
+            rows_per_task,
+        });
+        let got = run(kernel, std::slice::from_ref(&x), b * p * l);
+        for (i, g) in got.iter().enumerate() {
+            let (bi, pi, li) = (i / (p * l), i / l % p, i % l);
+            let want = x[bi * l * p + li * p + pi];
+            assert_eq!(
+                g.to_bits(),
+                want.to_bits(),
+                "rows per task {rows_per_task}: element {i}"
+            );
+        }
+    }
+}

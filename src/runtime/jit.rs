@@ -367,6 +367,7 @@ pub fn shims() -> Shims {
         packed: native::attnc_sgemm_packed as *const u8,
         softmax: native::softmax_shim(),
         epilogue: native::epilogue_shim(),
+        transpose: native::transpose_shim(),
     }
 }
 

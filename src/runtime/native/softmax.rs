@@ -14,6 +14,7 @@
 //!
 //! [`tile_softmax`]: crate::codegen
 
+use super::lane_mask;
 use crate::codegen::{EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
 use std::arch::x86_64::*;
 
@@ -141,15 +142,6 @@ fn max(a: f32, b: f32) -> f32 {
 /// groups of 16 and of its whole groups of 4 (the lanes set in the last, partial vector).
 fn spans(cols: usize) -> (usize, usize) {
     (cols & !15, cols & !3)
-}
-
-/// The low `lanes` bits set (at most 16).
-fn lane_mask(lanes: usize) -> u16 {
-    match lanes {
-        0 => 0,
-        l if l >= 16 => u16::MAX,
-        l => (1u16 << l) - 1,
-    }
 }
 
 /// The 16 lanes as the JIT folds its four vectors: the upper 256 bits and the lower,

@@ -16,6 +16,7 @@
 //! runs over `k` in order, so the bits are those of a plain loop of fused multiply-adds
 //! (`BENCHMARKS.md`, session 13).
 
+use super::lane_mask;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
@@ -162,15 +163,6 @@ unsafe fn copy_panel<const V: usize>(
                 _mm512_store_ps(dst, _mm512_maskz_loadu_ps(mask, src));
             }
         }
-    }
-}
-
-/// The low `lanes` bits set (at most 16).
-fn lane_mask(lanes: usize) -> u16 {
-    match lanes {
-        0 => 0,
-        l if l >= 16 => u16::MAX,
-        l => (1u16 << l) - 1,
     }
 }
 
