@@ -55,9 +55,6 @@ pub const SOFTMAX_SYMBOL: &str = "attnc_softmax_tile";
 /// The name JIT code calls the GEMM tile's epilogue by ([`Shims::epilogue`]).
 pub const EPILOGUE_SYMBOL: &str = "attnc_epilogue_tile";
 
-/// The name JIT code calls the transposing copy by ([`Shims::transpose`]).
-pub const TRANSPOSE_SYMBOL: &str = "attnc_transpose";
-
 /// The addresses of the microkernel shims JIT code calls.
 #[derive(Clone, Copy, Debug)]
 pub struct Shims {
@@ -73,10 +70,6 @@ pub struct Shims {
     /// they are one of its forms ([`emit::Emit::epilogue_tile`]), where this CPU runs it;
     /// without it the generated code applies every epilogue itself.
     pub epilogue: Option<*const u8>,
-    /// `attnc_transpose`, a layout copy that transposes on 512-bit vectors
-    /// ([`emit::Emit::transpose`]), where this CPU runs it; without it the generated code
-    /// gathers such a copy's rows itself.
-    pub transpose: Option<*const u8>,
 }
 
 /// Compiled kernels: one code pointer per kernel of the plan, and the module that owns the
@@ -113,9 +106,6 @@ pub struct Jit {
     softmax: Option<(FuncId, Signature)>,
     /// The tile epilogue shim as an import, with its signature, where [`Shims`] has one.
     epilogue: Option<(FuncId, Signature)>,
-    /// The transposing copy's shim as an import, with its signature, where [`Shims`] has
-    /// one.
-    transpose: Option<(FuncId, Signature)>,
 }
 
 /// The host ISA, with the flags the JIT needs.
@@ -135,8 +125,7 @@ pub fn isa(opt: &str) -> Result<OwnedTargetIsa, String> {
 /// A signature of `count` parameters of each type, in order. The shims' parameters: a
 /// kernel's 4 pointers and indices; `attnc_sgemm`'s 12 sizes, pointers and strides, `alpha`
 /// and `acc`; `attnc_sgemm_packed`'s 10 and `alpha`; `attnc_softmax_tile`'s 11, two flags and the fill;
-/// `attnc_epilogue_tile`'s 11 and 3 constants; `attnc_transpose`'s 6 sizes, pointers and
-/// strides.
+/// `attnc_epilogue_tile`'s 11 and 3 constants.
 fn signature(module: &JITModule, params: &[(Type, usize)]) -> Signature {
     let mut sig = module.make_signature();
     for &(ty, count) in params {
@@ -178,9 +167,6 @@ impl Jit {
         if let Some(epilogue) = shims.epilogue {
             builder.symbol(EPILOGUE_SYMBOL, epilogue);
         }
-        if let Some(transpose) = shims.transpose {
-            builder.symbol(TRANSPOSE_SYMBOL, transpose);
-        }
         for f in math::Call::ALL {
             builder.symbol(f.symbol(), f.address());
         }
@@ -206,10 +192,6 @@ impl Jit {
             .epilogue
             .map(|_| imported(&mut module, EPILOGUE_SYMBOL, &[(I64, 11), (F32, 3)]))
             .transpose()?;
-        let transpose = shims
-            .transpose
-            .map(|_| imported(&mut module, TRANSPOSE_SYMBOL, &[(I64, 6)]))
-            .transpose()?;
         Ok(Jit {
             builder_ctx: FunctionBuilderContext::new(),
             ctx: module.make_context(),
@@ -219,7 +201,6 @@ impl Jit {
             calls,
             softmax,
             epilogue,
-            transpose,
         })
     }
 
@@ -247,7 +228,6 @@ impl Jit {
             packed: (&self.packed, None),
             softmax: (self.softmax.as_ref(), None),
             epilogue: (self.epilogue.as_ref(), None),
-            transpose: (self.transpose.as_ref(), None),
             calls: &self.calls,
             imported: [None; math::Call::ALL.len()],
         };

@@ -60,7 +60,6 @@ fn clif(plan: &Plan) -> String {
         Shims {
             softmax: None,
             epilogue: None,
-            transpose: None,
             ..shims()
         },
     )
@@ -297,24 +296,6 @@ fn attention_gives_the_tile_softmax_an_additive_padding_mask_as_a_row_of_keys() 
         ..shims()
     };
     insta::assert_snapshot!(clif_with(&p, tile));
-}
-
-#[test]
-fn a_transposing_layout_copy_calls_the_native_transpose() {
-    // `kᵀ`'s layout: out[h, p, j] = k[h, j, p], 4 rows a task inside runs of 8.
-    let m = Map {
-        shape: vec![2, 8, 6],
-        inputs: vec![op(0, &[48, 1, 8])],
-        expr: vec![Expr::Input(0)],
-        out: op(1, &[48, 6, 1]),
-        rows_per_task: 4,
-    };
-    let p = plan(&[96], 96, KernelOp::Map(m));
-    let native = Shims {
-        transpose: Some(std::ptr::null()),
-        ..shims()
-    };
-    insta::assert_snapshot!(clif_with(&p, native));
 }
 
 /// A causal attention kernel at tiny sizes: 3 rows, 5 keys, tiles of 2 × 4.

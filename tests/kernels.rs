@@ -970,8 +970,7 @@ fn a_row_kernel_without_row_axes_reduces_one_row() {
 
 /// A layout copy that transposes its last two axes (the attention kernel's `kᵀ` layout):
 /// `out[b, p, l] = x[b, l, p]`, every bit moved (NaN payloads, signed zeros, subnormals),
-/// with tasks of whole runs of `p`, of rows inside one run, and of neither (the native
-/// shim takes the first two where the CPU has AVX-512, the generated code the third).
+/// with tasks of whole runs of `p`, of rows inside one run, and of neither.
 #[test]
 fn a_transposing_layout_copy_moves_every_bit() {
     let (b, p, l) = (3, 20, 37);

@@ -62,9 +62,6 @@ pub struct Emit<'a> {
     /// The `attnc_epilogue_tile` shim's declaration where the CPU runs it, and its
     /// reference in this function once imported by [`Emit::epilogue_tile`].
     pub epilogue: (Option<&'a (FuncId, Signature)>, Option<FuncRef>),
-    /// The `attnc_transpose` shim's declaration where the CPU runs it, and its reference in
-    /// this function once imported by [`Emit::transpose`].
-    pub transpose: (Option<&'a (FuncId, Signature)>, Option<FuncRef>),
     /// The module's declaration of each math function ([`Call::ALL`] order).
     pub calls: &'a [(FuncId, Signature)],
     /// Each math function's reference in this function, once imported by [`Emit::call`].
@@ -529,19 +526,6 @@ impl Emit<'_> {
     pub fn softmax_tile(&mut self, args: [Value; 14]) {
         let func_ref = self.optional_shim(self.softmax);
         self.softmax.1 = Some(func_ref);
-        self.b.ins().call(func_ref, &args);
-    }
-
-    /// Whether layout copies that transpose run in the native shim ([`Emit::transpose`]).
-    pub fn has_transpose(&self) -> bool {
-        self.transpose.0.is_some()
-    }
-
-    /// Calls `attnc_transpose(rows, cols, src, src_cs, dst, dst_rs)`; only where
-    /// [`Emit::has_transpose`].
-    pub fn transpose(&mut self, args: [Value; 6]) {
-        let func_ref = self.optional_shim(self.transpose);
-        self.transpose.1 = Some(func_ref);
         self.b.ins().call(func_ref, &args);
     }
 

@@ -21,9 +21,6 @@ fn normalized(m: &Map) -> (Vec<usize>, Vec<Operand>, Operand) {
 }
 
 pub fn translate(e: &mut Emit, m: &Map) {
-    if let Some(t) = Transpose::of(m).filter(|_| e.has_transpose()) {
-        return transpose(e, m, &t);
-    }
     let (shape, inputs, out) = normalized(m);
     let (&len, outer) = shape.split_last().expect("rank at least 1");
     let rows: usize = outer.iter().product();
@@ -89,68 +86,6 @@ pub fn translate(e: &mut Emit, m: &Map) {
 
 /// Columns per chunk of a transposing copy.
 const CHUNK: usize = 64;
-
-/// A layout copy that transposes its last two axes: the input contiguous along the
-/// next-to-last axis (its rows `src_cs` apart along the last) and the output along the last
-/// (`cols` of them, rows `dst_rs` apart), the native shim's form (`attnc_transpose`). A
-/// task's rows are whole runs of the next-to-last axis, or lie inside one: `step` rows a
-/// call.
-struct Transpose {
-    cols: usize,
-    src_cs: usize,
-    dst_rs: usize,
-    step: usize,
-}
-
-impl Transpose {
-    fn of(m: &Map) -> Option<Transpose> {
-        let [input] = m.inputs.as_slice() else {
-            return None;
-        };
-        let rank = m.shape.len();
-        if m.expr != [Expr::Input(0)] || rank < 2 || m.rows_per_task == 0 {
-            return None;
-        }
-        let (last, next) = (rank - 1, rank - 2);
-        let (rows, rpt) = (m.shape[next], m.rows_per_task);
-        let whole_runs = rpt % rows == 0 || rows % rpt == 0;
-        let form = input.strides[next] == 1 && input.strides[last] > 1 && m.out.strides[last] == 1;
-        (form && whole_runs).then(|| Transpose {
-            cols: m.shape[last],
-            src_cs: input.strides[last],
-            dst_rs: m.out.strides[next],
-            step: rpt.min(rows),
-        })
-    }
-}
-
-/// [`Transpose`]'s copy: each task's rows `step` at a time, one shim call each (its rows
-/// share every index but the next-to-last axis's, so they are one block of the transpose).
-fn transpose(e: &mut Emit, m: &Map, t: &Transpose) {
-    let outer = &m.shape[..m.shape.len() - 1];
-    let total: usize = outer.iter().product();
-    let (src, dst) = (e.arg(0), e.arg(1));
-    let rpt = m.rows_per_task as i64;
-    let (begin, end) = (e.begin, e.end);
-    e.for_range(begin, end, 1, |e, task| {
-        let r0 = e.b.ins().imul_imm_s(task, rpt);
-        let r1 = e.b.ins().iadd_imm_s(r0, rpt);
-        let total = e.int(total as i64);
-        let r1 = e.min_usize(r1, total);
-        e.for_range(r0, r1, t.step as i64, |e, r| {
-            let idx = e.unflatten(r, outer);
-            let off = e.dot(&idx, &m.inputs[0].strides[..outer.len()]);
-            let from = e.at(src, off);
-            let off = e.dot(&idx, &m.out.strides[..outer.len()]);
-            let to = e.at(dst, off);
-            let left = e.b.ins().isub(r1, r);
-            let step = e.int(t.step as i64);
-            let rows = e.min_usize(step, left);
-            let [cols, src_cs, dst_rs] = [t.cols, t.src_cs, t.dst_rs].map(|x| e.int(x as i64));
-            e.transpose([rows, cols, from, src_cs, to, dst_rs]);
-        });
-    });
-}
 
 /// The value of each [`Expr::Index`] node at this element, on `w` lanes: the column
 /// `c0 + j` (one per lane) for the last axis, the row's index along an outer one.

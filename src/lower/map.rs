@@ -3,6 +3,7 @@
 
 use super::gemm::pair;
 use super::tanh_gelu;
+use super::tiling::transposed_rows_per_task;
 use super::{internal, view, Lowerer, Val, View};
 use crate::ir::{BinaryOp, CmpOp, Op, ValueId};
 use crate::kernel::{BufId, BufferKind, Epilogue, Expr, Kernel, KernelOp, Map, Operand, PlanError};
@@ -29,13 +30,16 @@ impl Lowerer<'_> {
 
     pub(super) fn map(&mut self, inputs: Vec<Operand>, expr: Vec<Expr>, out: &View, label: String) {
         let len = out.shape.last().copied().unwrap_or(1).max(1);
-        let m = Map {
+        let mut m = Map {
             shape: out.shape.clone(),
             inputs,
             expr,
             out: out.operand(),
             rows_per_task: (8192 / len).max(16),
         };
+        if let Some(run) = m.transposed_run() {
+            m.rows_per_task = transposed_rows_per_task(&m.shape, run);
+        }
         self.kernel(label, KernelOp::Map(m));
     }
 

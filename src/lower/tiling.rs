@@ -110,6 +110,16 @@ pub fn attention_blocks(n: usize, m: usize, positions: bool) -> (usize, usize) {
     (n.clamp(1, 64), m.clamp(1, keys))
 }
 
+/// Rows per task of a copy that transposes its last two axes (`Map::transposed_run`: runs
+/// of `run` rows): whole runs, about 16 tasks. A task walks its columns in chunks over all
+/// of its runs (`codegen/map.rs`), so each chunk's input rows, far apart and each in a page
+/// of its own, are read once for as many runs as a task has.
+pub fn transposed_rows_per_task(shape: &[usize], run: usize) -> usize {
+    let rows: usize = shape.split_last().map_or(1, |(_, outer)| outer.iter().product());
+    let run = run.max(1);
+    run * (rows / run / 16).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +146,16 @@ mod tests {
             block: (m, n),
             packed: false,
         }
+    }
+
+    #[test]
+    fn a_transposing_copy_takes_whole_runs_about_sixteen_tasks() {
+        // kᵀ at the seed module's L (16 heads of 64 rows) and M (64 heads of 64 rows).
+        assert_eq!(transposed_rows_per_task(&[1, 16, 64, 2048], 64), 64);
+        assert_eq!(transposed_rows_per_task(&[8, 8, 64, 512], 64), 256);
+        // Fewer runs than tasks: a run each.
+        assert_eq!(transposed_rows_per_task(&[2, 3, 5], 3), 3);
+        assert_eq!(transposed_rows_per_task(&[0, 3, 5], 3), 3);
     }
 
     #[test]

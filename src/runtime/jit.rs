@@ -367,7 +367,6 @@ pub fn shims() -> Shims {
         packed: native::attnc_sgemm_packed as *const u8,
         softmax: native::softmax_shim(),
         epilogue: native::epilogue_shim(),
-        transpose: native::transpose_shim(),
     }
 }
 

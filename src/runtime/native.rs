@@ -30,8 +30,6 @@ mod scatter;
 #[cfg(target_arch = "x86_64")]
 mod softmax;
 mod tile;
-#[cfg(target_arch = "x86_64")]
-mod transpose;
 
 /// The low `lanes` bits set (at most 16): the mask of a partial vector of 16 floats.
 #[cfg(target_arch = "x86_64")]
@@ -73,18 +71,6 @@ pub fn epilogue_shim() -> Option<*const u8> {
     #[cfg(target_arch = "x86_64")]
     if use_tile() && std::env::var_os("ATTNC_NO_TILE_EPILOGUE").is_none() {
         return Some(epilogue::attnc_epilogue_tile as *const u8);
-    }
-    None
-}
-
-/// The address of the transposing copy's shim (`transpose::attnc_transpose`), where the
-/// AVX-512 tile routines run here ([`use_tile`]); `None` keeps every layout copy in the
-/// generated code (no AVX-512, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_TRANSPOSE`: the
-/// benchmarks' before and after in one binary).
-pub fn transpose_shim() -> Option<*const u8> {
-    #[cfg(target_arch = "x86_64")]
-    if use_tile() && std::env::var_os("ATTNC_NO_TILE_TRANSPOSE").is_none() {
-        return Some(transpose::attnc_transpose as *const u8);
     }
     None
 }
