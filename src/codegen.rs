@@ -40,6 +40,7 @@ use cranelift_module::{default_libcall_names, FuncId, Linkage, Module, ModuleRel
 use emit::Emit;
 pub(crate) use emit::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_NORMAL_SCALED, EXP_POLY, EXP_SCALE_LOG2};
 pub(crate) use math::{ERF_LARGE, ERF_SMALL};
+pub(crate) use softmax::KeyChange;
 use std::collections::HashMap;
 pub use tile_epilogue::Activation;
 

@@ -523,11 +523,10 @@ fn added_per_key(score: &ScoreMod, r: usize) -> Option<usize> {
     for n in expr {
         let of = |k: usize| per_key.get(k).copied().unwrap_or(false);
         let yes = match *n {
-            Expr::Input(k) if k < 2 => false,
-            Expr::Input(k) => match k.checked_sub(ScoreMod::LEAVES) {
-                None => true,
-                Some(input) => score.inputs.get(input).is_some_and(|o| o.strides[r] == 0),
-            },
+            // The score and the row index; the key index.
+            Expr::Input(0 | 1) => false,
+            Expr::Input(2) => true,
+            Expr::Input(k) => (score.inputs.get(k - ScoreMod::LEAVES)).is_some_and(|o| o.strides[r] == 0),
             Expr::Const(_) => true,
             Expr::Reduced(_) | Expr::Index(_) => false,
             Expr::Unary(_, x) => of(x),

@@ -280,12 +280,11 @@ pub fn tile_softmax(
 ) {
     let [tile_rs, out_rs, out_cs, dv] = [tile_rs, out_rs, out_cs, dv].map(|s| e.int(s as i64));
     let later = e.b.ins().uextend(I32, later);
-    let (keys, op, fill) = match keys {
-        Some((p, KeyChange::Fill(fill))) => (p, 1, fill),
-        Some((p, KeyChange::Add)) => (p, 2, 0.0),
-        None => (e.int(0), 0, 0.0),
+    let (keys, (op, fill)) = match keys {
+        Some((p, change)) => (p, change.abi()),
+        None => (e.int(0), (0, 0.0)),
     };
-    let op = e.b.ins().iconst(I32, op);
+    let op = e.b.ins().iconst(I32, i64::from(op));
     let fill = e.f32(fill);
     e.softmax_tile([
         rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, keys, later, op, fill,
@@ -293,12 +292,30 @@ pub fn tile_softmax(
 }
 
 /// What a row of values, one per key, does to every row's scores in the native softmax
-/// (`runtime/native/softmax.rs`'s `KeyOp`): a score whose key's value is not 0 becomes the
-/// fill (a padding mask, its keys marked 1.0), or the value is added (an additive one).
-#[derive(Clone, Copy)]
+/// (`runtime/native/softmax.rs`): a score whose key's value `v` is not 0 becomes the fill (a
+/// padding mask, its keys marked 1.0), or `v` is added (an additive one).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KeyChange {
     Fill(f32),
     Add,
+}
+
+impl KeyChange {
+    /// The change as the shim's `op` and `fill` arguments: 1 and the fill, or 2 and 0.
+    pub fn abi(self) -> (i32, f32) {
+        match self {
+            KeyChange::Fill(fill) => (1, fill),
+            KeyChange::Add => (2, 0.0),
+        }
+    }
+
+    /// The change [`KeyChange::abi`] gave `op` and `fill` for.
+    pub fn from_abi(op: i32, fill: f32) -> KeyChange {
+        match op {
+            1 => KeyChange::Fill(fill),
+            _ => KeyChange::Add,
+        }
+    }
 }
 
 /// `dst[j] *= factor` over `len` elements of stride `stride`.

@@ -26,6 +26,11 @@ struct HostGather {
     ids: usize,
 }
 
+/// E0307: a gather the host cannot do, which the interpreter runs.
+fn unsupported(message: &str) -> RunError {
+    RunError::new(Some(Code::E0307), message).with_hint("run with `--backend interp`")
+}
+
 /// `program` with each gather replaced by a new input; E0307 for the first gather the host
 /// cannot do.
 pub fn hoist(program: &Program) -> Result<Hoisted, RunError> {
@@ -37,12 +42,14 @@ pub fn hoist(program: &Program) -> Result<Hoisted, RunError> {
         }
         let (table, ids) = (program.node(node.args[0]), program.node(node.args[1]));
         let (Op::Param(t), Op::Input(i)) = (&table.op, &ids.op) else {
-            let message = "the native backend gathers rows of a weight by an input's ids only";
-            return Err(RunError::new(Some(Code::E0307), message).with_hint("run with `--backend interp`"));
+            return Err(unsupported(
+                "the native backend gathers rows of a weight by an input's ids only",
+            ));
         };
         if !program.body.contains(&id) {
-            let message = "the native backend does not gather inside a `for` over heads";
-            return Err(RunError::new(Some(Code::E0307), message).with_hint("run with `--backend interp`"));
+            return Err(unsupported(
+                "the native backend does not gather inside a `for` over heads",
+            ));
         }
         out.inputs.push(InputDecl {
             name: format!("{}[{}]", program.params[*t].name, program.inputs[*i].name),

@@ -15,7 +15,7 @@
 //! [`tile_softmax`]: crate::codegen
 
 use super::lane_mask;
-use crate::codegen::{EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
+use crate::codegen::{KeyChange, EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
 use std::arch::x86_64::*;
 
 /// The running state of the tile's rows: each row's maximum and sum so far (`rows` floats
@@ -38,19 +38,10 @@ pub struct Running {
 #[derive(Clone, Copy)]
 pub struct KeyRow {
     pub values: *const f32,
-    pub op: KeyOp,
+    pub op: KeyChange,
 }
 
-/// What a [`KeyRow`]'s value `v` does to a score `s`.
-#[derive(Clone, Copy)]
-pub enum KeyOp {
-    /// `fill` where `v` is not 0 (1.0 where the mask hits), else `s`.
-    Fill(f32),
-    /// `s + v`.
-    Add,
-}
-
-/// The [`KeyOp`]s as the const parameter of the passes: none, fill, add.
+/// The [`KeyChange`]s as the const parameter of the passes: none, fill, add.
 const NONE: u8 = 0;
 const FILL: u8 = 1;
 const ADD: u8 = 2;
@@ -87,11 +78,11 @@ pub unsafe fn tile_softmax(
             match keys {
                 Some(KeyRow {
                     values,
-                    op: KeyOp::Fill(fill),
+                    op: KeyChange::Fill(fill),
                 }) => update::<FILL>(row, cols, i, run, k(values, fill)),
                 Some(KeyRow {
                     values,
-                    op: KeyOp::Add,
+                    op: KeyChange::Add,
                 }) => update::<ADD>(row, cols, i, run, k(values, 0.0)),
                 None => update::<NONE>(row, cols, i, run, k(row, 0.0)),
             }
@@ -342,7 +333,7 @@ fn exp_nonpositive1(x: f32) -> f32 {
 
 /// `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, keys,
 /// later, op, fill)`: [`tile_softmax`] for JIT code, with the key row at `keys` where it is
-/// not null: `op` 1 fills with `fill` ([`KeyOp::Fill`]), any other adds ([`KeyOp::Add`]).
+/// not null, changing the scores as [`KeyChange::from_abi`] reads `op` and `fill`.
 /// The code generator calls it only where [`super::use_tile`] holds (the shim is bound to
 /// no symbol otherwise).
 ///
@@ -382,10 +373,7 @@ pub unsafe extern "C" fn attnc_softmax_tile(
         dv: u(dv),
         later: later != 0,
     };
-    let op = match op {
-        1 => KeyOp::Fill(fill),
-        _ => KeyOp::Add,
-    };
+    let op = KeyChange::from_abi(op, fill);
     let keys = (!keys.is_null()).then_some(KeyRow { values: keys, op });
     // SAFETY: the sizes and strides are not negative (checked), and this function's
     // contract is `tile_softmax`'s.
@@ -408,7 +396,7 @@ mod tests {
         out: Vec<f32>,
         dv: usize,
         keys: Vec<f32>,
-        op: KeyOp,
+        op: KeyChange,
     }
 
     const SENTINEL: f32 = 12345.0;
@@ -432,7 +420,7 @@ mod tests {
                 out: (0..rows * (dv + 1)).map(|x| x as f32 * 0.25 - 1.0).collect(),
                 dv,
                 keys: Vec::new(),
-                op: KeyOp::Add,
+                op: KeyChange::Add,
             }
         }
 
@@ -441,7 +429,7 @@ mod tests {
             let keys = (0..self.cols).map(|j| if hit(j) { 1.0 } else { 0.0 }).collect();
             Case {
                 keys,
-                op: KeyOp::Fill(fill),
+                op: KeyChange::Fill(fill),
                 ..self
             }
         }
@@ -451,7 +439,7 @@ mod tests {
             let keys = (0..self.cols).map(add).collect();
             Case {
                 keys,
-                op: KeyOp::Add,
+                op: KeyChange::Add,
                 ..self
             }
         }
@@ -464,9 +452,9 @@ mod tests {
                 return row.to_vec();
             }
             let change = |(&s, &v): (&f32, &f32)| match self.op {
-                KeyOp::Fill(fill) if v != 0.0 => fill,
-                KeyOp::Fill(_) => s,
-                KeyOp::Add => s + v,
+                KeyChange::Fill(fill) if v != 0.0 => fill,
+                KeyChange::Fill(_) => s,
+                KeyChange::Add => s + v,
             };
             row.iter().zip(&self.keys).map(change).collect()
         }
