@@ -215,12 +215,14 @@ fn rows_that_keep_no_key_give_pytorchs_values() {
         .all(|x| x.is_nan()));
 }
 
-/// Keys 1000 and 1013 lie in a tile no row keeps; PyTorch multiplies their values by 0, so
-/// a NaN or an infinity there (at values 8 and 5 of the key's 16, in different vectors of
-/// the check) gives NaN.
+/// Keys 1000 and 1013 lie in a tile no row keeps, keys 100 and 255 in the part of the
+/// first tile past the keys the rows keep (0 to 3), which a visit cuts off where its values
+/// are finite; PyTorch multiplies their values by 0, so a NaN or an infinity there (at
+/// values 8 and 5 of the key's 16, in different vectors of the check) gives NaN.
 #[test]
 fn removed_keys_with_nan_values_give_nan_as_pytorch_does() {
-    for (key, x) in [(1000, f32::NAN), (1013, f32::INFINITY)] {
+    let keys = [(1000, f32::NAN), (1013, f32::INFINITY), (100, f32::NAN), (255, f32::INFINITY)];
+    for (key, x) in keys {
         let what = format!("{x} at {key}");
         let want = agrees(&what, (4, 1100), &[0, 1, 2, 3], &[1100, 1100], Some((key, x)));
         let rows: Vec<usize> = (0..4).collect();

@@ -388,8 +388,14 @@ fn walk_segment(
     });
 }
 
-/// A tile visited where it meets the keys `range` the task's rows keep, or where its values
-/// are not all finite (PyTorch's `0 · v` then gives NaN, which visiting it gives too).
+/// The tile's keys within the keys `range` the task's rows keep, visited where there are
+/// any; the whole tile where a value of a key outside the range is not finite (PyTorch's
+/// `0 · v` then gives NaN, which visiting it gives too).
+///
+/// A key outside the range scores `-inf` in every row: it adds 0 to each row's sum and
+/// `0 · v` to its output, which changes no bit where `v` is finite. So a tile that meets the
+/// range only in part is cut to the keys in it: under a causal mask read from a tensor, a
+/// block of rows visits keys up to its last row, not up to the end of the tile that holds it.
 fn visit_if_seen(
     e: &mut Emit,
     a: &Attention,
@@ -398,21 +404,33 @@ fn visit_if_seen(
     os: &[usize],
     scratch: &Scratch,
 ) {
+    let r = a.batch.len();
     let end = e.b.ins().iadd(keys.j0, keys.cols);
-    let before = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, lo);
-    let after = e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, keys.j0, hi);
-    let outside = e.b.ins().bor(before, after);
-    let inside = e.b.ins().bxor_imm_u(outside, 1);
-    let seen = e.var(I8, inside);
-    e.when(outside, |e| {
-        let r = a.batch.len();
-        let vb = e.step(seg.v, keys.jl, seg.vs[r]);
-        let finite = values_finite(e, vb, (seg.vs[r], seg.vs[r + 1]), keys.cols, a.dv);
-        let not_finite = e.b.ins().bxor_imm_u(finite, 1);
-        e.b.def_var(seen, not_finite);
-    });
-    let seen = e.b.use_var(seen);
-    e.when(seen, |e| visit(e, a, (task, seg, keys), os, scratch));
+    // The tile's keys in the range, [from, to): empty (from == to) where it meets none.
+    let from = e.max_usize(lo, keys.j0);
+    let from = e.min_usize(from, end);
+    let to = e.max_usize(hi, from);
+    let to = e.min_usize(to, end);
+    // The keys outside it: [j0, from) and [to, end).
+    let strides = (seg.vs[r], seg.vs[r + 1]);
+    let head = e.b.ins().isub(from, keys.j0);
+    let vb = e.step(seg.v, keys.jl, strides.0);
+    let finite_before = values_finite(e, vb, strides, head, a.dv);
+    let tail = e.b.ins().isub(end, to);
+    let after = e.b.ins().isub(to, keys.j0);
+    let after = e.b.ins().iadd(keys.jl, after);
+    let vb = e.step(seg.v, after, strides.0);
+    let finite_after = values_finite(e, vb, strides, tail, a.dv);
+    let finite = e.b.ins().band(finite_before, finite_after);
+    let (jl, cols) = (e.b.ins().iadd(keys.jl, head), e.b.ins().isub(to, from));
+    let tile = Keys {
+        jl: e.b.ins().select(finite, jl, keys.jl),
+        j0: e.b.ins().select(finite, from, keys.j0),
+        cols: e.b.ins().select(finite, cols, keys.cols),
+        truth: keys.truth,
+    };
+    let seen = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, tile.cols, 0);
+    e.when(seen, |e| visit(e, a, (task, seg, &tile), os, scratch));
 }
 
 /// One tile: the scores `scale · q kᵀ` into scratch, each row's update, then the tile
