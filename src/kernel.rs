@@ -35,7 +35,7 @@ mod op;
 mod text;
 mod validate;
 
-pub use attention::{Attention, KeyRanges, KeySplit, KeyTail, ScoreMod, RANGE_FLOATS};
+pub use attention::{Attention, KeyRanges, KeySplit, KeyTail, ScoreMod, POSITION_CHUNK, RANGE_FLOATS};
 pub use index_mask::{Affine, IndexMask, Keep, Tile, TileCounts, Truth};
 pub use op::rows;
 pub use text::byte_size;

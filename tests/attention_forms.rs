@@ -108,7 +108,9 @@ fn a_causal_mask_of_ones_tril_is_a_mask_of_positions_and_skips_tiles() {
             a.skips_tiles() && counts.skipped > 0 && counts.kept > 0,
             "{counts:?}"
         );
-        assert_eq!(a.block.1, 64, "positional masks use 64-key tiles");
+        // 150 keys in one tile, decided in chunks of 64: 3 blocks of rows by 3 chunks.
+        assert_eq!(a.block.1, 150, "a mask of positions needs no narrower tiles");
+        assert_eq!(counts.kept + counts.partial + counts.skipped, 9, "{counts:?}");
     }
 }
 

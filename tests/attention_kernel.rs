@@ -381,6 +381,8 @@ fn causal_positions_match_dense_attention_at_odd_sizes() {
         (33, (8, 16)),
         (33, (64, 256)),
         (300, (64, 128)),
+        (300, (64, 256)),
+        (300, (16, 192)),
     ] {
         case(n, n, Some(causal()), f32::NEG_INFINITY, block).check(n as u64);
         case(n, n, Some(causal()), -1e9, block).check(n as u64 + 1);
@@ -408,6 +410,31 @@ fn a_sliding_window_matches_dense_attention() {
         let c = case(n, n, Some(window(4)), -1e9, block);
         assert!(c.attention().skips_tiles());
         c.check(7);
+    }
+    // A window of 70 keys: tiles of 256 cut at both ends to the chunks of 64 it meets.
+    for fill in [f32::NEG_INFINITY, -1e9] {
+        let c = case(300, 300, Some(window(70)), fill, (32, 256));
+        assert!(c.attention().skips_tiles());
+        c.check(8);
+    }
+}
+
+/// `j < 64` or `j >= 128`: the first tile of 256 keys is kept whole but for its second
+/// chunk, which no row keeps: the tile is visited whole and that chunk tested.
+#[test]
+fn a_chunk_no_row_keeps_between_kept_ones_is_removed() {
+    let ends = Keep::Or(
+        Box::new(Keep::Atom(Affine { ci: 0, cj: -1, c: 63 })),
+        Box::new(Keep::Atom(Affine {
+            ci: 0,
+            cj: 1,
+            c: -128,
+        })),
+    );
+    for fill in [f32::NEG_INFINITY, -1e9] {
+        let c = case(300, 300, Some(ends.clone()), fill, (64, 256));
+        assert!(c.attention().skips_tiles());
+        c.check(9);
     }
 }
 

@@ -221,7 +221,12 @@ fn rows_that_keep_no_key_give_pytorchs_values() {
 /// values 8 and 5 of the key's 16, in different vectors of the check) gives NaN.
 #[test]
 fn removed_keys_with_nan_values_give_nan_as_pytorch_does() {
-    let keys = [(1000, f32::NAN), (1013, f32::INFINITY), (100, f32::NAN), (255, f32::INFINITY)];
+    let keys = [
+        (1000, f32::NAN),
+        (1013, f32::INFINITY),
+        (100, f32::NAN),
+        (255, f32::INFINITY),
+    ];
     for (key, x) in keys {
         let what = format!("{x} at {key}");
         let want = agrees(&what, (4, 1100), &[0, 1, 2, 3], &[1100, 1100], Some((key, x)));

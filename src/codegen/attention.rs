@@ -27,7 +27,7 @@ use super::softmax::{
 };
 use super::visible::{kept_by_all, values_finite, visible_keys, MaskRows};
 use crate::ir::BinaryOp;
-use crate::kernel::{Attention, Expr, Keep, MaskFill, ScoreMod};
+use crate::kernel::{Attention, Expr, Keep, MaskFill, ScoreMod, POSITION_CHUNK};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, I32, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
@@ -324,13 +324,24 @@ fn segments<'a>(e: &mut Emit, a: &'a Attention, args: &Args, idx: &[Value]) -> V
 }
 
 /// One tile of keys: its first key within the segment (`jl`) and among all the keys
-/// (`j0`), how many keys it has, and (with a mask of positions) whether the mask keeps all,
-/// and none, of the tile.
+/// (`j0`), how many keys it has, and (with a mask of positions) the keys `[ta, tb)` among
+/// all the keys on which the mask must be tested (empty where it keeps the whole tile).
 struct Keys {
     jl: Value,
     j0: Value,
     cols: Value,
-    truth: Option<(Value, Value)>,
+    tested: Option<(Value, Value)>,
+}
+
+impl Keys {
+    /// The keys with the tested ones limited to the tile's.
+    fn clipped(self, e: &mut Emit) -> Keys {
+        let end = e.b.ins().iadd(self.j0, self.cols);
+        let tested = self
+            .tested
+            .map(|(ta, tb)| (e.max_usize(ta, self.j0), e.min_usize(tb, end)));
+        Keys { tested, ..self }
+    }
 }
 
 /// The segment's keys within the task's `[c0, c1)` (all of them without a split; `zero` is
@@ -366,26 +377,82 @@ fn walk_segment(
         let left = e.b.ins().isub(hi, jl);
         let bc_v = e.int(bc as i64);
         let cols = e.min_usize(bc_v, left);
-        let truth = a.positions.as_ref().map(|p| {
-            let last_i = e.b.ins().iadd(task.i0, task.rows);
-            let last_i = e.b.ins().iadd_imm_s(last_i, -1);
-            let last_j = e.b.ins().iadd(j0, cols);
-            let last_j = e.b.ins().iadd_imm_s(last_j, -1);
-            self::truth(e, &p.keep, (task.i0, last_i), (j0, last_j))
-        });
-        let tile = Keys { jl, j0, cols, truth };
+        let whole = (jl, j0, cols);
+        let (tile, some) = match &a.positions {
+            Some(p) => chunked(e, &p.keep, (task, a.block.1), whole, skip),
+            None => (
+                Keys {
+                    jl,
+                    j0,
+                    cols,
+                    tested: None,
+                },
+                None,
+            ),
+        };
         let mut visit = |e: &mut Emit| match task.visible {
             Some(range) => visit_if_seen(e, a, (task, seg, &tile), range, os, scratch),
             None => visit(e, a, (task, seg, &tile), os, scratch),
         };
-        match truth.filter(|_| skip) {
-            Some((_, none)) => {
-                let some = e.b.ins().bxor_imm_u(none, 1);
-                e.when(some, &mut visit);
-            }
+        match some {
+            Some(some) => e.when(some, &mut visit),
             None => visit(e),
         }
     });
+}
+
+/// A tile of keys `(jl, j0, cols)` under a mask of positions, decided a chunk of
+/// [`POSITION_CHUNK`] keys at a time: cut to the chunks some row of the task keeps (where
+/// the kernel skips tiles; with whether any is left), and tested on the chunks it keeps in
+/// part. A causal block of rows visits the keys up to its last row in tiles of 256, and
+/// tests only the chunk on its diagonal.
+fn chunked(
+    e: &mut Emit,
+    keep: &Keep,
+    (task, bc): (&Rows, usize),
+    (jl, j0, cols): (Value, Value, Value),
+    skip: bool,
+) -> (Keys, Option<Value>) {
+    let end = e.b.ins().iadd(j0, cols);
+    let last_i = e.b.ins().iadd(task.i0, task.rows);
+    let last_i = e.b.ins().iadd_imm_s(last_i, -1);
+    // [lo, hi): the chunks some row keeps; [ta, tb): those that not every row keeps whole.
+    let (mut lo, mut hi) = match skip {
+        true => (end, j0),
+        false => (j0, end),
+    };
+    let (mut ta, mut tb) = (end, j0);
+    for c in 0..bc.div_ceil(POSITION_CHUNK) {
+        let cs = e.b.ins().iadd_imm_s(j0, (c * POSITION_CHUNK) as i64);
+        let ce = e.b.ins().iadd_imm_s(cs, POSITION_CHUNK as i64);
+        let ce = e.min_usize(ce, end);
+        let has = e.b.ins().icmp(IntCC::SignedLessThan, cs, end);
+        let last_j = e.b.ins().iadd_imm_s(ce, -1);
+        let (all, none) = truth(e, keep, (task.i0, last_i), (cs, last_j));
+        if skip {
+            let kept = e.b.ins().bxor_imm_u(none, 1);
+            let kept = e.b.ins().band(has, kept);
+            (lo, hi) = widen(e, kept, (lo, hi), (cs, ce));
+        }
+        let tested = e.b.ins().bxor_imm_u(all, 1);
+        let tested = e.b.ins().band(has, tested);
+        (ta, tb) = widen(e, tested, (ta, tb), (cs, ce));
+    }
+    let head = e.b.ins().isub(lo, j0);
+    let keys = Keys {
+        jl: e.b.ins().iadd(jl, head),
+        j0: lo,
+        cols: e.b.ins().isub(hi, lo),
+        tested: Some((ta, tb)),
+    };
+    let some = skip.then(|| e.b.ins().icmp(IntCC::SignedLessThan, lo, hi));
+    (keys.clipped(e), some)
+}
+
+/// `[lo, hi)` widened to cover `[cs, ce)` where `cond`.
+fn widen(e: &mut Emit, cond: Value, (lo, hi): (Value, Value), (cs, ce): (Value, Value)) -> (Value, Value) {
+    let (lo2, hi2) = (e.min_usize(lo, cs), e.max_usize(hi, ce));
+    (e.b.ins().select(cond, lo2, lo), e.b.ins().select(cond, hi2, hi))
 }
 
 /// The tile's keys within the keys `range` the task's rows keep, visited where there are
@@ -393,7 +460,7 @@ fn walk_segment(
 /// `0 · v` then gives NaN, which visiting it gives too).
 ///
 /// A key outside the range scores `-inf` in every row: it adds 0 to each row's sum and
-/// `0 · v` to its output, which changes no bit where `v` is finite. So a tile that meets the
+/// `0 · v` to its output, which changes no value where `v` is finite. So a tile that meets the
 /// range only in part is cut to the keys in it: under a causal mask read from a tensor, a
 /// block of rows visits keys up to its last row, not up to the end of the tile that holds it.
 fn visit_if_seen(
@@ -427,8 +494,9 @@ fn visit_if_seen(
         jl: e.b.ins().select(finite, jl, keys.jl),
         j0: e.b.ins().select(finite, from, keys.j0),
         cols: e.b.ins().select(finite, cols, keys.cols),
-        truth: keys.truth,
-    };
+        tested: keys.tested,
+    }
+    .clipped(e);
     let seen = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, tile.cols, 0);
     e.when(seen, |e| visit(e, a, (task, seg, &tile), os, scratch));
 }
@@ -668,11 +736,14 @@ fn scored_row(
         }
         (change, _) => change,
     };
-    if let (Some(p), Some((all, _))) = (&a.positions, keys.truth) {
-        let partial = e.b.ins().bxor_imm_u(all, 1);
+    if let (Some(p), Some((ta, tb))) = (&a.positions, keys.tested) {
+        let partial = e.b.ins().icmp(IntCC::SignedLessThan, ta, tb);
         let row_i = e.b.ins().iadd(task.i0, i);
         e.when(partial, |e| {
-            fill_removed(e, &p.keep, p.fill, trow, row_i, j0, cols)
+            let from = e.b.ins().isub(ta, j0);
+            let row = e.step(trow, from, 1);
+            let len = e.b.ins().isub(tb, ta);
+            fill_removed(e, &p.keep, p.fill, row, row_i, ta, len)
         });
     }
     let mrow = task.mask.as_ref().filter(|_| masked).map(|&(p, m)| {

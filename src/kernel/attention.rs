@@ -89,6 +89,12 @@ impl ScoreMod {
     pub const LEAVES: usize = 3;
 }
 
+/// Keys per chunk of a tile on which a mask of positions is decided: a tile is cut to the
+/// chunks some row of its block keeps and tested only on those it keeps in part, so a tile
+/// stays as wide as a dense one (256 keys; 64 keys a tile were 15 % slower) while skipping
+/// and testing as finely as 64 keys a tile did (`codegen/attention.rs`, `BENCHMARKS.md`).
+pub const POSITION_CHUNK: usize = 64;
+
 /// Floats per entry of a [`KeyRanges`] table: four key indices as 64-bit integers.
 pub const RANGE_FLOATS: usize = 8;
 
@@ -208,13 +214,15 @@ impl Attention {
         self.mask.as_ref().is_some_and(|m| m.fill == f32::NEG_INFINITY)
     }
 
-    /// The tiles `positions` keeps whole, in part, and removes (removed ones are visited
-    /// like partial ones where [`Attention::skips_tiles`] does not hold).
+    /// The chunks of tiles ([`POSITION_CHUNK`] keys) `positions` keeps whole, in part, and
+    /// removes (removed ones are visited like partial ones where
+    /// [`Attention::skips_tiles`] does not hold).
     pub fn tile_counts(&self) -> Option<TileCounts> {
         let p = self.positions.as_ref()?;
+        let chunks = (self.block.0, POSITION_CHUNK.min(self.block.1));
         let counts = self
             .segments()
-            .map(|(start, len)| p.tiles_of_keys(self.n, (start, start + len), self.block));
+            .map(|(start, len)| p.tiles_of_keys(self.n, (start, start + len), chunks));
         Some(counts.fold(TileCounts::default(), |a, b| TileCounts {
             kept: a.kept + b.kept,
             partial: a.partial + b.partial,

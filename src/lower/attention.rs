@@ -304,7 +304,7 @@ impl Lowerer<'_> {
             out: out.operand(),
             scale,
             mask,
-            block: attention_blocks(n, m, extras.positions.is_some()),
+            block: attention_blocks(n, m),
             positions: extras.positions,
             kv_group: group,
             score,

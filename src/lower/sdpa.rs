@@ -111,7 +111,7 @@ impl Lowerer<'_> {
             out: out.operand(),
             scale,
             mask,
-            block: attention_blocks(n, m, positions.is_some()),
+            block: attention_blocks(n, m),
             positions,
             kv_group,
             score,

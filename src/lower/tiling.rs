@@ -103,11 +103,10 @@ pub fn whole_heads(cols: usize, n: usize, dim: usize) -> usize {
 /// Query rows per task and keys per block of the attention kernel. At L, blocks of 64 to
 /// 128 rows and 128 to 512 keys measured within 6 % of each other (64 keys: 15 % slower);
 /// 64 rows × 256 keys keep the scores tile at 64 KiB and give enough tasks for the threads.
-/// Under a mask of positions, 64 keys: the finer tiles skip more of what the mask removes
-/// (causal at L: 2.28× the dense kernel's speed, against 2.11× with 128, `BENCHMARKS.md`).
-pub fn attention_blocks(n: usize, m: usize, positions: bool) -> (usize, usize) {
-    let keys = if positions { 64 } else { 256 };
-    (n.clamp(1, 64), m.clamp(1, keys))
+/// A mask of positions is decided on chunks of a tile ([`crate::kernel::POSITION_CHUNK`]),
+/// so it needs no narrower tiles to skip what it removes.
+pub fn attention_blocks(n: usize, m: usize) -> (usize, usize) {
+    (n.clamp(1, 64), m.clamp(1, 256))
 }
 
 /// Rows per task of a copy that transposes its last two axes (`Map::transposed_run`: runs
