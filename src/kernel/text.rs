@@ -2,7 +2,7 @@
 
 use super::{
     Attention, BufferKind, Expr, Gemm, KernelOp, KeyRanges, Map, MaskFill, Operand, Plan, Row, Scatter,
-    Softmax, PANEL,
+    Softmax, PANEL, POSITION_CHUNK,
 };
 use std::fmt::Write as _;
 
@@ -338,7 +338,8 @@ pub fn expr_text(expr: &[Expr], i: usize) -> String {
     }
 }
 
-/// A mask of positions: its formula, and its tiles counted by what the kernel does with them.
+/// A mask of positions: its formula, and the chunks of its tiles counted by what the kernel
+/// does with them.
 fn positions(out: &mut String, a: &Attention) {
     let (Some(p), Some(t)) = (&a.positions, a.tile_counts()) else {
         return;
@@ -350,7 +351,10 @@ fn positions(out: &mut String, a: &Attention) {
     };
     let _ = writeln!(
         out,
-        "      tiles: {} kept whole, {} partial, {} {removed}",
-        t.kept, t.partial, t.skipped
+        "      chunks of {} keys: {} kept whole, {} partial, {} {removed}",
+        POSITION_CHUNK.min(a.block.1),
+        t.kept,
+        t.partial,
+        t.skipped
     );
 }
