@@ -29,7 +29,7 @@ use super::visible::{kept_by_all, values_finite, visible_keys, MaskRows};
 use crate::ir::BinaryOp;
 use crate::kernel::{Attention, Expr, Keep, MaskFill, ScoreMod, POSITION_CHUNK};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32, I32, I8};
+use cranelift_codegen::ir::types::{F32, I32, I64, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::Variable;
 
@@ -379,7 +379,7 @@ fn walk_segment(
         let cols = e.min_usize(bc_v, left);
         let whole = (jl, j0, cols);
         let (tile, some) = match &a.positions {
-            Some(p) => chunked(e, &p.keep, (task, a.block.1), whole, skip),
+            Some(p) => chunked(e, &p.keep, task, whole, skip),
             None => (
                 Keys {
                     jl,
@@ -409,7 +409,7 @@ fn walk_segment(
 fn chunked(
     e: &mut Emit,
     keep: &Keep,
-    (task, bc): (&Rows, usize),
+    task: &Rows,
     (jl, j0, cols): (Value, Value, Value),
     skip: bool,
 ) -> (Keys, Option<Value>) {
@@ -417,27 +417,26 @@ fn chunked(
     let last_i = e.b.ins().iadd(task.i0, task.rows);
     let last_i = e.b.ins().iadd_imm_s(last_i, -1);
     // [lo, hi): the chunks some row keeps; [ta, tb): those that not every row keeps whole.
-    let (mut lo, mut hi) = match skip {
+    let (lo, hi) = match skip {
         true => (end, j0),
         false => (j0, end),
     };
-    let (mut ta, mut tb) = (end, j0);
-    for c in 0..bc.div_ceil(POSITION_CHUNK) {
-        let cs = e.b.ins().iadd_imm_s(j0, (c * POSITION_CHUNK) as i64);
+    let [lo, hi, ta, tb] = [lo, hi, end, j0].map(|x| e.var(I64, x));
+    // A loop over the chunks, not one copy of the test per chunk: a tile of 256 keys
+    // unrolled doubled the attention kernel's compile.
+    e.for_range(j0, end, POSITION_CHUNK as i64, |e, cs| {
         let ce = e.b.ins().iadd_imm_s(cs, POSITION_CHUNK as i64);
         let ce = e.min_usize(ce, end);
-        let has = e.b.ins().icmp(IntCC::SignedLessThan, cs, end);
         let last_j = e.b.ins().iadd_imm_s(ce, -1);
         let (all, none) = truth(e, keep, (task.i0, last_i), (cs, last_j));
         if skip {
             let kept = e.b.ins().bxor_imm_u(none, 1);
-            let kept = e.b.ins().band(has, kept);
-            (lo, hi) = widen(e, kept, (lo, hi), (cs, ce));
+            widen(e, kept, (lo, hi), (cs, ce));
         }
         let tested = e.b.ins().bxor_imm_u(all, 1);
-        let tested = e.b.ins().band(has, tested);
-        (ta, tb) = widen(e, tested, (ta, tb), (cs, ce));
-    }
+        widen(e, tested, (ta, tb), (cs, ce));
+    });
+    let [lo, hi, ta, tb] = [lo, hi, ta, tb].map(|v| e.b.use_var(v));
     let head = e.b.ins().isub(lo, j0);
     let keys = Keys {
         jl: e.b.ins().iadd(jl, head),
@@ -449,10 +448,14 @@ fn chunked(
     (keys.clipped(e), some)
 }
 
-/// `[lo, hi)` widened to cover `[cs, ce)` where `cond`.
-fn widen(e: &mut Emit, cond: Value, (lo, hi): (Value, Value), (cs, ce): (Value, Value)) -> (Value, Value) {
-    let (lo2, hi2) = (e.min_usize(lo, cs), e.max_usize(hi, ce));
-    (e.b.ins().select(cond, lo2, lo), e.b.ins().select(cond, hi2, hi))
+/// The range in `(lo, hi)` widened to cover `[cs, ce)` where `cond`.
+fn widen(e: &mut Emit, cond: Value, (lo, hi): (Variable, Variable), (cs, ce): (Value, Value)) {
+    let (old_lo, old_hi) = (e.b.use_var(lo), e.b.use_var(hi));
+    let (lo2, hi2) = (e.min_usize(old_lo, cs), e.max_usize(old_hi, ce));
+    let new_lo = e.b.ins().select(cond, lo2, old_lo);
+    let new_hi = e.b.ins().select(cond, hi2, old_hi);
+    e.b.def_var(lo, new_lo);
+    e.b.def_var(hi, new_hi);
 }
 
 /// The tile's keys within the keys `range` the task's rows keep, visited where there are
