@@ -345,9 +345,9 @@ impl Keys {
 }
 
 /// The segment's keys within the task's `[c0, c1)` (all of them without a split; `zero` is
-/// the task's constant 0), a tile
-/// of `bc` keys at a time; a tile the mask of positions removes whole is not visited,
-/// where the kernel skips tiles.
+/// the task's constant 0), a tile of `bc` keys at a time; where the kernel skips tiles, a
+/// tile is cut to the chunks the mask of positions keeps ([`chunked`]), and not visited
+/// where it keeps none.
 fn walk_segment(
     e: &mut Emit,
     a: &Attention,
