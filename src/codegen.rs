@@ -63,7 +63,7 @@ pub struct Shims {
     pub sgemm: *const u8,
     /// `attnc_sgemm_packed`: a packed `b` ([`emit::Emit::sgemm_packed`]).
     pub packed: *const u8,
-    /// `attnc_softmax_tile`, the attention tile's online softmax on 512-bit vectors
+    /// `attnc_softmax_tile`, the attention tile's online softmax on 512- or 256-bit vectors
     /// ([`emit::Emit::softmax_tile`]), where this CPU runs it; without it the generated
     /// code computes the softmax itself.
     pub softmax: Option<*const u8>,

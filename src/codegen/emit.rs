@@ -29,7 +29,7 @@ pub(crate) const EXP_NORMAL_SCALED: f32 = f32::MIN_POSITIVE * EXP_SCALE;
 /// `exp`'s range reduction below which every result rounds to 0 (see
 /// [`Emit::exp4_reduced`]), its rounding constant `1.5·2^23`, `-ln 2` split in two for an
 /// exact reduction, and its degree-5 polynomial: shared with the native tile softmax
-/// (`runtime/native/softmax.rs`), which computes the same bits on 512-bit vectors.
+/// (`runtime/native/softmax.rs`), which computes the same bits on 512- or 256-bit vectors.
 pub(crate) const EXP_LO: f32 = -104.0;
 pub(crate) const EXP_MAGIC: f32 = 12_582_912.0;
 pub(crate) const EXP_LN2: [f32; 2] = [-0.693_359_4, 2.121_944_4e-4];

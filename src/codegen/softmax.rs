@@ -260,8 +260,8 @@ pub fn store_scores(e: &mut Emit, row: &Row) {
     });
 }
 
-/// The attention tile's online softmax in the native 512-bit shim (`attnc_softmax_tile`),
-/// on the scores as the generated code left them: per row of the `rows × cols` tile (row
+/// The attention tile's online softmax in the native shim (`attnc_softmax_tile`, 512- or
+/// 256-bit), on the scores as the generated code left them: per row of the `rows × cols` tile (row
 /// stride `tile_rs`), its maximum, `exp` and sum, the running maximum and sum at `stats`,
 /// and its output row (`out` with its row and column strides and `dv` columns) rescaled
 /// where the maximum moved and `later` (an `i8`: a tile was visited before); where `keys`

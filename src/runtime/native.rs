@@ -51,14 +51,21 @@ fn use_tile() -> bool {
     *AVAILABLE.get_or_init(|| detect() && std::env::var_os("ATTNC_NO_TILE").is_none())
 }
 
-/// The address of the attention tile's softmax shim (`softmax::attnc_softmax_tile`), where
-/// the AVX-512 tile routines run here ([`use_tile`]); `None` keeps the softmax in the
-/// generated code (no AVX-512, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_SOFTMAX`, which leaves
-/// the tile products native: the benchmarks' before and after in one binary).
+/// The address of the attention tile's softmax shim (`softmax::attnc_softmax_tile`) for
+/// the widest vectors this CPU runs: 512 bits where the AVX-512 tile routines run here
+/// ([`use_tile`]), else 256 bits with AVX2 and FMA. `None` keeps the softmax in the
+/// generated code (neither, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_SOFTMAX`, which leaves the
+/// tile products native: the benchmarks' before and after in one binary).
 pub fn softmax_shim() -> Option<*const u8> {
     #[cfg(target_arch = "x86_64")]
-    if use_tile() && std::env::var_os("ATTNC_NO_TILE_SOFTMAX").is_none() {
-        return Some(softmax::attnc_softmax_tile as *const u8);
+    if std::env::var_os("ATTNC_NO_TILE_SOFTMAX").is_none() {
+        use softmax::{attnc_softmax_tile, Avx2, Width};
+        if use_tile() {
+            return Some(attnc_softmax_tile::<softmax::Avx512> as *const u8);
+        }
+        if std::env::var_os("ATTNC_NO_TILE").is_none() && Avx2::available() {
+            return Some(attnc_softmax_tile::<Avx2> as *const u8);
+        }
     }
     None
 }

@@ -1,7 +1,7 @@
-//! The part of `e^x` on 512-bit vectors that the softmax and the epilogue shims share: the
-//! JIT's reduction and polynomial (`codegen/emit.rs`), operation for operation, so that
-//! both give the 128-bit code's bits. Each applies its own power of two, as its JIT
-//! counterpart does.
+//! The part of `e^x` that the softmax and the epilogue shims share, on 512-bit vectors and
+//! (for the softmax on CPUs without AVX-512) on 256-bit ones: the JIT's reduction and
+//! polynomial (`codegen/emit.rs`), operation for operation, so that both give the 128-bit
+//! code's bits. Each applies its own power of two, as its JIT counterpart does.
 
 use crate::codegen::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_POLY};
 use std::arch::x86_64::*;
@@ -33,4 +33,24 @@ pub fn horner(z: __m512, p: &[f32]) -> __m512 {
         acc = _mm512_fmadd_ps(acc, z, _mm512_set1_ps(c));
     }
     acc
+}
+
+/// [`reduced`] on 256-bit vectors (AVX2 and FMA), lane for lane the same: the lanes below
+/// -104 are the ones whose every bit is set in the second vector.
+#[target_feature(enable = "avx2,fma")]
+pub fn reduced8(x: __m256) -> (__m256, __m256, __m256) {
+    let lo = _mm256_set1_ps(EXP_LO);
+    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
+    let x = _mm256_blendv_ps(x, lo, under);
+    let magic = _mm256_set1_ps(EXP_MAGIC);
+    let t = _mm256_fmadd_ps(_mm256_set1_ps(std::f32::consts::LOG2_E), x, magic);
+    let n = _mm256_sub_ps(t, magic);
+    let r = _mm256_fmadd_ps(_mm256_set1_ps(EXP_LN2[0]), n, x);
+    let r = _mm256_fmadd_ps(_mm256_set1_ps(EXP_LN2[1]), n, r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+    (y, under, t)
 }

@@ -1,4 +1,4 @@
-//! The attention tile's online softmax on 512-bit vectors, called from the generated code
+//! The attention tile's online softmax at the machine's width, called from the generated code
 //! after the tile's score changes and masks (`codegen/softmax.rs`, [`tile_softmax`]): per
 //! row of the scores tile, the row's maximum, `exp(s - max)` written back with its sum, the
 //! running maximum and sum updated, and the row's outputs rescaled where the maximum moved.
@@ -10,12 +10,19 @@
 //! order is this routine's natural one: a row's keys in 16 lanes (key `j` in lane
 //! `j mod 16`, in order), over its whole groups of four keys; the lanes folded in halves
 //! (256 bits, then 128, then the JIT's pairs of lanes); then the keys left one by one. The
-//! JIT keeps the 16 lanes as four vectors of four.
+//! JIT keeps the 16 lanes as four vectors of four; [`Avx512`] as one vector of 16, [`Avx2`]
+//! as two of 8. The row's bookkeeping is written once here, over the passes of a
+//! [`Width`].
 //!
 //! [`tile_softmax`]: crate::codegen
 
-use super::lane_mask;
-use crate::codegen::{KeyChange, EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
+mod avx2;
+mod avx512;
+
+pub use avx2::Avx2;
+pub use avx512::Avx512;
+
+use crate::codegen::KeyChange;
 use std::arch::x86_64::*;
 
 /// The running state of the tile's rows: each row's maximum and sum so far (`rows` floats
@@ -48,9 +55,46 @@ const ADD: u8 = 2;
 
 /// A [`KeyRow`] as the passes read it: its values and the fill (where `OP` is [`FILL`]).
 #[derive(Clone, Copy)]
-struct Keys {
+pub struct Keys {
     values: *const f32,
     fill: f32,
+}
+
+/// The vector passes over a row at one instruction set's width, each in the order of the
+/// module's documentation. `OP` says how the key row changes a score ([`NONE`], [`FILL`],
+/// [`ADD`]).
+///
+/// # Safety
+/// Every method asks that the CPU runs the instruction set ([`Width::available`]) and that
+/// the elements it names are inside their allocations.
+pub trait Width {
+    /// Whether this CPU runs the passes.
+    fn available() -> bool;
+
+    /// The row's maximum over its `cols` scores at `row`, each changed by its key.
+    ///
+    /// # Safety
+    /// The row's `cols` scores, and unless `OP` is [`NONE`] `cols` values of the key row,
+    /// are inside their allocations.
+    unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32;
+
+    /// `exp(s - base)` over the row's `cols` scores, written back, and their sum.
+    ///
+    /// # Safety
+    /// As for [`Width::row_max`].
+    unsafe fn exp_sum<const OP: u8>(row: *mut f32, cols: usize, base: f32, keys: Keys) -> f32;
+
+    /// `e^x` for `x ≤ 0`, as the passes compute each lane.
+    ///
+    /// # Safety
+    /// The CPU runs the instruction set.
+    unsafe fn exp1(x: f32) -> f32;
+
+    /// `dst[c·cs] *= factor` for `c < len`.
+    ///
+    /// # Safety
+    /// Those elements are inside their allocation.
+    unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32);
 }
 
 /// Runs the online softmax's update on `rows × cols` scores at `tile` (row stride
@@ -58,12 +102,11 @@ struct Keys {
 /// the module's documentation.
 ///
 /// # Safety
-/// The CPU has AVX-512F ([`super::tile::available`]); the tile's `rows × cols` elements,
+/// The CPU runs `W` ([`Width::available`]); the tile's `rows × cols` elements,
 /// `rows` floats at `run.max` and at `run.sum`, `run.out + i·rs + c·cs` for `i < rows`,
 /// `c < dv`, and `cols` floats at `keys.values` are inside their allocations; the first
 /// three are written by no other thread during the call, and none of them is another's.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn tile_softmax(
+pub unsafe fn tile_softmax<W: Width>(
     (rows, cols): (usize, usize),
     (tile, tile_rs): (*mut f32, usize),
     run: &Running,
@@ -79,12 +122,12 @@ pub unsafe fn tile_softmax(
                 Some(KeyRow {
                     values,
                     op: KeyChange::Fill(fill),
-                }) => update::<FILL>(row, cols, i, run, k(values, fill)),
+                }) => update::<W, FILL>(row, cols, i, run, k(values, fill)),
                 Some(KeyRow {
                     values,
                     op: KeyChange::Add,
-                }) => update::<ADD>(row, cols, i, run, k(values, 0.0)),
-                None => update::<NONE>(row, cols, i, run, k(row, 0.0)),
+                }) => update::<W, ADD>(row, cols, i, run, k(values, 0.0)),
+                None => update::<W, NONE>(row, cols, i, run, k(row, 0.0)),
             }
         }
     }
@@ -95,26 +138,25 @@ pub unsafe fn tile_softmax(
 ///
 /// # Safety
 /// [`tile_softmax`]'s contract, for this row.
-#[target_feature(enable = "avx512f")]
-unsafe fn update<const OP: u8>(row: *mut f32, cols: usize, i: usize, run: &Running, keys: Keys) {
-    // SAFETY: the row's `cols` scores and the key row are inside their allocations (the
-    // contract).
-    let row_max = unsafe { row_max::<OP>(row, cols, keys) };
+unsafe fn update<W: Width, const OP: u8>(row: *mut f32, cols: usize, i: usize, run: &Running, keys: Keys) {
+    // SAFETY: the CPU runs `W`, and the row's `cols` scores and the key row are inside
+    // their allocations (the contract).
+    let row_max = unsafe { W::row_max::<OP>(row, cols, keys) };
     // SAFETY: row `i` of the statistics and of the output are inside them (the contract).
     unsafe {
         let m_old = *run.max.add(i);
         let m_new = max(m_old, row_max);
         // A row whose every key so far is removed subtracts 0, so `-inf - -inf` is not NaN.
         let base = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-        let sum = exp_sum::<OP>(row, cols, base, keys);
+        let sum = W::exp_sum::<OP>(row, cols, base, keys);
         // `base` is at least `m_old`: the exponent is never positive.
-        let corr = exp_nonpositive1(m_old - base);
+        let corr = W::exp1(m_old - base);
         let l_at = run.sum.add(i);
         *l_at = (*l_at).mul_add(corr, sum);
         *run.max.add(i) = m_new;
         // A product by exactly 1 changes no bit: a row whose maximum stayed is left.
         if run.later && corr != 1.0 {
-            scale(run.out.add(i * run.rs), run.dv, run.cs, corr);
+            W::scale(run.out.add(i * run.rs), run.dv, run.cs, corr);
         }
     }
 }
@@ -135,18 +177,9 @@ fn spans(cols: usize) -> (usize, usize) {
     (cols & !15, cols & !3)
 }
 
-/// The 16 lanes as the JIT folds its four vectors: the upper 256 bits and the lower,
-/// `(lower, upper)`, for the caller to combine; then it combines the upper 128 bits of that
-/// with the lower in [`fold4`].
-#[target_feature(enable = "avx512f")]
-fn halves(v: __m512) -> (__m256, __m256) {
-    let hi = _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v));
-    (_mm512_castps512_ps256(v), _mm256_castpd_ps(hi))
-}
-
 /// Eight lanes folded to one: lane `x` with lane `4 + x`, then lanes `(0, 1)` and `(2, 3)`
 /// (the JIT's `hmax` and `hsum`), then those two, each by `f(first, second)`.
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx")]
 fn fold4(h: __m256, f: fn(f32, f32) -> f32) -> f32 {
     let mut q = [0.0f32; 8];
     // SAFETY: `q` holds 8 floats.
@@ -160,35 +193,11 @@ fn add(a: f32, b: f32) -> f32 {
     a + b
 }
 
-/// The scores of keys `j..j + 16` whose lanes are set in `m` (the others 0), changed as
-/// `OP` says by their keys' values.
-///
-/// # Safety
-/// The lanes set in `m` are keys inside the tile, and unless `OP` is [`NONE`], inside the
-/// key row.
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn scores<const OP: u8>(row: *const f32, j: usize, m: u16, keys: Keys) -> __m512 {
-    // SAFETY: the lanes set are inside the tile and the key row; the others touch nothing.
-    unsafe {
-        let s = _mm512_maskz_loadu_ps(m, row.add(j));
-        if OP == NONE {
-            return s;
-        }
-        let v = _mm512_maskz_loadu_ps(m, keys.values.add(j));
-        if OP == ADD {
-            return _mm512_add_ps(s, v);
-        }
-        let hit = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps());
-        _mm512_mask_blend_ps(hit, s, _mm512_set1_ps(keys.fill))
-    }
-}
-
-/// [`scores`] of one key.
+/// The score of key `j`, changed as `OP` says by its key's value: the keys left after a
+/// row's groups of four.
 ///
 /// # Safety
 /// Key `j` is inside the tile, and unless `OP` is [`NONE`], inside the key row.
-#[target_feature(enable = "avx512f")]
 unsafe fn score<const OP: u8>(row: *const f32, j: usize, keys: Keys) -> f32 {
     // SAFETY: as the contract says.
     unsafe {
@@ -202,149 +211,20 @@ unsafe fn score<const OP: u8>(row: *const f32, j: usize, keys: Keys) -> f32 {
     }
 }
 
-/// The row's maximum over its `cols` scores, in the order of the module's documentation.
-///
-/// # Safety
-/// The row's `cols` scores are inside the tile, and unless `OP` is [`NONE`], `cols` values
-/// of the key row.
-#[target_feature(enable = "avx512f")]
-unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32 {
-    let (whole, quads) = spans(cols);
-    let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
-    for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
-        acc = _mm512_max_ps(acc, unsafe { scores::<OP>(row, j, u16::MAX, keys) });
-    }
-    if quads > whole {
-        let m = lane_mask(quads - whole);
-        // SAFETY: the lanes set are keys `whole..quads ≤ cols`.
-        let v = unsafe { scores::<OP>(row, whole, m, keys) };
-        acc = _mm512_mask_max_ps(acc, m, acc, v);
-    }
-    let mut rest = f32::NEG_INFINITY;
-    for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile and the key row.
-        rest = max(rest, unsafe { score::<OP>(row, j, keys) });
-    }
-    let (lo, hi) = halves(acc);
-    max(fold4(_mm256_max_ps(lo, hi), max), rest)
-}
-
-/// `exp(s - base)` over the row's `cols` scores, written back, and their sum in the order
-/// of the module's documentation.
-///
-/// # Safety
-/// The row's `cols` scores are inside the tile, and unless `OP` is [`NONE`], `cols` values
-/// of the key row.
-#[target_feature(enable = "avx512f")]
-unsafe fn exp_sum<const OP: u8>(row: *mut f32, cols: usize, base: f32, keys: Keys) -> f32 {
-    let (whole, quads) = spans(cols);
-    let b = _mm512_set1_ps(base);
-    let mut acc = _mm512_setzero_ps();
-    for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
-        unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(scores::<OP>(row, j, u16::MAX, keys), b));
-            _mm512_storeu_ps(row.add(j), p);
-            acc = _mm512_add_ps(acc, p);
-        }
-    }
-    if quads > whole {
-        let m = lane_mask(quads - whole);
-        // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
-        unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(scores::<OP>(row, whole, m, keys), b));
-            _mm512_mask_storeu_ps(row.add(whole), m, p);
-            acc = _mm512_mask_add_ps(acc, m, acc, p);
-        }
-    }
-    let mut rest = 0.0f32;
-    for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile and the key row.
-        unsafe {
-            let p = exp_nonpositive1(score::<OP>(row, j, keys) - base);
-            *row.add(j) = p;
-            rest += p;
-        }
-    }
-    let (lo, hi) = halves(acc);
-    fold4(_mm256_add_ps(lo, hi), add) + rest
-}
-
-/// `dst[c·cs] *= factor` for `c < len`.
-///
-/// # Safety
-/// Those elements are inside their allocation.
-#[target_feature(enable = "avx512f")]
-unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32) {
-    if cs != 1 {
-        for c in 0..len {
-            // SAFETY: element `c < len` is inside the allocation (the contract).
-            unsafe { *dst.add(c * cs) *= factor };
-        }
-        return;
-    }
-    let f = _mm512_set1_ps(factor);
-    let mut c = 0;
-    while c < len {
-        let lanes = (len - c).min(16);
-        let mask = if lanes == 16 {
-            u16::MAX
-        } else {
-            (1u16 << lanes) - 1
-        };
-        // SAFETY: the lanes set in `mask` are elements `c..c + lanes ≤ len`; the others
-        // are not touched.
-        unsafe {
-            let at = dst.add(c);
-            let y = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, at), f);
-            _mm512_mask_storeu_ps(at, mask, y);
-        }
-        c += lanes;
-    }
-}
-
-/// `e^x` for `x ≤ 0`, each lane as the JIT's `exp_nonpositive` computes it
-/// (`codegen/emit.rs`): Cephes' reduction and polynomial, the lanes below -104 set to 0
-/// before the power of two, the power `2^(n + 25)` (normal), the lanes whose result would
-/// be subnormal set to 0 (the JIT's reason: no microcode assist here or in `p v`), and then
-/// `2^-25`, which rounds once. NaN passes through.
-#[target_feature(enable = "avx512f")]
-fn exp_nonpositive(x: __m512) -> __m512 {
-    let (y, under, t) = super::exp::reduced(x);
-    let y = _mm512_mask_blend_ps(under, y, _mm512_setzero_ps());
-    let bias = _mm512_set1_epi32(((127 + EXP_SCALE_LOG2) << 23) as i32);
-    let pow = _mm512_add_epi32(_mm512_slli_epi32::<23>(_mm512_castps_si512(t)), bias);
-    let scaled = _mm512_mul_ps(y, _mm512_castsi512_ps(pow));
-    // Not below the smallest normal result (NaN included): kept; the others become 0.
-    let kept = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(scaled, _mm512_set1_ps(EXP_NORMAL_SCALED));
-    _mm512_maskz_mul_ps(
-        kept,
-        scaled,
-        _mm512_set1_ps(1.0 / (1u32 << EXP_SCALE_LOG2) as f32),
-    )
-}
-
-/// [`exp_nonpositive`] of one float (the JIT's does its one lane on a vector too).
-#[target_feature(enable = "avx512f")]
-fn exp_nonpositive1(x: f32) -> f32 {
-    _mm_cvtss_f32(_mm512_castps512_ps128(exp_nonpositive(_mm512_set1_ps(x))))
-}
-
 /// `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, keys,
 /// later, op, fill)`: [`tile_softmax`] for JIT code, with the key row at `keys` where it is
 /// not null, changing the scores as [`KeyChange::from_abi`] reads `op` and `fill`.
-/// The code generator calls it only where [`super::use_tile`] holds (the shim is bound to
-/// no symbol otherwise).
+/// The code generator calls it only for the `W` that [`super::softmax_shim`] chose, which
+/// this CPU runs (the shim is bound to no symbol otherwise).
 ///
 /// # Safety
-/// [`tile_softmax`]'s: the CPU has AVX-512F, and the tile, the statistics, the outputs and
+/// [`tile_softmax`]'s: the CPU runs `W`, and the tile, the statistics, the outputs and
 /// the key row are inside their allocations, the first three this call's alone. The JIT
 /// code passes its thread's scratch (tile, statistics and key row, sized by
 /// `KernelOp::scratch`)
 /// and its task's own output rows, which `Plan::validate` proved inside their buffer.
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn attnc_softmax_tile(
+pub unsafe extern "C" fn attnc_softmax_tile<W: Width>(
     rows: i64,
     cols: i64,
     tile: *mut f32,
@@ -377,7 +257,7 @@ pub unsafe extern "C" fn attnc_softmax_tile(
     let keys = (!keys.is_null()).then_some(KeyRow { values: keys, op });
     // SAFETY: the sizes and strides are not negative (checked), and this function's
     // contract is `tile_softmax`'s.
-    unsafe { tile_softmax((u(rows), u(cols)), (tile, u(tile_rs)), &run, keys) }
+    unsafe { tile_softmax::<W>((u(rows), u(cols)), (tile, u(tile_rs)), &run, keys) }
 }
 
 #[cfg(test)]
@@ -459,8 +339,9 @@ mod tests {
             row.iter().zip(&self.keys).map(change).collect()
         }
 
-        /// Runs the routine on a copy; returns the tile, maxima, sums and outputs after.
-        fn run(&self) -> Case {
+        /// Runs the routine at width `W` on a copy; returns the tile, maxima, sums and
+        /// outputs after.
+        fn run<W: Width>(&self) -> Case {
             let mut c = self.clone();
             let run = Running {
                 max: c.max.as_mut_ptr(),
@@ -471,13 +352,13 @@ mod tests {
                 dv: self.dv,
                 later: true,
             };
-            // SAFETY: the CPU has AVX-512F (checked by the caller), and every element the
+            // SAFETY: the CPU runs `W` (checked by the caller), and every element the
             // routine reaches is inside these vectors, which nothing else uses.
             let keys = (!c.keys.is_empty()).then_some(KeyRow {
                 values: c.keys.as_ptr(),
                 op: c.op,
             });
-            unsafe { tile_softmax((c.rows, c.cols), (c.tile.as_mut_ptr(), c.cols + 3), &run, keys) };
+            unsafe { tile_softmax::<W>((c.rows, c.cols), (c.tile.as_mut_ptr(), c.cols + 3), &run, keys) };
             c
         }
     }
@@ -495,10 +376,23 @@ mod tests {
         }
     }
 
-    /// A plain loop of the online softmax's update in float64, against which each row's
-    /// results are compared (`exp` within 3·10⁻⁷ relative, the sums within 10⁻⁶).
+    /// The routine at each width this CPU runs, checked against a plain loop ([`check_at`]);
+    /// where the CPU runs both, their results are the same bits.
     fn check(before: &Case) {
-        let after = before.run();
+        let bits = |c: &Case| {
+            let all = c.tile.iter().chain(&c.max).chain(&c.sum).chain(&c.out);
+            all.map(|x| x.to_bits()).collect::<Vec<_>>()
+        };
+        let wide = Avx512::available().then(|| check_at(before.run::<Avx512>(), before));
+        let narrow = Avx2::available().then(|| check_at(before.run::<Avx2>(), before));
+        if let (Some(wide), Some(narrow)) = (wide, narrow) {
+            assert!(bits(&wide) == bits(&narrow), "512 and 256 bits differ");
+        }
+    }
+
+    /// A plain loop of the online softmax's update in float64, against which each row's
+    /// results `after` are compared (`exp` within 3·10⁻⁷ relative, the sums within 10⁻⁶).
+    fn check_at(after: Case, before: &Case) -> Case {
         let rs = before.cols + 3;
         for i in 0..before.rows {
             let row = &before.scores(i);
@@ -554,6 +448,7 @@ mod tests {
                 "row {i}: wrote past dv"
             );
         }
+        after
     }
 
     fn score(i: usize, j: usize) -> f32 {
@@ -562,9 +457,6 @@ mod tests {
 
     #[test]
     fn tiles_of_every_width_and_height_match_a_plain_loop() {
-        if !super::super::tile::available() {
-            return;
-        }
         for rows in [1, 3, 4, 5, 8] {
             for cols in [1, 2, 3, 4, 5, 7, 16, 17, 64, 67] {
                 check(&Case::new(rows, cols, score));
@@ -574,9 +466,6 @@ mod tests {
 
     #[test]
     fn rows_removed_whole_nan_and_huge_scores_match_a_plain_loop() {
-        if !super::super::tile::available() {
-            return;
-        }
         let removed = |i: usize, j: usize| {
             if i.is_multiple_of(2) {
                 f32::NEG_INFINITY
@@ -595,9 +484,6 @@ mod tests {
 
     #[test]
     fn keys_a_mask_fills_are_filled_in_every_row() {
-        if !super::super::tile::available() {
-            return;
-        }
         for cols in [1, 3, 4, 13, 16, 21, 64, 67] {
             for fill in [-1e9, f32::NEG_INFINITY, 0.0] {
                 // Every third key, and a row of keys all filled.
@@ -609,9 +495,6 @@ mod tests {
 
     #[test]
     fn a_row_of_keys_added_to_every_row_is_added() {
-        if !super::super::tile::available() {
-            return;
-        }
         // An additive padding mask: 0 for kept keys, the float minimum for removed ones.
         let padding = |j: usize| if j % 4 == 3 { f32::MIN } else { 0.0 };
         for cols in [1, 3, 4, 13, 16, 21, 64, 67] {
