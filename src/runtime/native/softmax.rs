@@ -90,11 +90,11 @@ pub trait Width {
     /// The CPU runs the instruction set.
     unsafe fn exp1(x: f32) -> f32;
 
-    /// `dst[c·cs] *= factor` for `c < len`.
+    /// `dst[c] *= factor` for `c < len`.
     ///
     /// # Safety
     /// Those elements are inside their allocation.
-    unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32);
+    unsafe fn scale(dst: *mut f32, len: usize, factor: f32);
 }
 
 /// Runs the online softmax's update on `rows × cols` scores at `tile` (row stride
@@ -142,7 +142,8 @@ unsafe fn update<W: Width, const OP: u8>(row: *mut f32, cols: usize, i: usize, r
     // SAFETY: the CPU runs `W`, and the row's `cols` scores and the key row are inside
     // their allocations (the contract).
     let row_max = unsafe { W::row_max::<OP>(row, cols, keys) };
-    // SAFETY: row `i` of the statistics and of the output are inside them (the contract).
+    // SAFETY: the CPU runs `W`, and row `i` of the statistics and its `dv` outputs at
+    // stride `cs` are inside their allocations (the contract).
     unsafe {
         let m_old = *run.max.add(i);
         let m_new = max(m_old, row_max);
@@ -156,7 +157,11 @@ unsafe fn update<W: Width, const OP: u8>(row: *mut f32, cols: usize, i: usize, r
         *run.max.add(i) = m_new;
         // A product by exactly 1 changes no bit: a row whose maximum stayed is left.
         if run.later && corr != 1.0 {
-            W::scale(run.out.add(i * run.rs), run.dv, run.cs, corr);
+            let out = run.out.add(i * run.rs);
+            match run.cs {
+                1 => W::scale(out, run.dv, corr),
+                cs => (0..run.dv).for_each(|c| *out.add(c * cs) *= corr),
+            }
         }
     }
 }

@@ -15,26 +15,92 @@ impl Width for Avx2 {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
 
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32 {
-        // SAFETY: the CPU has AVX2 and FMA and the row is inside its allocations (the
-        // trait's contract).
-        unsafe { row_max::<OP>(row, cols, keys) }
+        let (whole, quads) = spans(cols);
+        let all = first16(16);
+        let lowest = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut acc = (lowest, lowest);
+        let max8 = |a, b| _mm256_max_ps(a, b);
+        for j in (0..whole).step_by(16) {
+            // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
+            acc = both(acc, unsafe { scores::<OP>(row, j, all, keys) }, max8);
+        }
+        if quads > whole {
+            let m = first16(quads - whole);
+            // SAFETY: the lanes set are keys `whole..quads ≤ cols`.
+            let v = unsafe { scores::<OP>(row, whole, m, keys) };
+            acc = merge(acc, both(acc, v, max8), m);
+        }
+        let mut rest = f32::NEG_INFINITY;
+        for j in quads..cols {
+            // SAFETY: key `j < cols` is inside the tile and the key row.
+            rest = max(rest, unsafe { score::<OP>(row, j, keys) });
+        }
+        max(fold4(_mm256_max_ps(acc.0, acc.1), max), rest)
     }
 
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn exp_sum<const OP: u8>(row: *mut f32, cols: usize, base: f32, keys: Keys) -> f32 {
-        // SAFETY: as for `row_max`.
-        unsafe { exp_sum::<OP>(row, cols, base, keys) }
+        let (whole, quads) = spans(cols);
+        let b = _mm256_set1_ps(base);
+        let all = first16(16);
+        let mut acc = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let add8 = |a, b| _mm256_add_ps(a, b);
+        let exp = |s: Lanes| {
+            (
+                exp_nonpositive(_mm256_sub_ps(s.0, b)),
+                exp_nonpositive(_mm256_sub_ps(s.1, b)),
+            )
+        };
+        for j in (0..whole).step_by(16) {
+            // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
+            unsafe {
+                let p = exp(scores::<OP>(row, j, all, keys));
+                _mm256_storeu_ps(row.add(j), p.0);
+                _mm256_storeu_ps(row.add(j + 8), p.1);
+                acc = both(acc, p, add8);
+            }
+        }
+        if quads > whole {
+            let m = first16(quads - whole);
+            // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
+            unsafe {
+                let p = exp(scores::<OP>(row, whole, m, keys));
+                _mm256_maskstore_ps(row.add(whole), m.0, p.0);
+                _mm256_maskstore_ps(row.add(whole + 8), m.1, p.1);
+                acc = merge(acc, both(acc, p, add8), m);
+            }
+        }
+        let mut rest = 0.0f32;
+        for j in quads..cols {
+            // SAFETY: key `j < cols` is inside the tile and the key row.
+            unsafe {
+                let p = Self::exp1(score::<OP>(row, j, keys) - base);
+                *row.add(j) = p;
+                rest += p;
+            }
+        }
+        fold4(_mm256_add_ps(acc.0, acc.1), add) + rest
     }
 
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn exp1(x: f32) -> f32 {
-        // SAFETY: the CPU has AVX2 and FMA (the trait's contract).
-        unsafe { exp_nonpositive1(x) }
+        _mm256_cvtss_f32(exp_nonpositive(_mm256_set1_ps(x)))
     }
 
-    unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32) {
-        // SAFETY: the CPU has AVX2 and the elements are inside their allocation (the
-        // trait's contract).
-        unsafe { scale(dst, len, cs, factor) }
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn scale(dst: *mut f32, len: usize, factor: f32) {
+        let f = _mm256_set1_ps(factor);
+        for c in (0..len).step_by(8) {
+            let m = first(len - c);
+            // SAFETY: the lanes set in `m` are elements `c..min(c + 8, len)`; the others are
+            // not touched.
+            unsafe {
+                let at = dst.add(c);
+                _mm256_maskstore_ps(at, m, _mm256_mul_ps(_mm256_maskload_ps(at, m), f));
+            }
+        }
     }
 }
 
@@ -107,110 +173,6 @@ unsafe fn scores<const OP: u8>(row: *const f32, j: usize, m: (__m256i, __m256i),
     }
 }
 
-/// The row's maximum over its `cols` scores ([`Width::row_max`]).
-///
-/// # Safety
-/// The row's `cols` scores are inside the tile, and unless `OP` is [`NONE`], `cols` values
-/// of the key row.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32 {
-    let (whole, quads) = spans(cols);
-    let all = first16(16);
-    let lowest = _mm256_set1_ps(f32::NEG_INFINITY);
-    let mut acc = (lowest, lowest);
-    let max8 = |a, b| _mm256_max_ps(a, b);
-    for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
-        acc = both(acc, unsafe { scores::<OP>(row, j, all, keys) }, max8);
-    }
-    if quads > whole {
-        let m = first16(quads - whole);
-        // SAFETY: the lanes set are keys `whole..quads ≤ cols`.
-        let v = unsafe { scores::<OP>(row, whole, m, keys) };
-        acc = merge(acc, both(acc, v, max8), m);
-    }
-    let mut rest = f32::NEG_INFINITY;
-    for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile and the key row.
-        rest = max(rest, unsafe { score::<OP>(row, j, keys) });
-    }
-    max(fold4(_mm256_max_ps(acc.0, acc.1), max), rest)
-}
-
-/// `exp(s - base)` over the row's `cols` scores, written back, and their sum
-/// ([`Width::exp_sum`]).
-///
-/// # Safety
-/// As for [`row_max`].
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp_sum<const OP: u8>(row: *mut f32, cols: usize, base: f32, keys: Keys) -> f32 {
-    let (whole, quads) = spans(cols);
-    let b = _mm256_set1_ps(base);
-    let all = first16(16);
-    let mut acc = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let add8 = |a, b| _mm256_add_ps(a, b);
-    let exp = |s: Lanes| {
-        (
-            exp_nonpositive(_mm256_sub_ps(s.0, b)),
-            exp_nonpositive(_mm256_sub_ps(s.1, b)),
-        )
-    };
-    for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
-        unsafe {
-            let p = exp(scores::<OP>(row, j, all, keys));
-            _mm256_storeu_ps(row.add(j), p.0);
-            _mm256_storeu_ps(row.add(j + 8), p.1);
-            acc = both(acc, p, add8);
-        }
-    }
-    if quads > whole {
-        let m = first16(quads - whole);
-        // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
-        unsafe {
-            let p = exp(scores::<OP>(row, whole, m, keys));
-            _mm256_maskstore_ps(row.add(whole), m.0, p.0);
-            _mm256_maskstore_ps(row.add(whole + 8), m.1, p.1);
-            acc = merge(acc, both(acc, p, add8), m);
-        }
-    }
-    let mut rest = 0.0f32;
-    for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile and the key row.
-        unsafe {
-            let p = exp_nonpositive1(score::<OP>(row, j, keys) - base);
-            *row.add(j) = p;
-            rest += p;
-        }
-    }
-    fold4(_mm256_add_ps(acc.0, acc.1), add) + rest
-}
-
-/// `dst[c·cs] *= factor` for `c < len` ([`Width::scale`]).
-///
-/// # Safety
-/// Those elements are inside their allocation.
-#[target_feature(enable = "avx2")]
-unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32) {
-    if cs != 1 {
-        for c in 0..len {
-            // SAFETY: element `c < len` is inside the allocation (the contract).
-            unsafe { *dst.add(c * cs) *= factor };
-        }
-        return;
-    }
-    let f = _mm256_set1_ps(factor);
-    for c in (0..len).step_by(8) {
-        let m = first(len - c);
-        // SAFETY: the lanes set in `m` are elements `c..min(c + 8, len)`; the others are
-        // not touched.
-        unsafe {
-            let at = dst.add(c);
-            _mm256_maskstore_ps(at, m, _mm256_mul_ps(_mm256_maskload_ps(at, m), f));
-        }
-    }
-}
-
 /// `e^x` for `x ≤ 0`, each lane as [`super::Avx512`]'s `exp_nonpositive` (and the JIT's)
 /// computes it: the lanes below -104 set to 0 before the power of two, the power
 /// `2^(n + 25)`, the lanes whose result would be subnormal set to 0, then `2^-25`. NaN
@@ -226,10 +188,4 @@ fn exp_nonpositive(x: __m256) -> __m256 {
     let kept = _mm256_cmp_ps::<_CMP_NLT_UQ>(scaled, _mm256_set1_ps(EXP_NORMAL_SCALED));
     let down = _mm256_mul_ps(scaled, _mm256_set1_ps(1.0 / (1u32 << EXP_SCALE_LOG2) as f32));
     _mm256_and_ps(down, kept)
-}
-
-/// [`exp_nonpositive`] of one float.
-#[target_feature(enable = "avx2,fma")]
-fn exp_nonpositive1(x: f32) -> f32 {
-    _mm256_cvtss_f32(exp_nonpositive(_mm256_set1_ps(x)))
 }

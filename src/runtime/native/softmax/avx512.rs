@@ -14,26 +14,89 @@ impl Width for Avx512 {
         super::super::tile::available()
     }
 
+    #[target_feature(enable = "avx512f")]
     unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32 {
-        // SAFETY: the CPU has AVX-512F and the row is inside its allocations (the trait's
-        // contract).
-        unsafe { row_max::<OP>(row, cols, keys) }
+        let (whole, quads) = spans(cols);
+        let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+        for j in (0..whole).step_by(16) {
+            // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
+            acc = _mm512_max_ps(acc, unsafe { scores::<OP>(row, j, u16::MAX, keys) });
+        }
+        if quads > whole {
+            let m = lane_mask(quads - whole);
+            // SAFETY: the lanes set are keys `whole..quads ≤ cols`.
+            let v = unsafe { scores::<OP>(row, whole, m, keys) };
+            acc = _mm512_mask_max_ps(acc, m, acc, v);
+        }
+        let mut rest = f32::NEG_INFINITY;
+        for j in quads..cols {
+            // SAFETY: key `j < cols` is inside the tile and the key row.
+            rest = max(rest, unsafe { score::<OP>(row, j, keys) });
+        }
+        let (lo, hi) = halves(acc);
+        max(fold4(_mm256_max_ps(lo, hi), max), rest)
     }
 
+    #[target_feature(enable = "avx512f")]
     unsafe fn exp_sum<const OP: u8>(row: *mut f32, cols: usize, base: f32, keys: Keys) -> f32 {
-        // SAFETY: as for `row_max`.
-        unsafe { exp_sum::<OP>(row, cols, base, keys) }
+        let (whole, quads) = spans(cols);
+        let b = _mm512_set1_ps(base);
+        let mut acc = _mm512_setzero_ps();
+        for j in (0..whole).step_by(16) {
+            // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
+            unsafe {
+                let p = exp_nonpositive(_mm512_sub_ps(scores::<OP>(row, j, u16::MAX, keys), b));
+                _mm512_storeu_ps(row.add(j), p);
+                acc = _mm512_add_ps(acc, p);
+            }
+        }
+        if quads > whole {
+            let m = lane_mask(quads - whole);
+            // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
+            unsafe {
+                let p = exp_nonpositive(_mm512_sub_ps(scores::<OP>(row, whole, m, keys), b));
+                _mm512_mask_storeu_ps(row.add(whole), m, p);
+                acc = _mm512_mask_add_ps(acc, m, acc, p);
+            }
+        }
+        let mut rest = 0.0f32;
+        for j in quads..cols {
+            // SAFETY: key `j < cols` is inside the tile and the key row.
+            unsafe {
+                let p = Self::exp1(score::<OP>(row, j, keys) - base);
+                *row.add(j) = p;
+                rest += p;
+            }
+        }
+        let (lo, hi) = halves(acc);
+        fold4(_mm256_add_ps(lo, hi), add) + rest
     }
 
+    #[target_feature(enable = "avx512f")]
     unsafe fn exp1(x: f32) -> f32 {
-        // SAFETY: the CPU has AVX-512F (the trait's contract).
-        unsafe { exp_nonpositive1(x) }
+        _mm_cvtss_f32(_mm512_castps512_ps128(exp_nonpositive(_mm512_set1_ps(x))))
     }
 
-    unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32) {
-        // SAFETY: the CPU has AVX-512F and the elements are inside their allocation (the
-        // trait's contract).
-        unsafe { scale(dst, len, cs, factor) }
+    #[target_feature(enable = "avx512f")]
+    unsafe fn scale(dst: *mut f32, len: usize, factor: f32) {
+        let f = _mm512_set1_ps(factor);
+        let mut c = 0;
+        while c < len {
+            let lanes = (len - c).min(16);
+            let mask = if lanes == 16 {
+                u16::MAX
+            } else {
+                (1u16 << lanes) - 1
+            };
+            // SAFETY: the lanes set in `mask` are elements `c..c + lanes ≤ len`; the others
+            // are not touched.
+            unsafe {
+                let at = dst.add(c);
+                let y = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, at), f);
+                _mm512_mask_storeu_ps(at, mask, y);
+            }
+            c += lanes;
+        }
     }
 }
 
@@ -70,108 +133,6 @@ unsafe fn scores<const OP: u8>(row: *const f32, j: usize, m: u16, keys: Keys) ->
     }
 }
 
-/// The row's maximum over its `cols` scores, in the order of the module's documentation.
-///
-/// # Safety
-/// The row's `cols` scores are inside the tile, and unless `OP` is [`NONE`], `cols` values
-/// of the key row.
-#[target_feature(enable = "avx512f")]
-unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32 {
-    let (whole, quads) = spans(cols);
-    let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
-    for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
-        acc = _mm512_max_ps(acc, unsafe { scores::<OP>(row, j, u16::MAX, keys) });
-    }
-    if quads > whole {
-        let m = lane_mask(quads - whole);
-        // SAFETY: the lanes set are keys `whole..quads ≤ cols`.
-        let v = unsafe { scores::<OP>(row, whole, m, keys) };
-        acc = _mm512_mask_max_ps(acc, m, acc, v);
-    }
-    let mut rest = f32::NEG_INFINITY;
-    for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile and the key row.
-        rest = max(rest, unsafe { score::<OP>(row, j, keys) });
-    }
-    let (lo, hi) = halves(acc);
-    max(fold4(_mm256_max_ps(lo, hi), max), rest)
-}
-
-/// `exp(s - base)` over the row's `cols` scores, written back, and their sum in the order
-/// of the module's documentation.
-///
-/// # Safety
-/// The row's `cols` scores are inside the tile, and unless `OP` is [`NONE`], `cols` values
-/// of the key row.
-#[target_feature(enable = "avx512f")]
-unsafe fn exp_sum<const OP: u8>(row: *mut f32, cols: usize, base: f32, keys: Keys) -> f32 {
-    let (whole, quads) = spans(cols);
-    let b = _mm512_set1_ps(base);
-    let mut acc = _mm512_setzero_ps();
-    for j in (0..whole).step_by(16) {
-        // SAFETY: keys `j..j + 16 ≤ cols` are inside the tile and the key row.
-        unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(scores::<OP>(row, j, u16::MAX, keys), b));
-            _mm512_storeu_ps(row.add(j), p);
-            acc = _mm512_add_ps(acc, p);
-        }
-    }
-    if quads > whole {
-        let m = lane_mask(quads - whole);
-        // SAFETY: the lanes set are keys `whole..quads ≤ cols`; the others touch nothing.
-        unsafe {
-            let p = exp_nonpositive(_mm512_sub_ps(scores::<OP>(row, whole, m, keys), b));
-            _mm512_mask_storeu_ps(row.add(whole), m, p);
-            acc = _mm512_mask_add_ps(acc, m, acc, p);
-        }
-    }
-    let mut rest = 0.0f32;
-    for j in quads..cols {
-        // SAFETY: key `j < cols` is inside the tile and the key row.
-        unsafe {
-            let p = exp_nonpositive1(score::<OP>(row, j, keys) - base);
-            *row.add(j) = p;
-            rest += p;
-        }
-    }
-    let (lo, hi) = halves(acc);
-    fold4(_mm256_add_ps(lo, hi), add) + rest
-}
-
-/// `dst[c·cs] *= factor` for `c < len`.
-///
-/// # Safety
-/// Those elements are inside their allocation.
-#[target_feature(enable = "avx512f")]
-unsafe fn scale(dst: *mut f32, len: usize, cs: usize, factor: f32) {
-    if cs != 1 {
-        for c in 0..len {
-            // SAFETY: element `c < len` is inside the allocation (the contract).
-            unsafe { *dst.add(c * cs) *= factor };
-        }
-        return;
-    }
-    let f = _mm512_set1_ps(factor);
-    let mut c = 0;
-    while c < len {
-        let lanes = (len - c).min(16);
-        let mask = if lanes == 16 {
-            u16::MAX
-        } else {
-            (1u16 << lanes) - 1
-        };
-        // SAFETY: the lanes set in `mask` are elements `c..c + lanes ≤ len`; the others
-        // are not touched.
-        unsafe {
-            let at = dst.add(c);
-            let y = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, at), f);
-            _mm512_mask_storeu_ps(at, mask, y);
-        }
-        c += lanes;
-    }
-}
-
 /// `e^x` for `x ≤ 0`, each lane as the JIT's `exp_nonpositive` computes it
 /// (`codegen/emit.rs`): Cephes' reduction and polynomial, the lanes below -104 set to 0
 /// before the power of two, the power `2^(n + 25)` (normal), the lanes whose result would
@@ -191,10 +152,4 @@ fn exp_nonpositive(x: __m512) -> __m512 {
         scaled,
         _mm512_set1_ps(1.0 / (1u32 << EXP_SCALE_LOG2) as f32),
     )
-}
-
-/// [`exp_nonpositive`] of one float (the JIT's does its one lane on a vector too).
-#[target_feature(enable = "avx512f")]
-fn exp_nonpositive1(x: f32) -> f32 {
-    _mm_cvtss_f32(_mm512_castps512_ps128(exp_nonpositive(_mm512_set1_ps(x))))
 }
