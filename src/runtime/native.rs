@@ -51,33 +51,59 @@ fn use_tile() -> bool {
     *AVAILABLE.get_or_init(|| detect() && std::env::var_os("ATTNC_NO_TILE").is_none())
 }
 
-/// The address of the attention tile's softmax shim (`softmax::attnc_softmax_tile`) for
-/// the widest vectors this CPU runs: 512 bits where the AVX-512 tile routines run here
-/// ([`use_tile`]), else 256 bits with AVX2 and FMA. `None` keeps the softmax in the
-/// generated code (neither, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_SOFTMAX`, which leaves the
-/// tile products native: the benchmarks' before and after in one binary).
+/// The vectors the native softmax and epilogue routines run on here: 512 bits where the
+/// AVX-512 tile routines run ([`use_tile`]), else 256 bits where the CPU has AVX2 and FMA
+/// (unless `ATTNC_NO_TILE`), else none.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+enum Lanes {
+    Sixteen,
+    Eight,
+}
+
+#[cfg(target_arch = "x86_64")]
+fn lanes() -> Option<Lanes> {
+    static LANES: OnceLock<Option<Lanes>> = OnceLock::new();
+    *LANES.get_or_init(|| match use_tile() {
+        true => Some(Lanes::Sixteen),
+        false => (std::env::var_os("ATTNC_NO_TILE").is_none() && avx2_fma()).then_some(Lanes::Eight),
+    })
+}
+
+/// Whether the CPU has AVX2 and FMA (the 256-bit routines' instructions).
+#[cfg(target_arch = "x86_64")]
+fn avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// The address of the attention tile's softmax shim (`softmax::attnc_softmax_tile`) at the
+/// widest [`Lanes`] this CPU runs; `None` keeps the softmax in the generated code (no
+/// such vectors, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_SOFTMAX`, which leaves the tile
+/// products native: the benchmarks' before and after in one binary).
 pub fn softmax_shim() -> Option<*const u8> {
     #[cfg(target_arch = "x86_64")]
     if std::env::var_os("ATTNC_NO_TILE_SOFTMAX").is_none() {
-        use softmax::{attnc_softmax_tile, Avx2, Width};
-        if use_tile() {
-            return Some(attnc_softmax_tile::<softmax::Avx512> as *const u8);
-        }
-        if std::env::var_os("ATTNC_NO_TILE").is_none() && Avx2::available() {
-            return Some(attnc_softmax_tile::<Avx2> as *const u8);
-        }
+        use softmax::{attnc_softmax_tile as shim, Avx2, Avx512};
+        return lanes().map(|l| match l {
+            Lanes::Sixteen => shim::<Avx512> as *const u8,
+            Lanes::Eight => shim::<Avx2> as *const u8,
+        });
     }
     None
 }
 
-/// The address of the GEMM tile's epilogue shim (`epilogue::attnc_epilogue_tile`), where
-/// the AVX-512 tile routines run here ([`use_tile`]); `None` keeps every epilogue in the
-/// generated code (no AVX-512, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_EPILOGUE`: the
-/// benchmarks' before and after in one binary).
+/// The address of the GEMM tile's epilogue shim (`epilogue::attnc_epilogue_tile`) at the
+/// widest [`Lanes`] this CPU runs; `None` keeps every epilogue in the generated code (no
+/// such vectors, `ATTNC_NO_TILE`, or `ATTNC_NO_TILE_EPILOGUE`: the benchmarks' before and
+/// after in one binary).
 pub fn epilogue_shim() -> Option<*const u8> {
     #[cfg(target_arch = "x86_64")]
-    if use_tile() && std::env::var_os("ATTNC_NO_TILE_EPILOGUE").is_none() {
-        return Some(epilogue::attnc_epilogue_tile as *const u8);
+    if std::env::var_os("ATTNC_NO_TILE_EPILOGUE").is_none() {
+        use epilogue::{attnc_epilogue_tile as shim, Avx2, Avx512};
+        return lanes().map(|l| match l {
+            Lanes::Sixteen => shim::<Avx512> as *const u8,
+            Lanes::Eight => shim::<Avx2> as *const u8,
+        });
     }
     None
 }

@@ -47,10 +47,17 @@ pub fn reduced8(x: __m256) -> (__m256, __m256, __m256) {
     let n = _mm256_sub_ps(t, magic);
     let r = _mm256_fmadd_ps(_mm256_set1_ps(EXP_LN2[0]), n, x);
     let r = _mm256_fmadd_ps(_mm256_set1_ps(EXP_LN2[1]), n, r);
-    let mut p = _mm256_set1_ps(EXP_POLY[0]);
-    for &c in &EXP_POLY[1..] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-    }
+    let p = horner8(r, &EXP_POLY);
     let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
     (y, under, t)
+}
+
+/// [`horner`] on 256-bit vectors.
+#[target_feature(enable = "avx2,fma")]
+pub fn horner8(z: __m256, p: &[f32]) -> __m256 {
+    let mut acc = _mm256_set1_ps(p[0]);
+    for &c in &p[1..] {
+        acc = _mm256_fmadd_ps(acc, z, _mm256_set1_ps(c));
+    }
+    acc
 }

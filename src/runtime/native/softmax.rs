@@ -65,12 +65,10 @@ pub struct Keys {
 /// [`ADD`]).
 ///
 /// # Safety
-/// Every method asks that the CPU runs the instruction set ([`Width::available`]) and that
+/// Every method asks that the CPU runs the instruction set (as `Lanes` in `native.rs`
+/// checks) and that
 /// the elements it names are inside their allocations.
 pub trait Width {
-    /// Whether this CPU runs the passes.
-    fn available() -> bool;
-
     /// The row's maximum over its `cols` scores at `row`, each changed by its key.
     ///
     /// # Safety
@@ -102,7 +100,7 @@ pub trait Width {
 /// the module's documentation.
 ///
 /// # Safety
-/// The CPU runs `W` ([`Width::available`]); the tile's `rows × cols` elements,
+/// The CPU runs `W`'s instructions; the tile's `rows × cols` elements,
 /// `rows` floats at `run.max` and at `run.sum`, `run.out + i·rs + c·cs` for `i < rows`,
 /// `c < dv`, and `cols` floats at `keys.values` are inside their allocations; the first
 /// three are written by no other thread during the call, and none of them is another's.
@@ -388,8 +386,8 @@ mod tests {
             let all = c.tile.iter().chain(&c.max).chain(&c.sum).chain(&c.out);
             all.map(|x| x.to_bits()).collect::<Vec<_>>()
         };
-        let wide = Avx512::available().then(|| check_at(before.run::<Avx512>(), before));
-        let narrow = Avx2::available().then(|| check_at(before.run::<Avx2>(), before));
+        let wide = super::super::tile::available().then(|| check_at(before.run::<Avx512>(), before));
+        let narrow = super::super::avx2_fma().then(|| check_at(before.run::<Avx2>(), before));
         if let (Some(wide), Some(narrow)) = (wide, narrow) {
             assert!(bits(&wide) == bits(&narrow), "512 and 256 bits differ");
         }

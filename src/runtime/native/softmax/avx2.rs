@@ -11,10 +11,6 @@ use std::arch::x86_64::*;
 pub struct Avx2;
 
 impl Width for Avx2 {
-    fn available() -> bool {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-
     #[target_feature(enable = "avx2,fma")]
     unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32 {
         let (whole, quads) = spans(cols);

@@ -10,10 +10,6 @@ use std::arch::x86_64::*;
 pub struct Avx512;
 
 impl Width for Avx512 {
-    fn available() -> bool {
-        super::super::tile::available()
-    }
-
     #[target_feature(enable = "avx512f")]
     unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32 {
         let (whole, quads) = spans(cols);
