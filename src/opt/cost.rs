@@ -343,9 +343,13 @@ impl Memo {
             return laid;
         }
         let attrs: Vec<&Data> = node.children().iter().map(|c| &eg[*c].data).collect();
-        let owned: Vec<Option<TensorType>> = kids.iter().map(|k| k.map(|i| self.ty(i))).collect();
-        let types: Vec<Option<&TensorType>> = owned.iter().map(Option::as_ref).collect();
-        let (ty, copies) = match lay_out(&eg.analysis, node, data, &attrs, &types) {
+        // The operands' types are read in place: cloning them was a good part of a miss.
+        let laid = {
+            let all = self.types.borrow();
+            let types: Vec<Option<&TensorType>> = kids.iter().map(|k| k.map(|i| &all[i as usize])).collect();
+            lay_out(&eg.analysis, node, data, &attrs, &types)
+        };
+        let (ty, copies) = match laid {
             Some((t, c)) => (Some(self.intern(t)), c),
             None => (None, false),
         };
