@@ -41,39 +41,59 @@ fn lane_mask(lanes: usize) -> u16 {
     }
 }
 
-/// Whether the AVX-512 tile product runs on this CPU (checked once).
-fn use_tile() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    #[cfg(target_arch = "x86_64")]
-    let detect = tile::available;
-    #[cfg(not(target_arch = "x86_64"))]
-    let detect = || false;
-    *AVAILABLE.get_or_init(|| detect() && std::env::var_os("ATTNC_NO_TILE").is_none())
+/// The lanes below `lanes` of a vector of 8 floats set (all bits), the others clear: the
+/// mask of a partial vector for `maskload`, `maskstore` and `blendv`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn lane_mask8(lanes: usize) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let n = lanes.min(8) as i32;
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
 }
 
-/// The vectors the native softmax and epilogue routines run on here: 512 bits where the
-/// AVX-512 tile routines run ([`use_tile`]), else 256 bits where the CPU has AVX2 and FMA
-/// (unless `ATTNC_NO_TILE`), else none.
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
+/// The vectors the native tile routines run on here (decided once): 512 bits where the CPU
+/// has AVX-512F (every routine), else 256 bits where it has AVX2 and FMA (the softmax and
+/// the epilogues), else none; none under `ATTNC_NO_TILE`.
+#[derive(Clone, Copy, PartialEq)]
 enum Lanes {
     Sixteen,
     Eight,
 }
 
-#[cfg(target_arch = "x86_64")]
 fn lanes() -> Option<Lanes> {
     static LANES: OnceLock<Option<Lanes>> = OnceLock::new();
-    *LANES.get_or_init(|| match use_tile() {
-        true => Some(Lanes::Sixteen),
-        false => (std::env::var_os("ATTNC_NO_TILE").is_none() && avx2_fma()).then_some(Lanes::Eight),
+    *LANES.get_or_init(|| {
+        if std::env::var_os("ATTNC_NO_TILE").is_some() {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if tile::available() {
+            return Some(Lanes::Sixteen);
+        } else if avx2_fma() {
+            return Some(Lanes::Eight);
+        }
+        None
     })
+}
+
+/// Whether the AVX-512 tile routines (the tile product and the packed one) run here.
+fn use_tile() -> bool {
+    lanes() == Some(Lanes::Sixteen)
 }
 
 /// Whether the CPU has AVX2 and FMA (the 256-bit routines' instructions).
 #[cfg(target_arch = "x86_64")]
 fn avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// The shim of the widest [`Lanes`] this CPU runs: `sixteen`'s address or `eight`'s.
+#[cfg(target_arch = "x86_64")]
+fn widest(sixteen: *const u8, eight: *const u8) -> Option<*const u8> {
+    lanes().map(|l| match l {
+        Lanes::Sixteen => sixteen,
+        Lanes::Eight => eight,
+    })
 }
 
 /// The address of the attention tile's softmax shim (`softmax::attnc_softmax_tile`) at the
@@ -84,10 +104,7 @@ pub fn softmax_shim() -> Option<*const u8> {
     #[cfg(target_arch = "x86_64")]
     if std::env::var_os("ATTNC_NO_TILE_SOFTMAX").is_none() {
         use softmax::{attnc_softmax_tile as shim, Avx2, Avx512};
-        return lanes().map(|l| match l {
-            Lanes::Sixteen => shim::<Avx512> as *const u8,
-            Lanes::Eight => shim::<Avx2> as *const u8,
-        });
+        return widest(shim::<Avx512> as *const u8, shim::<Avx2> as *const u8);
     }
     None
 }
@@ -100,10 +117,7 @@ pub fn epilogue_shim() -> Option<*const u8> {
     #[cfg(target_arch = "x86_64")]
     if std::env::var_os("ATTNC_NO_TILE_EPILOGUE").is_none() {
         use epilogue::{attnc_epilogue_tile as shim, Avx2, Avx512};
-        return lanes().map(|l| match l {
-            Lanes::Sixteen => shim::<Avx512> as *const u8,
-            Lanes::Eight => shim::<Avx2> as *const u8,
-        });
+        return widest(shim::<Avx512> as *const u8, shim::<Avx2> as *const u8);
     }
     None
 }

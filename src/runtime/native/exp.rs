@@ -1,5 +1,5 @@
 //! The part of `e^x` that the softmax and the epilogue shims share, on 512-bit vectors and
-//! (for the softmax on CPUs without AVX-512) on 256-bit ones: the JIT's reduction and
+//! (for CPUs without AVX-512) on 256-bit ones: the JIT's reduction and
 //! polynomial (`codegen/emit.rs`), operation for operation, so that both give the 128-bit
 //! code's bits. Each applies its own power of two, as its JIT counterpart does.
 

@@ -3,6 +3,7 @@
 //! [`super::Avx512`]'s on half the lanes, so the bits are the same.
 
 use super::super::exp::{horner8, reduced8};
+use super::super::lane_mask8;
 use super::{Reads, Tile, Width};
 use crate::codegen::{Activation, ERF_LARGE, ERF_SMALL, EXP_MAGIC};
 use std::arch::x86_64::*;
@@ -13,11 +14,9 @@ pub struct Avx2;
 impl Width for Avx2 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn apply(tile: &Tile, reads: &Reads, act: Activation) {
-        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         for i in 0..tile.rows {
             for j in (0..tile.cols).step_by(8) {
-                let lanes = (tile.cols - j).min(8) as i32;
-                let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), lane);
+                let m = lane_mask8(tile.cols - j);
                 // SAFETY: the lanes set in `m` are columns `j..j + lanes` of row `i`, inside
                 // the tile and what it reads (the contract); the others are not touched.
                 unsafe {

@@ -2,6 +2,7 @@
 //! lane mask.
 
 use super::super::exp::{horner, reduced};
+use super::super::lane_mask;
 use super::{Reads, Tile, Width};
 use crate::codegen::{Activation, ERF_LARGE, ERF_SMALL, EXP_MAGIC};
 use std::arch::x86_64::*;
@@ -16,11 +17,7 @@ impl Width for Avx512 {
             let mut j = 0;
             while j < tile.cols {
                 let lanes = (tile.cols - j).min(16);
-                let mask = if lanes == 16 {
-                    u16::MAX
-                } else {
-                    (1u16 << lanes) - 1
-                };
+                let mask = lane_mask(lanes);
                 // SAFETY: the lanes set in `mask` are columns `j..j + lanes` of row `i`, inside
                 // the tile and what it reads (the contract); the others are not touched.
                 unsafe {

@@ -3,6 +3,7 @@
 //! vectors by masked loads and stores. Each lane computes what [`super::Avx512`]'s does, so
 //! the bits are the same on either CPU and the JIT's.
 
+use super::super::lane_mask8;
 use super::{add, fold4, max, score, spans, Keys, Width, ADD, NONE};
 use crate::codegen::{EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
 use std::arch::x86_64::*;
@@ -89,7 +90,7 @@ impl Width for Avx2 {
     unsafe fn scale(dst: *mut f32, len: usize, factor: f32) {
         let f = _mm256_set1_ps(factor);
         for c in (0..len).step_by(8) {
-            let m = first(len - c);
+            let m = lane_mask8(len - c);
             // SAFETY: the lanes set in `m` are elements `c..min(c + 8, len)`; the others are
             // not touched.
             unsafe {
@@ -103,18 +104,10 @@ impl Width for Avx2 {
 /// Sixteen lanes: keys `j..j + 8`, then `j + 8..j + 16`.
 type Lanes = (__m256, __m256);
 
-/// The lanes below `n` of 8 set (all bits), the others clear: a mask for `maskload`,
-/// `maskstore` and `blendv`.
-#[target_feature(enable = "avx2")]
-fn first(n: usize) -> __m256i {
-    let n = n.min(8) as i32;
-    _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
-}
-
 /// The masks of the first `n` of 16 lanes, in the two halves.
 #[target_feature(enable = "avx2")]
 fn first16(n: usize) -> (__m256i, __m256i) {
-    (first(n), first(n.saturating_sub(8)))
+    (lane_mask8(n), lane_mask8(n.saturating_sub(8)))
 }
 
 /// `f` on each half of two sets of lanes.

@@ -79,11 +79,7 @@ impl Width for Avx512 {
         let mut c = 0;
         while c < len {
             let lanes = (len - c).min(16);
-            let mask = if lanes == 16 {
-                u16::MAX
-            } else {
-                (1u16 << lanes) - 1
-            };
+            let mask = lane_mask(lanes);
             // SAFETY: the lanes set in `mask` are elements `c..c + lanes ≤ len`; the others
             // are not touched.
             unsafe {
