@@ -9,9 +9,11 @@
 //! discharged by [`DimTable::div`] from constant values, `assert`s or structure.
 //! Division by a sum of terms, and `%` that cannot be proved zero, become opaque atoms.
 
+use smallvec::{smallvec, SmallVec};
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use terms::Terms;
 
 /// Index of a dim in its [`DimTable`], in declaration order.
 pub type Sym = usize;
@@ -153,17 +155,29 @@ pub enum Atom {
     Rem(Box<Poly>, Box<Poly>),
 }
 
-/// A product of atoms with non-zero integer exponents, sorted by atom.
+/// A product of atoms with non-zero integer exponents, sorted by atom. Most are one dim or
+/// none (a constant's), held inline.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Monomial(Vec<(Atom, i32)>);
+pub struct Monomial(SmallVec<[(Atom, i32); 1]>);
 
 impl Monomial {
-    fn mul(&self, other: &Monomial) -> Monomial {
-        let mut map: BTreeMap<Atom, i32> = self.0.iter().cloned().collect();
-        for (a, e) in &other.0 {
-            *map.entry(a.clone()).or_insert(0) += e;
+    /// The product of `factors`, in any order, an atom possibly more than once.
+    fn of(factors: impl IntoIterator<Item = (Atom, i32)>) -> Monomial {
+        let mut all: SmallVec<[(Atom, i32); 4]> = factors.into_iter().collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out: SmallVec<[(Atom, i32); 1]> = SmallVec::new();
+        for (a, e) in all {
+            match out.last_mut() {
+                Some((last, sum)) if *last == a => *sum += e,
+                _ => out.push((a, e)),
+            }
         }
-        Monomial(map.into_iter().filter(|(_, e)| *e != 0).collect())
+        out.retain(|(_, e)| *e != 0);
+        Monomial(out)
+    }
+
+    fn mul(&self, other: &Monomial) -> Monomial {
+        Monomial::of(self.0.iter().chain(&other.0).cloned())
     }
 
     fn recip(&self) -> Monomial {
@@ -193,7 +207,7 @@ impl Monomial {
 
 /// The normal form of a dim expression: a sum of rational multiples of monomials.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Poly(BTreeMap<Monomial, Ratio>);
+pub struct Poly(Terms);
 
 impl Ord for Ratio {
     fn cmp(&self, o: &Ratio) -> Ordering {
@@ -226,9 +240,7 @@ impl Poly {
 
     /// `c * s0^e0 * s1^e1 * ..` (exponents may be negative): one term, as written.
     pub fn term(c: Ratio, factors: &[(Sym, i32)]) -> Poly {
-        let mono = Monomial(vec![]).mul(&Monomial(
-            factors.iter().map(|&(s, e)| (Atom::Sym(s), e)).collect(),
-        ));
+        let mono = Monomial::of(factors.iter().map(|&(s, e)| (Atom::Sym(s), e)));
         let mut p = Poly::default();
         if !c.is_zero() {
             p.0.insert(mono, c);
@@ -238,7 +250,7 @@ impl Poly {
 
     fn atom(a: Atom) -> Poly {
         let mut p = Poly::default();
-        p.0.insert(Monomial(vec![(a, 1)]), Ratio::ONE);
+        p.0.insert(Monomial(smallvec![(a, 1)]), Ratio::ONE);
         p
     }
 
@@ -277,12 +289,12 @@ impl Poly {
     /// `add` would copy the sum so far for each. A borrowed `m` is copied only where it is
     /// new to the sum.
     fn add_term(&mut self, m: Cow<Monomial>, c: Ratio) {
-        match self.0.get_mut(&*m) {
+        match self.0.get_mut(&m) {
             Some(old) => {
                 let sum = old.add(c);
                 match sum.is_zero() {
                     true => {
-                        self.0.remove(&*m);
+                        self.0.remove(&m);
                     }
                     false => *old = sum,
                 }
@@ -390,7 +402,7 @@ impl Poly {
             if factor.has_negative() {
                 return None;
             }
-            let term = Poly(BTreeMap::from([(factor, c.mul(lead_c.recip()?))]));
+            let term = Poly(Terms::one(factor, c.mul(lead_c.recip()?)));
             rest = rest.sub(&term.mul(&divisor));
             q = q.add(&term);
         }
@@ -448,7 +460,7 @@ impl Poly {
         for (m, c) in &self.0 {
             // The dims that keep their symbol stay one monomial, taken over as it is: a
             // stride `N^k` costs no `k` multiplications.
-            let mut kept = Vec::new();
+            let mut kept = SmallVec::new();
             let mut term = Factor::Const(*c);
             for (atom, e) in &m.0 {
                 let base = match atom {
@@ -483,7 +495,7 @@ impl Poly {
                 Factor::Const(k) => out.add_term(Cow::Owned(Monomial(kept)), k),
                 Factor::Poly(mut term) => {
                     if !kept.is_empty() {
-                        term = term.mul(&Poly(BTreeMap::from([(Monomial(kept), Ratio::ONE)])));
+                        term = term.mul(&Poly(Terms::one(Monomial(kept), Ratio::ONE)));
                     }
                     out.add_assign(&term);
                 }
@@ -565,8 +577,8 @@ impl Poly {
     fn split_linear(&self, s: Sym) -> Option<(Poly, Poly)> {
         let (mut a, mut b) = (Poly::default(), Poly::default());
         for (m, c) in &self.0 {
-            let rest: Vec<(Atom, i32)> = m.0.iter().filter(|(x, _)| *x != Atom::Sym(s)).cloned().collect();
-            let term = Poly(BTreeMap::from([(Monomial(rest), *c)]));
+            let rest = m.0.iter().filter(|(x, _)| *x != Atom::Sym(s)).cloned().collect();
+            let term = Poly(Terms::one(Monomial(rest), *c));
             match m.0.iter().find(|(x, _)| *x == Atom::Sym(s)) {
                 None if term.syms().contains(&s) => return None,
                 None => b = b.add(&term),
@@ -599,7 +611,7 @@ impl Poly {
             })?;
             let mut outer = m.clone();
             outer.0.remove(i);
-            let per = Poly(BTreeMap::from([(outer, c.neg())]));
+            let per = Poly(Terms::one(outer, c.neg()));
             let rem = Poly::rem_atom(x, &Poly::int(k));
             let rest = self.sub(&per.mul(x)).add(&per.mul(&rem));
             let c = per.mul(&Poly::int(k));
@@ -671,6 +683,7 @@ fn int_of(p: &Poly) -> Option<i64> {
 }
 
 mod table;
+mod terms;
 pub use table::{Context, DimInfo, DimKind, DimTable, DivError};
 
 #[cfg(test)]

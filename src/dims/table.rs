@@ -116,7 +116,7 @@ impl DimTable {
         let quotients: Vec<Monomial> = self.integral_quotients().collect();
         let as_polys: Vec<Poly> = quotients
             .iter()
-            .map(|m| Poly(BTreeMap::from([(m.clone(), Ratio::ONE)])))
+            .map(|m| Poly(super::Terms::one(m.clone(), Ratio::ONE)))
             .collect();
         let facts = self.divides.iter().flat_map(|(a, b)| [a, b]).chain(&self.nonneg);
         let mut todo: Vec<Sym> = polys.into_iter().flat_map(Poly::syms).collect();
