@@ -5,13 +5,29 @@
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64};
 use cranelift_codegen::ir::{
-    ConstantData, ExtFuncData, ExternalName, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData,
-    StackSlotKind, Type, UserExternalName, Value,
+    ConstantData, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder, MemFlagsData, Signature,
+    StackSlotData, StackSlotKind, Type, UserExternalName, Value,
 };
 use cranelift_frontend::{FunctionBuilder, Variable};
 use cranelift_module::FuncId;
 
 use super::math::Call;
+
+/// The module's function `id` of signature `sig`, imported into `func` as
+/// `Module::declare_func_in_func` imports it, without the module.
+pub fn import(func: &mut Function, id: FuncId, sig: &Signature) -> FuncRef {
+    let signature = func.import_signature(sig.clone());
+    let name = func.declare_imported_user_function(UserExternalName {
+        namespace: 0,
+        index: id.as_u32(),
+    });
+    func.import_function(ExtFuncData {
+        name: ExternalName::user(name),
+        signature,
+        colocated: false,
+        patchable: false,
+    })
+}
 
 /// Lanes of a vector.
 pub const LANES: usize = 4;
@@ -476,18 +492,7 @@ impl Emit<'_> {
 
     /// The module's function `id` of signature `sig`, imported into this function.
     fn import(&mut self, id: FuncId, sig: &Signature) -> FuncRef {
-        let func = &mut *self.b.func;
-        let signature = func.import_signature(sig.clone());
-        let name = func.declare_imported_user_function(UserExternalName {
-            namespace: 0,
-            index: id.as_u32(),
-        });
-        func.import_function(ExtFuncData {
-            name: ExternalName::user(name),
-            signature,
-            colocated: false,
-            patchable: false,
-        })
+        import(self.b.func, id, sig)
     }
 
     /// Calls `attnc_sgemm(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, b_rs, b_cs, alpha, acc)`.
