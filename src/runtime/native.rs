@@ -52,8 +52,8 @@ fn lane_mask8(lanes: usize) -> std::arch::x86_64::__m256i {
 }
 
 /// The vectors the native tile routines run on here (decided once): 512 bits where the CPU
-/// has AVX-512F (every routine), else 256 bits where it has AVX2 and FMA (the softmax and
-/// the epilogues), else none; none under `ATTNC_NO_TILE`.
+/// has AVX-512F (every routine), else 256 bits where it has AVX2 and FMA (the softmax, the
+/// epilogues and the few-row packed product), else none; none under `ATTNC_NO_TILE`.
 #[derive(Clone, Copy, PartialEq)]
 enum Lanes {
     Sixteen,
@@ -214,9 +214,10 @@ pub unsafe extern "C" fn attnc_sgemm(
 /// `c[i, j] = alpha * Σ_p a[i, p] b[p, j]` for an `m × n` tile with a `k`-long inner dim,
 /// `b` packed ([`crate::kernel::Gemm::packed`]: `n·k` floats from `b`, panels of
 /// [`crate::kernel::PANEL`] columns, the tile's first column a panel's). Called by JIT code.
-/// With AVX-512 and a unit column stride for `c`, [`panel`]'s streaming product; otherwise
-/// (`ATTNC_NO_TILE` too) the `gemm` crate, panel by panel. The choice depends on the shape
-/// and the CPU only, never on the thread.
+/// With a unit column stride for `c`, [`panel`]'s streaming product: with AVX-512, or with
+/// AVX2 and FMA up to [`panel::MR`] rows (the same bits); otherwise (`ATTNC_NO_TILE` too)
+/// the `gemm` crate, panel by panel. The choice depends on the shape and the CPU only,
+/// never on the thread.
 ///
 /// # Safety
 /// The `n·k` floats from `b` are inside their allocation; for every `i < m`, `j < n`,
@@ -243,11 +244,20 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
     }
     let u = |x: i64| x.max(0) as usize;
     #[cfg(target_arch = "x86_64")]
-    if c_cs == 1 && a_rs >= 0 && c_rs >= 0 && a_cs >= 0 && use_tile() {
-        // SAFETY: AVX-512F is available (`use_tile` checks it), the strides are not
-        // negative (checked), and this function's contract is `panel::sgemm`'s.
-        unsafe { panel::sgemm((u(m), u(n), u(k)), (c, u(c_rs)), (a, u(a_rs), u(a_cs)), b, alpha) };
-        return;
+    if c_cs == 1 && a_rs >= 0 && c_rs >= 0 && a_cs >= 0 {
+        let (dims, to_c, of_a) = ((u(m), u(n), u(k)), (c, u(c_rs)), (a, u(a_rs), u(a_cs)));
+        match lanes() {
+            // SAFETY: AVX-512F is available (`lanes` checks it), the strides are not
+            // negative (checked), and this function's contract is `panel::sgemm`'s.
+            Some(Lanes::Sixteen) => return unsafe { panel::sgemm(dims, to_c, of_a, b, alpha) },
+            // SAFETY: AVX2 and FMA are available (`lanes` checks them), `m <= MR`
+            // (checked), and the rest of `panel::avx2::sgemm`'s contract is this
+            // function's, as above.
+            Some(Lanes::Eight) if dims.0 <= panel::MR => {
+                return unsafe { panel::avx2::sgemm(dims, to_c, of_a, b, alpha) };
+            }
+            _ => {}
+        }
     }
     let (n, k) = (u(n), u(k));
     for j in (0..n).step_by(crate::kernel::PANEL) {

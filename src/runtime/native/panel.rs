@@ -7,15 +7,18 @@
 //! step of `k` loads one row of two panels (32 columns) and multiplies it with a broadcast
 //! element of each row of `a`; with fewer than 5 rows, `k` is split into interleaved
 //! partial sums so that enough multiply-adds are in flight to keep up with the loads. More
-//! rows are blocks of up to 16 by one panel ([`many`]).
+//! rows are blocks of up to 16 by one panel ([`many`]). Up to 8 rows, [`avx2`] computes the
+//! same sums on CPUs without AVX-512.
 
 use super::lane_mask;
 use crate::kernel::PANEL;
+
+pub mod avx2;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
 /// Rows of `c` per register block over two panels.
-const MR: usize = 8;
+pub const MR: usize = 8;
 
 /// Rows of `c` per register block over one panel, where there are more rows than [`MR`].
 const MR_MANY: usize = 16;
@@ -394,6 +397,62 @@ mod tests {
         (0..len)
             .map(|i| ((i * 7 + seed * 13) % 11) as f32 - 5.0)
             .collect()
+    }
+
+    /// Up to [`super::MR`] rows, each column of `c` is `U` partial sums over `k` (steps
+    /// `p ≡ u mod U`, `U` by the row count as the blocks have it), each a chain of fused
+    /// multiply-adds, added in order and scaled: the bits of a scalar loop in that order, on
+    /// every vector width (the AVX-512 block's lanes and the AVX2 one's), with values whose
+    /// products and sums round.
+    #[test]
+    fn few_row_products_sum_in_the_blocks_order_at_every_width() {
+        let partial_sums = |m: usize| match m {
+            1 | 2 => 4,
+            3 | 4 => 2,
+            _ => 1,
+        };
+        for m in 1..=super::MR {
+            for (n, k) in [(16, 37), (23, 64), (7, 5), (40, 130)] {
+                let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+                let b: Vec<f32> = (0..k * n).map(|i| ((i * 53 % 97) as f32 - 48.0) / 3.0).collect();
+                let packed = pack(&b, k, n);
+                let u = partial_sums(m);
+                let mut want = vec![0.0f32; m * n];
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut s = vec![0.0f32; u];
+                        for p in 0..k {
+                            // The steps past the last whole round of `u` go to the first sum.
+                            let which = if p < k / u * u { p % u } else { 0 };
+                            s[which] = a[i * k + p].mul_add(b[p * n + j], s[which]);
+                        }
+                        want[i * n + j] = s.iter().skip(1).fold(s[0], |acc, x| acc + x) * 0.75;
+                    }
+                }
+                let mut c = vec![f32::NAN; m * n];
+                let i = |x: usize| x as i64;
+                // SAFETY: `c` is `m × n`, `a` is `m × k` row-major, `packed` holds `n·k` floats.
+                unsafe {
+                    attnc_sgemm_packed(
+                        i(m),
+                        i(n),
+                        i(k),
+                        c.as_mut_ptr(),
+                        i(n),
+                        1,
+                        a.as_ptr(),
+                        i(k),
+                        1,
+                        packed.as_ptr(),
+                        0.75,
+                    )
+                };
+                if super::super::lanes().is_some() {
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&c), bits(&want), "m {m}, n {n}, k {k}");
+                }
+            }
+        }
     }
 
     #[test]
