@@ -392,6 +392,38 @@ mod tests {
         out
     }
 
+    /// `c = alpha a b` through `attnc_sgemm_packed`, `c` with the strides `(c_rs, c_cs)` and
+    /// `a` with its own, `b` packed: `c`'s elements of the product, row-major.
+    fn product(
+        (m, n, k): (usize, usize, usize),
+        (c_rs, c_cs): (usize, usize),
+        (a, a_rs, a_cs): (&[f32], usize, usize),
+        packed: &[f32],
+        alpha: f32,
+    ) -> Vec<f32> {
+        assert!(c_rs >= n * c_cs && a.len() >= m * k && packed.len() >= n * k);
+        let mut c = vec![f32::NAN; m * c_rs];
+        let i = |x: usize| x as i64;
+        // SAFETY: `c` holds `m` rows of `c_rs >= n·c_cs` floats, `a` is `m × k` as its
+        // strides say, and `packed` holds `n·k` floats (asserted).
+        unsafe {
+            attnc_sgemm_packed(
+                i(m),
+                i(n),
+                i(k),
+                c.as_mut_ptr(),
+                i(c_rs),
+                i(c_cs),
+                a.as_ptr(),
+                i(a_rs),
+                i(a_cs),
+                packed.as_ptr(),
+                alpha,
+            )
+        };
+        c.into_iter().step_by(c_cs).collect()
+    }
+
     /// Small integers: every product and sum is exact, whatever the order.
     fn values(len: usize, seed: usize) -> Vec<f32> {
         (0..len)
@@ -429,24 +461,7 @@ mod tests {
                         want[i * n + j] = s.iter().skip(1).fold(s[0], |acc, x| acc + x) * 0.75;
                     }
                 }
-                let mut c = vec![f32::NAN; m * n];
-                let i = |x: usize| x as i64;
-                // SAFETY: `c` is `m × n`, `a` is `m × k` row-major, `packed` holds `n·k` floats.
-                unsafe {
-                    attnc_sgemm_packed(
-                        i(m),
-                        i(n),
-                        i(k),
-                        c.as_mut_ptr(),
-                        i(n),
-                        1,
-                        a.as_ptr(),
-                        i(k),
-                        1,
-                        packed.as_ptr(),
-                        0.75,
-                    )
-                };
+                let c = product((m, n, k), (n, 1), (&a, k, 1), &packed, 0.75);
                 if super::super::lanes().is_some() {
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&c), bits(&want), "m {m}, n {n}, k {k}");
@@ -482,28 +497,7 @@ mod tests {
                     }
                 }
                 // `c = 0.5 a b` with `c`'s and `a`'s strides as given.
-                let product = |(c_rs, c_cs): (usize, usize), (a, a_rs, a_cs): (&[f32], usize, usize)| {
-                    let mut c = vec![f32::NAN; m * c_rs];
-                    let i = |x: usize| x as i64;
-                    // SAFETY: `c` holds `m` rows of `c_rs >= n·c_cs` floats, `a` is `m × k`
-                    // as its strides say, and `packed` holds `n·k` floats.
-                    unsafe {
-                        attnc_sgemm_packed(
-                            i(m),
-                            i(n),
-                            i(k),
-                            c.as_mut_ptr(),
-                            i(c_rs),
-                            i(c_cs),
-                            a.as_ptr(),
-                            i(a_rs),
-                            i(a_cs),
-                            packed.as_ptr(),
-                            0.5,
-                        )
-                    };
-                    c.into_iter().step_by(c_cs).collect::<Vec<f32>>()
-                };
+                let product = |c_strides, a_strided| product((m, n, k), c_strides, a_strided, &packed, 0.5);
                 // Row-major `c` (the AVX-512 product where the CPU has it); `c` with a
                 // column stride of 2 (the `gemm` crate, panel by panel); `a` read through
                 // its transpose (column-major: rows 1 apart).
