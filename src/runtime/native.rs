@@ -20,6 +20,8 @@ use rayon::prelude::*;
 use std::sync::{Mutex, OnceLock};
 
 #[cfg(target_arch = "x86_64")]
+mod dot;
+#[cfg(target_arch = "x86_64")]
 mod epilogue;
 #[cfg(target_arch = "x86_64")]
 mod exp;
@@ -126,7 +128,9 @@ pub fn epilogue_shim() -> Option<*const u8> {
 /// with a `k`-long inner dim; every matrix strided (row and column stride in elements).
 /// Called by JIT code. Where `b` and `c` have unit column strides, `k` is at most 256 and
 /// the CPU has AVX-512, the tile product of [`tile`] runs it without packing (the attention
-/// kernel's tiles: it measured as fast as `gemm` there, and slower for long `k`);
+/// kernel's tiles: it measured as fast as `gemm` there, and slower for long `k`). Where
+/// the CPU has AVX2 and FMA but not AVX-512, up to 4 rows, and `b` is read by its columns
+/// (`b_rs = 1`: a decode step's `q kᵀ` with the key cache in place), [`dot`]'s dot products;
 /// otherwise the `gemm` crate, which picks its AVX-512, AVX2/FMA or scalar kernels at run
 /// time. The choice depends on the shape and the CPU only, never on the thread.
 ///
@@ -178,6 +182,34 @@ pub unsafe extern "C" fn attnc_sgemm(
                 (c, u(c_rs)),
                 (a, u(a_rs), u(a_cs)),
                 (b, u(b_rs)),
+                alpha,
+                acc != 0,
+            )
+        };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if b_rs == 1
+        && a_cs == 1
+        && c_cs == 1
+        && a_rs >= 0
+        && b_cs >= 0
+        && c_rs >= 0
+        && k > 0
+        && m <= dot::MAX_M as i64
+        && lanes() == Some(Lanes::Eight)
+    {
+        let u = |x: i64| x as usize;
+        // SAFETY: AVX2 and FMA are available (`lanes` checks them), `m <= MAX_M` and the
+        // strides are not negative (checked), and every element the strides reach is inside
+        // its allocation (this function's contract): `dot::sgemm`'s contract, `b`'s row `j`
+        // (column `j` of the product) at `b + j·b_cs`.
+        unsafe {
+            dot::sgemm(
+                (u(m), u(n), u(k)),
+                (c, u(c_rs)),
+                (a, u(a_rs)),
+                (b, u(b_cs)),
                 alpha,
                 acc != 0,
             )
