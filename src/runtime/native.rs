@@ -318,6 +318,29 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
     }
 }
 
+/// Checks a tile product's `c` (row stride `c_rs`; `c0` before the call) in the tests of
+/// [`tile`] and [`dot`]: each element of the `m × n` tile has the bits of
+/// `sum(i, j) · alpha` (`+ c0` with `acc`), and nothing outside the tile was written.
+#[cfg(all(test, target_arch = "x86_64"))]
+fn assert_tile(
+    (got, c0): (&[f32], &[f32]),
+    (m, n, c_rs): (usize, usize, usize),
+    (alpha, acc): (f32, bool),
+    sum: impl Fn(usize, usize) -> f32,
+    what: &str,
+) {
+    for i in 0..m {
+        for j in 0..c_rs {
+            let at = i * c_rs + j;
+            let want = match j < n {
+                true => sum(i, j) * alpha + if acc { c0[at] } else { 0.0 },
+                false => c0[at],
+            };
+            assert_eq!(got[at].to_bits(), want.to_bits(), "{what} acc {acc}: c[{i}, {j}]");
+        }
+    }
+}
+
 /// Below this much arithmetic a call runs on the calling thread alone (measured at shape T,
 /// 0.6 MFLOP: 11 µs on one thread, 29 µs handed to a pool of two).
 const SMALL: f64 = 4e6;

@@ -185,23 +185,10 @@ mod tests {
                                 acc,
                             )
                         };
-                        for i in 0..m {
-                            for j in 0..c_rs {
-                                let at = i * c_rs + j;
-                                let want = match j < n {
-                                    true => {
-                                        let s = dot(&a[i * a_rs..i * a_rs + k], &b[j * b_rs..j * b_rs + k]);
-                                        s * 0.7 + if acc { c0[at] } else { 0.0 }
-                                    }
-                                    false => c0[at],
-                                };
-                                assert_eq!(
-                                    c[at].to_bits(),
-                                    want.to_bits(),
-                                    "{m}x{n}x{k} acc {acc}: c[{i}, {j}]"
-                                );
-                            }
-                        }
+                        let sum =
+                            |i: usize, j: usize| dot(&a[i * a_rs..i * a_rs + k], &b[j * b_rs..j * b_rs + k]);
+                        let what = format!("{m}x{n}x{k}");
+                        super::super::assert_tile((&c, &c0), (m, n, c_rs), (0.7, acc), sum, &what);
                     }
                 }
             }

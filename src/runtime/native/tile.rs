@@ -239,23 +239,10 @@ mod tests {
                 acc,
             )
         };
-        for i in 0..m {
-            for j in 0..c_rs {
-                let at = i * c_rs + j;
-                let want = match j < n {
-                    true => {
-                        let s = (0..k).fold(0.0f32, |s, p| a[i * a_rs + p].mul_add(b[p * b_rs + j], s));
-                        s * alpha + if acc { c0[at] } else { 0.0 }
-                    }
-                    false => c0[at],
-                };
-                assert_eq!(
-                    c[at].to_bits(),
-                    want.to_bits(),
-                    "{m}x{n}x{k} acc {acc}: c[{i}, {j}]"
-                );
-            }
-        }
+        let sum =
+            |i: usize, j: usize| (0..k).fold(0.0f32, |s, p| a[i * a_rs + p].mul_add(b[p * b_rs + j], s));
+        let what = format!("{m}x{n}x{k}");
+        super::super::assert_tile((&c, &c0), (m, n, c_rs), (alpha, acc), sum, &what);
     }
 
     #[test]
