@@ -255,20 +255,37 @@ fn run(prog: &ir::Program, asked: Asked) -> Result<Run, String> {
 /// The rules that can fire on `source`. The per-head lifts (`lift-*`, most of the table:
 /// one per elementwise op and side) all need a loop variable, which only a `for` brings:
 /// a program without one skips them, and saturates in fewer searches.
-///
-/// The rules are built once per process and shared: parsing their patterns was 2 % of
-/// MiniLM's compile under `perf`, paid again for each piece of a model. Without a loop only
-/// the rules that are not lifts are built (the lifts' patterns were 10 % of the seed
-/// module's optimization), unless the whole table already is.
 fn rules_for(source: &egg::RecExpr<Tensor>) -> Vec<&'static rules::Rw> {
-    static ALL: OnceLock<Vec<rules::Rw>> = OnceLock::new();
-    static NO_LIFTS: OnceLock<Vec<rules::Rw>> = OnceLock::new();
     let loops = source.as_ref().iter().any(|n| matches!(n, Tensor::For(_)));
-    match (loops, ALL.get()) {
-        (true, _) => ALL.get_or_init(rules).iter().collect(),
-        (false, Some(all)) => all.iter().filter(|r| !rules::is_lift(r)).collect(),
-        (false, None) => NO_LIFTS.get_or_init(|| rules::rules_with(false)).iter().collect(),
+    match loops {
+        true => table(true).iter().collect(),
+        false => table(false).iter().filter(|r| !rules::is_lift(r)).collect(),
     }
+}
+
+/// The whole rule table, or one without the lifts where `lifts` is false and the whole
+/// table is not built yet (the lifts' patterns were 10 % of the seed module's
+/// optimization).
+///
+/// The tables are built once per process and shared: parsing their patterns was 2 % of
+/// MiniLM's compile under `perf`, paid again for each piece of a model.
+fn table(lifts: bool) -> &'static [rules::Rw] {
+    match (lifts, ALL.get()) {
+        (true, _) => ALL.get_or_init(rules),
+        (false, Some(all)) => all,
+        (false, None) => NO_LIFTS.get_or_init(|| rules::rules_with(false)),
+    }
+}
+
+/// The whole rule table and the one without the lifts, each built once ([`table`]).
+static ALL: OnceLock<Vec<rules::Rw>> = OnceLock::new();
+static NO_LIFTS: OnceLock<Vec<rules::Rw>> = OnceLock::new();
+
+/// Whether `prog` has a `for`, which is what [`rules_for`] asks of its term. A `for` the
+/// term leaves out only costs building the whole table, whose rules less the lifts are
+/// the same.
+fn has_loops(prog: &ir::Program) -> bool {
+    prog.nodes.iter().any(|n| matches!(n.op, ir::Op::For { .. }))
 }
 
 /// `run`, with a panic (a bug, never expected) turned into an error.
@@ -325,6 +342,11 @@ fn optimize_whole(prog: &ir::Program, before: bool) -> Optimized {
         let worker = std::thread::Builder::new()
             .stack_size(stack)
             .spawn_scoped(scope, || optimize_here(prog, before));
+        // This thread would only wait for the worker: it builds the rule table the worker
+        // needs (parsing the patterns, 0.46 ms at the seed module, once per process) while
+        // the worker converts the program and builds its e-graph, and the worker waits
+        // only for what is left of it.
+        table(has_loops(prog));
         match worker {
             Ok(handle) => handle.join().unwrap_or_else(|_| optimize_failed(prog)),
             Err(_) => optimize_here(prog, before),
