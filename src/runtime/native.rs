@@ -200,10 +200,10 @@ pub unsafe extern "C" fn attnc_sgemm(
         && lanes() == Some(Lanes::Eight)
     {
         let u = |x: i64| x as usize;
-        // SAFETY: AVX2 and FMA are available (`lanes` checks them), `m <= MAX_M` and the
-        // strides are not negative (checked), and every element the strides reach is inside
-        // its allocation (this function's contract): `dot::sgemm`'s contract, `b`'s row `j`
-        // (column `j` of the product) at `b + j·b_cs`.
+        // SAFETY: AVX2 and FMA are available (`lanes` checks them), the strides are not
+        // negative (checked), and every element the strides reach is inside its allocation
+        // (this function's contract): `dot::sgemm`'s contract, `b`'s row `j` (column `j` of
+        // the product) at `b + j·b_cs`.
         unsafe {
             dot::sgemm(
                 (u(m), u(n), u(k)),

@@ -12,17 +12,21 @@
 use super::lane_mask8;
 use std::arch::x86_64::*;
 
-/// The most rows [`sgemm`] takes: each row reads the group's keys again, from L1.
+/// The most rows `attnc_sgemm` sends here: each row reads the group's keys again, from
+/// L1, where the `gemm` crate's packing pays for itself with more rows.
 pub const MAX_M: usize = 4;
 
-/// Keys per group.
+/// Keys per group: one sum per key, folded into one vector of scores.
 const KEYS: usize = 8;
 
-/// `c[i, j] = alpha · Σ_p a[i, p] b[j, p] (+ c[i, j] when acc)` for `i < m <= MAX_M`,
-/// `j < n`, `p < k`, with unit strides for `a`'s columns, `b`'s `p` and `c`'s columns.
+/// Steps of `k` per vector.
+const LANES: usize = 8;
+
+/// `c[i, j] = alpha · Σ_p a[i, p] b[j, p] (+ c[i, j] when acc)` for `i < m`, `j < n`,
+/// `p < k`, with unit strides for `a`'s columns, `b`'s `p` and `c`'s columns.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA; `m <= MAX_M`; for `i < m`, `j < n`, `p < k` the elements
+/// The CPU has AVX2 and FMA; for `i < m`, `j < n`, `p < k` the elements
 /// `c + i·c_rs + j`, `a + i·a_rs + p` and `b + j·b_rs + p` are inside their allocations.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn sgemm(
@@ -35,16 +39,17 @@ pub unsafe fn sgemm(
 ) {
     let steps = Steps {
         k,
-        whole: k / KEYS * KEYS,
-        tail: lane_mask8(k % KEYS),
+        whole: k / LANES * LANES,
+        tail: lane_mask8(k % LANES),
     };
     let mut j = 0;
     while j < n {
         let keys = (n - j).min(KEYS);
-        for i in 0..m.min(MAX_M) {
+        let mask = lane_mask8(keys);
+        for i in 0..m {
             let out = Out {
                 at: c.wrapping_add(i * c_rs + j),
-                mask: lane_mask8(keys),
+                mask,
                 alpha,
                 acc,
             };
@@ -94,7 +99,7 @@ struct Out {
 unsafe fn group_of<const N: usize>(steps: &Steps, a: *const f32, (b, b_rs): (*const f32, usize), out: &Out) {
     let mut s = [_mm256_setzero_ps(); KEYS];
     // SAFETY: steps `p..p + 8 <= whole <= k` of `a` and of each key (contract).
-    for p in (0..steps.whole).step_by(KEYS) {
+    for p in (0..steps.whole).step_by(LANES) {
         unsafe {
             let x = _mm256_loadu_ps(a.add(p));
             for (t, s) in s.iter_mut().enumerate().take(N) {
@@ -173,7 +178,7 @@ mod tests {
                         let b: Vec<f32> = (0..n * b_rs).map(|i| value(i, 2)).collect();
                         let c0: Vec<f32> = (0..m * c_rs).map(|i| value(i, 3)).collect();
                         let mut c = c0.clone();
-                        // SAFETY: the CPU has AVX2 and FMA (checked), `m <= MAX_M`, and the
+                        // SAFETY: the CPU has AVX2 and FMA (checked), and the
                         // buffers hold every element the strides reach.
                         unsafe {
                             sgemm(
