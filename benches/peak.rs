@@ -1,6 +1,6 @@
 //! The machine's ceilings, measured the way the issues ask, so the other benchmarks' numbers
 //! can stand beside them in one run: the float32 FMA peak (a loop of independent fused
-//! multiply-adds on 512-bit and on 128-bit vectors, 1 thread and every thread) and the
+//! multiply-adds on 512-, 256- and 128-bit vectors, 1 thread and every thread) and the
 //! memory bandwidth (a large copy: each byte read once and written once).
 //! `cargo bench --bench peak`; `ATTNC_THREADS` sets "every thread" (default 2).
 
@@ -29,6 +29,25 @@ unsafe fn fma512(trips: usize) -> f64 {
     let s = start.elapsed().as_secs_f64();
     black_box(acc);
     (trips * CHAINS * 16 * 2) as f64 / s / 1e9
+}
+
+/// The same with 8-lane (256-bit) vectors: the machine's width where it has no AVX-512.
+///
+/// # Safety
+/// The CPU must have AVX and FMA (the caller checks `is_x86_feature_detected!`).
+#[target_feature(enable = "avx,fma")]
+unsafe fn fma256(trips: usize) -> f64 {
+    let mut acc = [_mm256_set1_ps(0.0); CHAINS];
+    let (a, b) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+    let start = Instant::now();
+    for _ in 0..trips {
+        for x in acc.iter_mut() {
+            *x = _mm256_fmadd_ps(*x, a, b);
+        }
+    }
+    let s = start.elapsed().as_secs_f64();
+    black_box(acc);
+    (trips * CHAINS * 8 * 2) as f64 / s / 1e9
 }
 
 /// The same with 4-lane (128-bit) vectors: Cranelift's width.
@@ -99,6 +118,18 @@ fn main() {
         );
     } else {
         println!("FMA peak, 512-bit vectors: no AVX-512F on this CPU");
+    }
+    if is_x86_feature_detected!("avx") && is_x86_feature_detected!("fma") {
+        // SAFETY: AVX and FMA were detected just above, on this thread.
+        let one = || unsafe { fma256(TRIPS) };
+        // SAFETY: AVX and FMA were detected just above; every core of the machine has the
+        // same features, so the worker threads have them too.
+        let all = || on_threads(threads, || unsafe { fma256(TRIPS) });
+        println!(
+            "FMA peak, 256-bit vectors: {:6.1} GFLOP/s on 1 thread, {:6.1} on {threads}",
+            best(one),
+            best(all)
+        );
     }
     if is_x86_feature_detected!("fma") {
         // SAFETY: FMA was detected just above, on this thread.
