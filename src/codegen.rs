@@ -78,7 +78,8 @@ pub struct Shims {
 pub struct Compiled {
     /// `None` only once the runtime has freed the code (when its executable is dropped).
     pub module: Option<JITModule>,
-    /// `prologue[i]` runs `plan.prologue[i]`.
+    /// `prologue[i]` runs `plan.prologue[i]`; null for a copy, which runs on the host
+    /// ([`on_host`]).
     pub prologue: Vec<*const u8>,
     /// `code[i]` runs `plan.kernels[i]`.
     pub code: Vec<*const u8>,
@@ -210,20 +211,26 @@ impl Jit {
     }
 
     /// The distinct kernels of `plan`: for each kernel (prologue first), the index of its
-    /// code in the list. Kernels are compared by their `Debug` text, not `==`: under `==`
-    /// a NaN constant (`gelu`'s guard in a GEMM's epilogue) differs from itself, and every
-    /// layer of a model would get a function of its own.
-    fn distinct(plan: &Plan) -> (Vec<KernelOp>, Vec<usize>) {
+    /// code in the list, `None` for one that runs on the host ([`on_host`]). Kernels are
+    /// compared by their `Debug` text, not `==`: under `==` a NaN constant (`gelu`'s guard
+    /// in a GEMM's epilogue) differs from itself, and every layer of a model would get a
+    /// function of its own.
+    fn distinct(plan: &Plan) -> (Vec<KernelOp>, Vec<Option<usize>>) {
         let mut keys: Vec<KernelOp> = Vec::new();
         let mut texts: HashMap<String, usize> = HashMap::new();
         let mut which = Vec::new();
-        for k in plan.prologue.iter().chain(&plan.kernels) {
+        let prologue = plan.prologue.iter().map(|k| (k, true));
+        for (k, in_prologue) in prologue.chain(plan.kernels.iter().map(|k| (k, false))) {
+            if on_host(&k.op, in_prologue) {
+                which.push(None);
+                continue;
+            }
             let key = k.op.code_key();
             let i = *texts.entry(format!("{key:?}")).or_insert_with(|| {
                 keys.push(key);
                 keys.len() - 1
             });
-            which.push(i);
+            which.push(Some(i));
         }
         (keys, which)
     }
@@ -246,7 +253,7 @@ impl Jit {
         self.module.finalize_definitions().map_err(|e| e.to_string())?;
         let mut code: Vec<*const u8> = which
             .iter()
-            .map(|&i| self.module.get_finalized_function(ids[i]))
+            .map(|i| i.map_or(std::ptr::null(), |i| self.module.get_finalized_function(ids[i])))
             .collect();
         let main = code.split_off(plan.prologue.len());
         Ok(Compiled {
@@ -268,7 +275,7 @@ impl Jit {
             let func = translate(&self.imports, key, i as u32);
             cranelift_codegen::verify_function(&func, &flags)
                 .map_err(|e| format!("kernel {i} does not verify: {e}"))?;
-            let users = (0..which.len()).filter(|&k| which[k] == i).collect();
+            let users = (0..which.len()).filter(|&k| which[k] == Some(i)).collect();
             out.push((users, display(&func)));
         }
         Ok(out)
@@ -285,7 +292,7 @@ impl Jit {
         let mut out = Vec::new();
         for (i, code) in machine.into_iter().enumerate() {
             let code = code.map_err(|e| format!("kernel {i}: {e}"))?;
-            let users = (0..which.len()).filter(|&k| which[k] == i).collect();
+            let users = (0..which.len()).filter(|&k| which[k] == Some(i)).collect();
             out.push((users, code.vcode.unwrap_or_default()));
         }
         Ok(out)
@@ -341,6 +348,13 @@ fn translate(imports: &Imports, op: &KernelOp, index: u32) -> Function {
     e.b.ins().return_(&[]);
     e.b.finalize(imports.config);
     func
+}
+
+/// Whether a kernel runs on the host, with no machine code: a copy in the prologue, which
+/// runs once per set of weights, so that its function would cost more to compile (0.3–0.5
+/// ms of Cranelift each) than it saves over the host's loop (`runtime::native::copy`).
+pub fn on_host(op: &KernelOp, in_prologue: bool) -> bool {
+    in_prologue && matches!(op, KernelOp::Map(m) if m.is_copy())
 }
 
 /// Translates each kernel of `keys` as the function of its id and compiles it to machine

@@ -323,18 +323,21 @@ pub struct Map {
 }
 
 impl Map {
+    /// Whether the map copies its one input (`out = in0`), whatever the two layouts.
+    pub fn is_copy(&self) -> bool {
+        self.inputs.len() == 1 && self.expr == [Expr::Input(0)]
+    }
+
     /// Where the map is a copy that transposes its last two axes (the input contiguous
     /// along the next-to-last axis, strided along the last; the output contiguous along
     /// the last: `kᵀ`'s layout, `x.transpose(-1, -2).contiguous()`), the length of the
     /// next-to-last axis: a run of rows that is one block of the transpose.
     pub fn transposed_run(&self) -> Option<usize> {
-        let [input] = self.inputs.as_slice() else {
-            return None;
-        };
         let rank = self.shape.len();
-        if self.expr != [Expr::Input(0)] || rank < 2 {
+        if !self.is_copy() || rank < 2 {
             return None;
         }
+        let input = &self.inputs[0];
         let (last, next) = (rank - 1, rank - 2);
         let form = input.strides[next] == 1 && input.strides[last] > 1 && self.out.strides[last] == 1;
         form.then_some(self.shape[next])

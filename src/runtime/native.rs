@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use std::sync::{Mutex, OnceLock};
 
 #[cfg(target_arch = "x86_64")]
+mod copy;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod epilogue;
@@ -530,11 +531,11 @@ pub fn execute(
         bases.push(ptr);
     }
     let bases = Args(bases);
-    let fns: Vec<KernelFn> = code
+    let fns: Vec<Option<KernelFn>> = code
         .iter()
-        // SAFETY: each pointer is a finalized function of the signature `KernelFn`, alive
-        // for as long as the `Compiled` that the caller holds.
-        .map(|&c| unsafe { std::mem::transmute::<*const u8, KernelFn>(c) })
+        // SAFETY: each pointer that is not null is a finalized function of the signature
+        // `KernelFn`, alive for as long as the `Compiled` that the caller holds.
+        .map(|&c| (!c.is_null()).then(|| unsafe { std::mem::transmute::<*const u8, KernelFn>(c) }))
         .collect();
     // One thread, or a program so small (shape T: a few µs of work) that waking the pool
     // costs more than it saves: the caller runs every task. Tasks are the same either way.
@@ -559,10 +560,11 @@ pub fn execute(
 
 /// Runs one kernel of a plan: a scatter on the calling thread (undoing every write of the
 /// call so far where its positions are refused, see [`scatter::Written`]), any other kernel's tasks
-/// over the pool (or on the calling thread where `inline`).
+/// over the pool (or on the calling thread where `inline`): its function's, or, with no
+/// function, a copy's rows on the host ([`crate::codegen::on_host`]).
 fn run_kernel(
     kernel: &Kernel,
-    f: KernelFn,
+    f: Option<KernelFn>,
     bases: &Args,
     scratch: &[Mutex<Vec<f32>>],
     inline: bool,
@@ -597,8 +599,26 @@ fn run_kernel(
             return Err(Stop::Value(e));
         }
     } else {
+        let f = match (&kernel.op, f) {
+            (_, Some(f)) => Ok(f),
+            (KernelOp::Map(m), None) if m.is_copy() => Err(m),
+            _ => return Err("a kernel that is not a copy has no code".into()),
+        };
         let tasks = kernel.op.tasks() as i64;
         let run = |begin: i64, end: i64| {
+            let f = match f {
+                Ok(f) => f,
+                Err(m) => {
+                    let (per_task, rows) = (m.rows_per_task, crate::kernel::rows(&m.shape));
+                    let (r0, r1) = (begin as usize * per_task, (end as usize * per_task).min(rows));
+                    // SAFETY: `args` holds the map's input and output, in `operands`
+                    // order, each pointing at its first element inside a buffer that
+                    // holds every element its strides reach over the map's shape
+                    // (validated); the rows are these tasks', whose writes `validate`
+                    // proved disjoint from every other task's and never read by one.
+                    return unsafe { copy::rows(m, args.ptr(0), args.ptr(1), r0..r1) };
+                }
+            };
             let slot = rayon::current_thread_index().map_or(scratch.len() - 1, |i| i.min(scratch.len() - 1));
             let mut s = scratch[slot].lock().unwrap_or_else(|e| e.into_inner());
             // SAFETY: the module's invariant: the plan is valid, `f` is its compiled
