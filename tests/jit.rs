@@ -184,9 +184,10 @@ output y = h @ v
 }
 
 #[test]
-fn the_prologues_copies_run_on_the_host_without_code() {
+fn copies_run_on_the_host_without_code() {
     // The seed module's prologue concatenates the Q/K/V weights and lays two weights out in
-    // panels: copies, run by the executor, which every test above checks for their values.
+    // panels, and its main kernels lay `k` out as `kᵀ`: copies, run by the executor, which
+    // every test above checks for their values.
     let prog =
         attnc::opt::optimize(&program(&example("self_attention.attn"), &[("B", 1), ("N", 16)])).program;
     let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
@@ -194,9 +195,15 @@ fn the_prologues_copies_run_on_the_host_without_code() {
     let plan = exe.plan();
     let is_copy =
         |k: &&attnc::kernel::Kernel| matches!(&k.op, attnc::kernel::KernelOp::Map(m) if m.is_copy());
-    let labels: Vec<&str> = plan.prologue.iter().map(|k| k.label.as_str()).collect();
+    let labels: Vec<&str> = plan
+        .prologue
+        .iter()
+        .chain(&plan.kernels)
+        .map(|k| k.label.as_str())
+        .collect();
     assert!(plan.prologue.iter().filter(is_copy).count() >= 5, "{labels:?}");
-    let coded = plan.prologue.iter().filter(|k| !is_copy(k)).chain(&plan.kernels);
+    assert!(plan.kernels.iter().any(|k| is_copy(&k)), "{labels:?}");
+    let coded = plan.prologue.iter().chain(&plan.kernels).filter(|k| !is_copy(k));
     let keys: std::collections::HashSet<String> = coded.map(|k| format!("{:?}", k.op.code_key())).collect();
     assert_eq!(exe.functions(), keys.len(), "{labels:?}");
 }

@@ -1,7 +1,7 @@
-//! The prologue's copies, run on the host: a weight concatenated with its siblings, a
-//! weight laid out in panels. A prologue runs once per set of weights, so machine code for
-//! its copies cost more to compile (a Cranelift function each, 0.3–0.5 ms) than it ever
-//! saved over this loop; the main kernels' copies, which run at every call, keep theirs.
+//! Copies, run on the host: a weight concatenated with its siblings or laid out in panels
+//! (the prologue's), `kᵀ`'s layout for the attention kernel, a `.contiguous()`. A copy needs
+//! no code of its own: a Cranelift function cost 0.3–0.5 ms of compile each and ran no
+//! faster than these loops.
 
 use crate::kernel::Map;
 
@@ -20,8 +20,9 @@ const CHUNK: usize = 64;
 /// # Safety
 /// `m` is a copy ([`Map::is_copy`]) of a plan that [`crate::kernel::Plan::validate`]
 /// accepted; `input` and `out` point at its operands' first elements, inside allocations
-/// that hold every element their strides reach over its shape; `rows` lies within the
-/// iteration space; no other thread writes the elements these rows read or write.
+/// that hold every element their strides reach over its shape, and the elements the input
+/// reaches are none that the output does (validated); `rows` lies within the iteration
+/// space; no other thread writes the elements these rows read or write.
 pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Range<usize>) {
     let (input_strides, out_strides) = (&m.inputs[0].strides, &m.out.strides);
     let Some((&len, outer)) = m.shape.split_last() else {
@@ -41,10 +42,11 @@ pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Ra
         while r < rows.end {
             let (from, to) = row_offsets(r, outer, input_strides, out_strides);
             let (from, to) = (from + c0 * from_step, to + c0 * to_step);
-            // SAFETY (all three): rows `r..` of this task and columns `c0..c0 + width`
-            // are inside the iteration space (contract, and the block's 4 rows checked
-            // to be), whose every element each operand's strides keep inside its
-            // allocation. `copy` is right even where the operands overlap.
+            // SAFETY (both): rows `r..` of this task and columns `c0..c0 + width` are
+            // inside the iteration space (contract, and the block's 4 rows checked to be),
+            // whose every element each operand's strides keep inside its allocation; the
+            // output's elements are none of the input's (contract), so the slice a
+            // broadcast fills aliases nothing read.
             if run.is_some_and(|run| r % run + 4 <= run && r + 4 <= rows.end) {
                 unsafe {
                     four_rows(
@@ -59,6 +61,8 @@ pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Ra
             unsafe {
                 if from_step == 1 && to_step == 1 {
                     std::ptr::copy(input.add(from), out.add(to), width);
+                } else if from_step == 0 && to_step == 1 {
+                    std::slice::from_raw_parts_mut(out.add(to), width).fill(*input.add(from));
                 } else {
                     for j in 0..width {
                         *out.add(to + j * to_step) = *input.add(from + j * from_step);
@@ -163,6 +167,13 @@ mod tests {
                 "at {i}, {j}, {k}"
             );
         }
+    }
+
+    #[test]
+    fn a_broadcast_copy_fills_each_row_with_its_one_element() {
+        // `x [3, 1]` expanded to `[3, 5]`: stride 0 along the row.
+        let out = copied(&[3, 5], &[1, 0], &[5, 1], &[1.0, 2.0, 3.0], 15);
+        assert_eq!(out, [[1.0; 5], [2.0; 5], [3.0; 5]].concat());
     }
 
     #[test]
