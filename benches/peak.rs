@@ -12,67 +12,58 @@ use std::time::Instant;
 const CHAINS: usize = 12;
 const TRIPS: usize = 20_000_000;
 
-/// GFLOP/s of `CHAINS` independent 16-lane FMA chains on one thread.
-///
-/// # Safety
-/// The CPU must have AVX-512F (the caller checks `is_x86_feature_detected!`).
-#[target_feature(enable = "avx512f")]
-unsafe fn fma512(trips: usize) -> f64 {
-    let mut acc = [_mm512_set1_ps(0.0); CHAINS];
-    let (a, b) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
-    let start = Instant::now();
-    for _ in 0..trips {
-        for x in acc.iter_mut() {
-            *x = _mm512_fmadd_ps(*x, a, b);
+/// Defines `$name(trips)`: GFLOP/s of `CHAINS` independent FMA chains of `$lanes`-lane
+/// vectors on one thread, one function per width.
+macro_rules! fma_chains {
+    ($name:ident, $features:literal, $lanes:literal, $set1:ident, $fmadd:ident) => {
+        /// GFLOP/s of `CHAINS` independent FMA chains on one thread, at one vector width.
+        ///
+        /// # Safety
+        /// The CPU must have the features this function enables (the caller checks
+        /// `is_x86_feature_detected!`).
+        #[target_feature(enable = $features)]
+        unsafe fn $name(trips: usize) -> f64 {
+            let mut acc = [$set1(0.0); CHAINS];
+            let (a, b) = ($set1(0.999_999), $set1(1e-7));
+            let start = Instant::now();
+            for _ in 0..trips {
+                for x in acc.iter_mut() {
+                    *x = $fmadd(*x, a, b);
+                }
+            }
+            let s = start.elapsed().as_secs_f64();
+            black_box(acc);
+            (trips * CHAINS * $lanes * 2) as f64 / s / 1e9
         }
-    }
-    let s = start.elapsed().as_secs_f64();
-    black_box(acc);
-    (trips * CHAINS * 16 * 2) as f64 / s / 1e9
+    };
 }
 
-/// The same with 8-lane (256-bit) vectors: the machine's width where it has no AVX-512.
-///
-/// # Safety
-/// The CPU must have AVX and FMA (the caller checks `is_x86_feature_detected!`).
-#[target_feature(enable = "avx,fma")]
-unsafe fn fma256(trips: usize) -> f64 {
-    let mut acc = [_mm256_set1_ps(0.0); CHAINS];
-    let (a, b) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
-    let start = Instant::now();
-    for _ in 0..trips {
-        for x in acc.iter_mut() {
-            *x = _mm256_fmadd_ps(*x, a, b);
-        }
-    }
-    let s = start.elapsed().as_secs_f64();
-    black_box(acc);
-    (trips * CHAINS * 8 * 2) as f64 / s / 1e9
-}
-
-/// The same with 4-lane (128-bit) vectors: Cranelift's width.
-///
-/// # Safety
-/// The CPU must have FMA (the caller checks `is_x86_feature_detected!`).
-#[target_feature(enable = "fma")]
-unsafe fn fma128(trips: usize) -> f64 {
-    let mut acc = [_mm_set1_ps(0.0); CHAINS];
-    let (a, b) = (_mm_set1_ps(0.999_999), _mm_set1_ps(1e-7));
-    let start = Instant::now();
-    for _ in 0..trips {
-        for x in acc.iter_mut() {
-            *x = _mm_fmadd_ps(*x, a, b);
-        }
-    }
-    let s = start.elapsed().as_secs_f64();
-    black_box(acc);
-    (trips * CHAINS * 4 * 2) as f64 / s / 1e9
-}
+fma_chains!(fma512, "avx512f", 16, _mm512_set1_ps, _mm512_fmadd_ps);
+// The machine's width where it has no AVX-512.
+fma_chains!(fma256, "avx,fma", 8, _mm256_set1_ps, _mm256_fmadd_ps);
+// Cranelift's width.
+fma_chains!(fma128, "fma", 4, _mm_set1_ps, _mm_fmadd_ps);
 
 /// The sum over `threads` threads running `f` at once.
-fn on_threads(threads: usize, f: fn() -> f64) -> f64 {
+fn on_threads(threads: usize, f: impl Fn() -> f64 + Send + Copy + 'static) -> f64 {
     let handles: Vec<_> = (0..threads).map(|_| std::thread::spawn(f)).collect();
     handles.into_iter().map(|h| h.join().unwrap()).sum()
+}
+
+/// Prints the FMA peak of `fma`, a width's chains, on 1 thread and on `threads`, where
+/// `available` (its features detected) says it may run.
+fn report(bits: u32, available: bool, fma: unsafe fn(usize) -> f64, threads: usize) {
+    if !available {
+        return println!("FMA peak, {bits}-bit vectors: not on this CPU");
+    }
+    // SAFETY: the features `fma` enables were detected (`available`); every core of the
+    // machine has the same features, so the worker threads have them too.
+    let one = move || unsafe { fma(TRIPS) };
+    println!(
+        "FMA peak, {bits}-bit vectors: {:6.1} GFLOP/s on 1 thread, {:6.1} on {threads}",
+        best(one),
+        best(|| on_threads(threads, one))
+    );
 }
 
 /// The best of three.
@@ -105,44 +96,10 @@ fn main() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(2);
-    if is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512F was detected just above, on this thread.
-        let one = || unsafe { fma512(TRIPS) };
-        // SAFETY: AVX-512F was detected just above; every core of the machine has the same
-        // features, so the worker threads have it too.
-        let all = || on_threads(threads, || unsafe { fma512(TRIPS) });
-        println!(
-            "FMA peak, 512-bit vectors: {:6.1} GFLOP/s on 1 thread, {:6.1} on {threads}",
-            best(one),
-            best(all)
-        );
-    } else {
-        println!("FMA peak, 512-bit vectors: no AVX-512F on this CPU");
-    }
-    if is_x86_feature_detected!("avx") && is_x86_feature_detected!("fma") {
-        // SAFETY: AVX and FMA were detected just above, on this thread.
-        let one = || unsafe { fma256(TRIPS) };
-        // SAFETY: AVX and FMA were detected just above; every core of the machine has the
-        // same features, so the worker threads have them too.
-        let all = || on_threads(threads, || unsafe { fma256(TRIPS) });
-        println!(
-            "FMA peak, 256-bit vectors: {:6.1} GFLOP/s on 1 thread, {:6.1} on {threads}",
-            best(one),
-            best(all)
-        );
-    }
-    if is_x86_feature_detected!("fma") {
-        // SAFETY: FMA was detected just above, on this thread.
-        let one = || unsafe { fma128(TRIPS) };
-        // SAFETY: FMA was detected just above; every core of the machine has the same
-        // features, so the worker threads have it too.
-        let all = || on_threads(threads, || unsafe { fma128(TRIPS) });
-        println!(
-            "FMA peak, 128-bit vectors: {:6.1} GFLOP/s on 1 thread, {:6.1} on {threads}",
-            best(one),
-            best(all)
-        );
-    }
+    report(512, is_x86_feature_detected!("avx512f"), fma512, threads);
+    let avx2 = is_x86_feature_detected!("avx") && is_x86_feature_detected!("fma");
+    report(256, avx2, fma256, threads);
+    report(128, is_x86_feature_detected!("fma"), fma128, threads);
     println!(
         "memory bandwidth (copy of 1 GiB, read + written): {:6.1} GB/s on 1 thread, {:6.1} on {threads}",
         copy_bandwidth(1 << 30, 1),
