@@ -328,6 +328,17 @@ impl Map {
         self.inputs.len() == 1 && self.expr == [Expr::Input(0)]
     }
 
+    /// Where the map copies its one input times a constant (`out = in0 * c` or `c * in0`,
+    /// whatever the two layouts: a weight with the attention's scale folded in), `c`.
+    pub fn scale(&self) -> Option<f32> {
+        use BinaryOp::Mul;
+        match (self.inputs.len(), self.expr.as_slice()) {
+            (1, [Expr::Input(0), Expr::Const(c), Expr::Binary(Mul, 0, 1)])
+            | (1, [Expr::Const(c), Expr::Input(0), Expr::Binary(Mul, 0, 1)]) => Some(*c),
+            _ => None,
+        }
+    }
+
     /// Where the map is a copy that transposes its last two axes (the input contiguous
     /// along the next-to-last axis, strided along the last; the output contiguous along
     /// the last: `kᵀ`'s layout, `x.transpose(-1, -2).contiguous()`), the length of the

@@ -185,25 +185,33 @@ output y = h @ v
 
 #[test]
 fn copies_run_on_the_host_without_code() {
-    // The seed module's prologue concatenates the Q/K/V weights and lays two weights out in
-    // panels, and its main kernels lay `k` out as `kᵀ`: copies, run by the executor, which
-    // every test above checks for their values.
+    // The seed module's prologue scales the query's weight and bias by the attention's
+    // scale, concatenates the Q/K/V weights and lays two weights out in panels, and its
+    // main kernels lay `k` out as `kᵀ`: copies, scaled or not, run by the executor, which
+    // every test above checks for their values. The prologue compiles nothing.
     let prog =
         attnc::opt::optimize(&program(&example("self_attention.attn"), &[("B", 1), ("N", 16)])).program;
     let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
     let exe = Executable::compile(&prog, &dims).unwrap();
     let plan = exe.plan();
-    let is_copy =
-        |k: &&attnc::kernel::Kernel| matches!(&k.op, attnc::kernel::KernelOp::Map(m) if m.is_copy());
     let labels: Vec<&str> = plan
         .prologue
         .iter()
         .chain(&plan.kernels)
         .map(|k| k.label.as_str())
         .collect();
-    assert!(plan.prologue.iter().filter(is_copy).count() >= 5, "{labels:?}");
-    assert!(plan.kernels.iter().any(|k| is_copy(&k)), "{labels:?}");
-    let coded = plan.prologue.iter().chain(&plan.kernels).filter(|k| !is_copy(k));
+    let scaled =
+        |k: &attnc::kernel::Kernel| matches!(&k.op, attnc::kernel::KernelOp::Map(m) if m.scale().is_some());
+    assert!(plan.prologue.iter().any(scaled), "{labels:?}");
+    assert!(
+        plan.prologue.iter().all(|k| attnc::codegen::on_host(&k.op)),
+        "{labels:?}"
+    );
+    assert!(
+        plan.kernels.iter().any(|k| attnc::codegen::on_host(&k.op)),
+        "{labels:?}"
+    );
+    let coded = plan.kernels.iter().filter(|k| !attnc::codegen::on_host(&k.op));
     let keys: std::collections::HashSet<String> = coded.map(|k| format!("{:?}", k.op.code_key())).collect();
     assert_eq!(exe.functions(), keys.len(), "{labels:?}");
 }

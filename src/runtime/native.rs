@@ -601,7 +601,7 @@ fn run_kernel(
     } else {
         let f = match (&kernel.op, f) {
             (_, Some(f)) => Ok(f),
-            (KernelOp::Map(m), None) if m.is_copy() => Err(m),
+            (KernelOp::Map(m), None) if m.is_copy() || m.scale().is_some() => Err(m),
             _ => return Err("a kernel that is not a copy has no code".into()),
         };
         let tasks = kernel.op.tasks() as i64;

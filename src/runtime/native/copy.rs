@@ -1,7 +1,7 @@
 //! Copies, run on the host: a weight concatenated with its siblings or laid out in panels
-//! (the prologue's), `kᵀ`'s layout for the attention kernel, a `.contiguous()`. A copy needs
-//! no code of its own: a Cranelift function cost 0.3–0.5 ms of compile each and ran no
-//! faster than these loops.
+//! (the prologue's), a weight times the attention's scale, `kᵀ`'s layout for the attention
+//! kernel, a `.contiguous()`. A copy needs no code of its own: a Cranelift function cost
+//! 0.3–0.5 ms of compile each and ran no faster than these loops.
 
 use crate::kernel::Map;
 
@@ -11,14 +11,15 @@ use crate::kernel::Map;
 const CHUNK: usize = 64;
 
 /// Copies rows `rows` of `m`'s iteration space (every axis but the last, flattened) from
-/// its input to its output. A copy that transposes its last two axes
+/// its input to its output, times [`Map::scale`] where there is one (the product
+/// Cranelift's `fmul` makes, bit for bit). A copy that transposes its last two axes
 /// ([`Map::transposed_run`]: weights laid out in panels) moves blocks of 4 × 4 through
 /// registers: one element at a time, a store each, made SmolLM2's preparation 10 % slower
 /// than the generated kernels had it (416 against 378 ms); the blocks make it 14 % faster
 /// (343–346 against 400–406 ms).
 ///
 /// # Safety
-/// `m` is a copy ([`Map::is_copy`]) of a plan that [`crate::kernel::Plan::validate`]
+/// `m` is a copy ([`Map::is_copy`], or with a [`Map::scale`]) of a plan that [`crate::kernel::Plan::validate`]
 /// accepted; `input` and `out` point at its operands' first elements, inside allocations
 /// that hold every element their strides reach over its shape, and the elements the input
 /// reaches are none that the output does (validated); `rows` lies within the iteration
@@ -32,6 +33,7 @@ pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Ra
         return;
     };
     let last = outer.len();
+    let scale = m.scale();
     let (from_step, to_step) = (input_strides[last], out_strides[last]);
     let chunk = if from_step > 1 { CHUNK } else { len.max(1) };
     // With a run, rows `r..r + 4` of one run are 4 consecutive floats of the input.
@@ -45,8 +47,8 @@ pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Ra
             // SAFETY (both): rows `r..` of this task and columns `c0..c0 + width` are
             // inside the iteration space (contract, and the block's 4 rows checked to be),
             // whose every element each operand's strides keep inside its allocation; the
-            // output's elements are none of the input's (contract), so the slice a
-            // broadcast fills aliases nothing read.
+            // output's elements are none of the input's (contract), so the slices written
+            // alias nothing read.
             if run.is_some_and(|run| r % run + 4 <= run && r + 4 <= rows.end) {
                 unsafe {
                     four_rows(
@@ -59,13 +61,23 @@ pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Ra
                 continue;
             }
             unsafe {
-                if from_step == 1 && to_step == 1 {
-                    std::ptr::copy(input.add(from), out.add(to), width);
-                } else if from_step == 0 && to_step == 1 {
-                    std::slice::from_raw_parts_mut(out.add(to), width).fill(*input.add(from));
-                } else {
-                    for j in 0..width {
-                        *out.add(to + j * to_step) = *input.add(from + j * from_step);
+                match (from_step, to_step, scale) {
+                    (1, 1, None) => std::ptr::copy(input.add(from), out.add(to), width),
+                    (1, 1, Some(c)) => {
+                        let source = std::slice::from_raw_parts(input.add(from), width);
+                        let row = std::slice::from_raw_parts_mut(out.add(to), width);
+                        row.iter_mut().zip(source).for_each(|(y, &x)| *y = x * c);
+                    }
+                    (0, 1, _) => {
+                        let x = *input.add(from);
+                        let row = std::slice::from_raw_parts_mut(out.add(to), width);
+                        row.fill(scale.map_or(x, |c| x * c));
+                    }
+                    _ => {
+                        for j in 0..width {
+                            let x = *input.add(from + j * from_step);
+                            *out.add(to + j * to_step) = scale.map_or(x, |c| x * c);
+                        }
                     }
                 }
             }
@@ -133,10 +145,22 @@ mod tests {
     /// Copies `input` (strides `from`) over `shape` into a fresh output (strides `to`, of
     /// `len` floats), the rows in two ranges as two tasks would.
     fn copied(shape: &[usize], from: &[usize], to: &[usize], input: &[f32], len: usize) -> Vec<f32> {
+        mapped(vec![Expr::Input(0)], shape, from, to, input, len)
+    }
+
+    /// [`copied`] with the map's expression `expr`.
+    fn mapped(
+        expr: Vec<Expr>,
+        shape: &[usize],
+        from: &[usize],
+        to: &[usize],
+        input: &[f32],
+        len: usize,
+    ) -> Vec<f32> {
         let m = Map {
             shape: shape.to_vec(),
             inputs: vec![operand(from)],
-            expr: vec![Expr::Input(0)],
+            expr,
             out: operand(to),
             rows_per_task: 1,
         };
@@ -174,6 +198,24 @@ mod tests {
         // `x [3, 1]` expanded to `[3, 5]`: stride 0 along the row.
         let out = copied(&[3, 5], &[1, 0], &[5, 1], &[1.0, 2.0, 3.0], 15);
         assert_eq!(out, [[1.0; 5], [2.0; 5], [3.0; 5]].concat());
+    }
+
+    #[test]
+    fn a_scaled_copy_multiplies_every_element_once_in_any_layout() {
+        use crate::kernel::BinaryOp::Mul;
+        let input: Vec<f32> = (0..24).map(|i| 0.1 * i as f32 - 1.0).collect();
+        let times = |c: f32| vec![Expr::Const(c), Expr::Input(0), Expr::Binary(Mul, 0, 1)];
+        // Rows, a transposed read and a broadcast, each as `in0 * c` or `c * in0`.
+        let rows = mapped(times(0.125), &[4, 6], &[6, 1], &[6, 1], &input, 24);
+        assert!(rows.iter().zip(&input).all(|(y, x)| *y == x * 0.125), "{rows:?}");
+        let expr = vec![Expr::Input(0), Expr::Const(3.0), Expr::Binary(Mul, 0, 1)];
+        let transposed = mapped(expr, &[6, 4], &[1, 6], &[4, 1], &input, 24);
+        for (i, j) in (0..6).flat_map(|i| (0..4).map(move |j| (i, j))) {
+            assert_eq!(transposed[i * 4 + j], input[j * 6 + i] * 3.0, "at {i}, {j}");
+        }
+        let spread = mapped(times(-2.0), &[3, 5], &[1, 0], &[5, 1], &input[..3], 15);
+        let want: Vec<f32> = input[..3].iter().flat_map(|x| [x * -2.0; 5]).collect();
+        assert_eq!(spread, want);
     }
 
     #[test]
