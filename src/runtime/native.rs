@@ -19,8 +19,8 @@ use crate::kernel::{BufferKind, Kernel, KernelOp, Plan};
 use rayon::prelude::*;
 use std::sync::{Mutex, OnceLock};
 
-#[cfg(target_arch = "x86_64")]
 mod copy;
+#[cfg(target_arch = "x86_64")]
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod epilogue;
@@ -558,6 +558,13 @@ pub fn execute(
     }
 }
 
+/// What runs a kernel's tasks: its compiled function, or the host's copy of its rows.
+#[derive(Clone, Copy)]
+enum Work<'a> {
+    Code(KernelFn),
+    Copy(&'a crate::kernel::Map),
+}
+
 /// Runs one kernel of a plan: a scatter on the calling thread (undoing every write of the
 /// call so far where its positions are refused, see [`scatter::Written`]), any other kernel's tasks
 /// over the pool (or on the calling thread where `inline`): its function's, or, with no
@@ -599,16 +606,16 @@ fn run_kernel(
             return Err(Stop::Value(e));
         }
     } else {
-        let f = match (&kernel.op, f) {
-            (_, Some(f)) => Ok(f),
-            (KernelOp::Map(m), None) if m.is_copy() || m.scale().is_some() => Err(m),
+        let work = match (&kernel.op, f) {
+            (_, Some(f)) => Work::Code(f),
+            (KernelOp::Map(m), None) if crate::codegen::on_host(&kernel.op) => Work::Copy(m),
             _ => return Err("a kernel that is not a copy has no code".into()),
         };
         let tasks = kernel.op.tasks() as i64;
         let run = |begin: i64, end: i64| {
-            let f = match f {
-                Ok(f) => f,
-                Err(m) => {
+            let f = match work {
+                Work::Code(f) => f,
+                Work::Copy(m) => {
                     let (per_task, rows) = (m.rows_per_task, crate::kernel::rows(&m.shape));
                     let (r0, r1) = (begin as usize * per_task, (end as usize * per_task).min(rows));
                     // SAFETY: `args` holds the map's input and output, in `operands`

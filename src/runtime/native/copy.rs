@@ -44,12 +44,11 @@ pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Ra
         while r < rows.end {
             let (from, to) = row_offsets(r, outer, input_strides, out_strides);
             let (from, to) = (from + c0 * from_step, to + c0 * to_step);
-            // SAFETY (both): rows `r..` of this task and columns `c0..c0 + width` are
-            // inside the iteration space (contract, and the block's 4 rows checked to be),
-            // whose every element each operand's strides keep inside its allocation; the
-            // output's elements are none of the input's (contract), so the slices written
-            // alias nothing read.
             if run.is_some_and(|run| r % run + 4 <= run && r + 4 <= rows.end) {
+                // SAFETY: rows `r..r + 4` are this task's and of one run (checked just
+                // above), so consecutive floats of the input; they and columns
+                // `c0..c0 + width` are inside the iteration space, whose every element each
+                // operand's strides keep inside its allocation (contract).
                 unsafe {
                     four_rows(
                         (input.add(from), from_step),
@@ -60,6 +59,10 @@ pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Ra
                 r += 4;
                 continue;
             }
+            // SAFETY: row `r` of this task and columns `c0..c0 + width` are inside the
+            // iteration space, whose every element each operand's strides keep inside its
+            // allocation; the output's elements are none of the input's (contract), so the
+            // slices written alias nothing read.
             unsafe {
                 match (from_step, to_step, scale) {
                     (1, 1, None) => std::ptr::copy(input.add(from), out.add(to), width),

@@ -138,14 +138,16 @@ unsafe fn block<const R: usize, const U: usize>((k, c, c_rs, a, a_rs, a_cs, (b0,
     let panels = (b0, w0, b1, w1);
     let mut s = [[[_mm512_setzero_ps(); 2]; R]; U];
     let whole = k / U * U;
-    // SAFETY (both loops): `p < k`, and the panels and `a` are as `step` asks (this
-    // function's contract).
     for p in (0..whole).step_by(U) {
         for (u, s) in s.iter_mut().enumerate() {
+            // SAFETY: `p + u < whole <= k`, and the panels and `a` are as `step` asks (this
+            // function's contract).
             unsafe { step(s, p + u, panels, masks, (a, a_rs, a_cs)) };
         }
     }
     for p in whole..k {
+        // SAFETY: `p < k`, and the panels and `a` are as `step` asks (this function's
+        // contract).
         unsafe { step(&mut s[0], p, panels, masks, (a, a_rs, a_cs)) };
     }
     let alpha = _mm512_set1_ps(alpha);

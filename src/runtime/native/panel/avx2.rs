@@ -77,14 +77,16 @@ unsafe fn block<const R: usize, const U: usize>((k, c, c_rs, a, a_rs, a_cs, (pan
     let masks = (lane_mask8(w), lane_mask8(w.saturating_sub(8)));
     let mut s = [[[_mm256_setzero_ps(); 2]; R]; U];
     let whole = k / U * U;
-    // SAFETY (both loops): `p < k`, and the panel and `a` are as `step` asks (this
-    // function's contract).
     for p in (0..whole).step_by(U) {
         for (u, s) in s.iter_mut().enumerate() {
+            // SAFETY: `p + u < whole <= k`, and the panel and `a` are as `step` asks (this
+            // function's contract).
             unsafe { step(s, p + u, (panel, w), masks, (a, a_rs, a_cs)) };
         }
     }
     for p in whole..k {
+        // SAFETY: `p < k`, and the panel and `a` are as `step` asks (this function's
+        // contract).
         unsafe { step(&mut s[0], p, (panel, w), masks, (a, a_rs, a_cs)) };
     }
     let alpha = _mm256_set1_ps(alpha);
