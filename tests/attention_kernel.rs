@@ -45,12 +45,18 @@ enum Score {
     /// `s + mask[j] * f32::MIN`, the first `k` keys masked (1) in the mask input `[m]`: an
     /// additive padding mask, the same for every row, as BERT's extended mask.
     Padding(usize),
+    /// `bias[h, i, j] + s`: a position bias per head, row and key, as T5's.
+    Bias,
+    /// `s + (bias[h, i, j] + mask[j] * f32::MIN)`, the first `k` keys masked: T5's
+    /// attention with its padding mask.
+    BiasPadding(usize),
 }
 
 impl Score {
-    /// The change's kernel form, its input the slopes at `slopes_buf` or the mask at
-    /// `mask_buf`.
-    fn kernel(self, slopes_buf: usize, mask_buf: usize) -> ScoreMod {
+    /// The change's kernel form, its input the slopes or the bias at `slopes_buf` (`n` rows
+    /// of `m` keys per head) or the mask at `mask_buf`.
+    fn kernel(self, slopes_buf: usize, mask_buf: usize, (n, m): (usize, usize)) -> ScoreMod {
+        let bias = operand(slopes_buf, &[0, n * m, m, 1]);
         match self {
             Score::Alibi => ScoreMod {
                 inputs: vec![operand(slopes_buf, &[0, 1, 0, 0])],
@@ -74,6 +80,22 @@ impl Score {
                     Expr::Binary(BinaryOp::Add, 0, 3),
                 ],
             },
+            Score::Bias => ScoreMod {
+                inputs: vec![bias],
+                expr: vec![Expr::Input(3), Expr::Input(0), Expr::Binary(BinaryOp::Add, 0, 1)],
+            },
+            Score::BiasPadding(_) => ScoreMod {
+                inputs: vec![bias, operand(mask_buf, &[0, 0, 0, 1])],
+                expr: vec![
+                    Expr::Input(0),
+                    Expr::Input(3),
+                    Expr::Input(4),
+                    Expr::Const(f32::MIN),
+                    Expr::Binary(BinaryOp::Mul, 2, 3),
+                    Expr::Binary(BinaryOp::Add, 1, 4),
+                    Expr::Binary(BinaryOp::Add, 0, 5),
+                ],
+            },
             Score::Softcap(c) => ScoreMod {
                 inputs: vec![],
                 expr: vec![
@@ -91,12 +113,24 @@ impl Score {
         2f32.powf(-8.0 * (h + 1) as f32 / heads as f32)
     }
 
+    /// A bias value of head `h`, row `i`, key `j`: of both signs, some huge.
+    fn bias(h: usize, i: usize, j: usize) -> f32 {
+        let x = ((h * 5 + i * 7 + j * 3) % 13) as f32 * 0.5 - 3.0;
+        if (i + j) % 9 == 4 {
+            x * 1e30
+        } else {
+            x
+        }
+    }
+
     fn reference(self, s: f64, i: usize, j: usize, h: usize, heads: usize) -> f64 {
+        let padded = |k: usize| if j < k { f32::MIN } else { 0.0 };
         match self {
             Score::Alibi => s + Score::slope(h, heads) as f64 * (j as f64 - i as f64),
             Score::Softcap(c) => c as f64 * (s / c as f64).tanh(),
-            Score::Padding(k) if j < k => (s as f32 + f32::MIN) as f64,
-            Score::Padding(_) => s,
+            Score::Padding(k) => (s as f32 + padded(k)) as f64,
+            Score::Bias => (s as f32 + Score::bias(h, i, j)) as f64,
+            Score::BiasPadding(k) => (s as f32 + (Score::bias(h, i, j) + padded(k))) as f64,
         }
     }
 }
@@ -161,6 +195,19 @@ impl Case {
         self.batch[1] / self.kv_group
     }
 
+    /// Whether input 4 is a bias `[h, n, m]` (the score reads it), not the slopes `[h]`.
+    fn reads_bias(&self) -> bool {
+        matches!(self.score, Some(Score::Bias | Score::BiasPadding(_)))
+    }
+
+    /// The length of input 4.
+    fn slopes_or_bias(&self) -> usize {
+        match self.reads_bias() {
+            true => self.batch[1] * self.n * self.m,
+            false => self.batch[1],
+        }
+    }
+
     fn scale(&self) -> f32 {
         1.0 / (self.dk as f32).sqrt()
     }
@@ -187,7 +234,7 @@ impl Case {
             }),
             positions: self.positions.clone(),
             kv_group: self.kv_group,
-            score: self.score.map(|s| s.kernel(5, 3)),
+            score: self.score.map(|s| s.kernel(5, 3, (n, m))),
             tail: (t > 0).then(|| KeyTail {
                 k: operand(6, &[hk * t * dk, t * dk, dk, 1]),
                 v: operand(7, &[hk * t * dv, t * dv, dv, 1]),
@@ -210,7 +257,7 @@ impl Case {
                 buffer(BufferKind::Input(2), b * hk * (m - t) * dv, "v"),
                 buffer(BufferKind::Input(3), m, "mask"),
                 buffer(BufferKind::Output(0), b * h * n * dv, "out"),
-                buffer(BufferKind::Input(4), h, "slopes"),
+                buffer(BufferKind::Input(4), self.slopes_or_bias(), "slopes or bias"),
                 buffer(BufferKind::Input(5), b * hk * t * dk, "k_new"),
                 buffer(BufferKind::Input(6), b * hk * t * dv, "v_new"),
             ],
@@ -231,15 +278,22 @@ impl Case {
         let (n, m, dk, dv, hk) = (self.n, self.m, self.dk, self.dv, self.heads_kv());
         let mut rng = Rng(seed);
         let masked = match self.score {
-            Some(Score::Padding(k)) => k,
+            Some(Score::Padding(k) | Score::BiasPadding(k)) => k,
             _ => self.key_mask.map_or(0, |(k, _)| k),
+        };
+        let slopes_or_bias = match self.reads_bias() {
+            true => {
+                let at = |x: usize| Score::bias(x / (n * m), x % (n * m) / m, x % m);
+                Tensor::new(vec![h, n, m], (0..h * n * m).map(at).collect())
+            }
+            false => Tensor::new(vec![h], (0..h).map(|k| Score::slope(k, h)).collect()),
         };
         vec![
             Tensor::new(vec![b, h, n, dk], random(b * h * n * dk, &mut rng)),
             Tensor::new(vec![b, hk, m, dk], random(b * hk * m * dk, &mut rng)),
             Tensor::new(vec![b, hk, m, dv], random(b * hk * m * dv, &mut rng)),
             Tensor::new(vec![m], (0..m).map(|j| (j < masked) as u8 as f32).collect()),
-            Tensor::new(vec![h], (0..h).map(|k| Score::slope(k, h)).collect()),
+            slopes_or_bias,
         ]
     }
 
@@ -541,6 +595,19 @@ fn an_additive_padding_mask_matches_dense_attention() {
         let mut c = case(n, m, None, 0.0, block);
         c.score = Some(Score::Padding(masked));
         c.check(14);
+    }
+}
+
+#[test]
+fn a_position_bias_per_row_and_key_matches_dense_attention() {
+    // T5's bias `[H, N, M]` read by row and key (the native softmax adds it as it reads
+    // the scores), alone and with the additive padding mask, at whole and partial tiles.
+    for (n, m, masked, block) in [(9, 40, 3, (4, 16)), (5, 67, 37, (8, 32)), (3, 21, 20, (2, 8))] {
+        for score in [Score::Bias, Score::BiasPadding(masked)] {
+            let mut c = case(n, m, None, 0.0, block);
+            c.score = Some(score);
+            c.check(15);
+        }
     }
 }
 

@@ -286,6 +286,32 @@ fn attention_gives_the_tile_softmax_an_additive_padding_mask_as_a_row_of_keys() 
     insta::assert_snapshot!(clif_with_tile_softmax(&p));
 }
 
+#[test]
+fn attention_gives_the_tile_softmax_a_bias_by_row_and_key_and_a_row_of_keys() {
+    // T5's `s + (bias + mask · min)`, the bias `[M, N]` shared by the batch: the mask's
+    // addend is computed once per tile into scratch, the shim adds the bias's rows as it
+    // reads the scores, and no pass over the tile changes them.
+    let t5 = Attention {
+        out: op(5, &[12, 4, 1]),
+        score: Some(ScoreMod {
+            inputs: vec![op(3, &[0, 5, 1]), op(4, &[5, 0, 1])],
+            expr: vec![
+                Expr::Input(0),
+                Expr::Input(3),
+                Expr::Input(4),
+                Expr::Const(f32::MIN),
+                Expr::Binary(BinaryOp::Mul, 2, 3),
+                Expr::Binary(BinaryOp::Add, 1, 4),
+                Expr::Binary(BinaryOp::Add, 0, 5),
+            ],
+        }),
+        positions: None,
+        ..causal_attention()
+    };
+    let p = plan(&[24, 40, 40, 15, 10], 24, KernelOp::Attention(Box::new(t5)));
+    insta::assert_snapshot!(clif_with_tile_softmax(&p));
+}
+
 /// The IR with the attention tile's softmax in the native shim (bound to no code: the IR
 /// only names it).
 fn clif_with_tile_softmax(plan: &Plan) -> String {

@@ -23,7 +23,7 @@ use super::key_ranges::read_entry;
 use super::math::{eval, float_cc};
 use super::place::{place, Place};
 use super::softmax::{
-    exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, KeyChange, Row,
+    exp_sum, lanes, scale_mask_max, scale_row, store_scores, tile_softmax, Change, KeyChange, Row, ShimChange,
 };
 use super::visible::{kept_by_all, values_finite, visible_keys, MaskRows};
 use crate::ir::BinaryOp;
@@ -530,11 +530,11 @@ fn visit(
     let zero = e.int(0);
     let rows_pass = |e: &mut Emit, masked: bool| match e.has_softmax_tile() {
         true => {
-            // A change the same for every row goes to the shim as a row of keys; any other
-            // is applied to the tile here.
-            let key_row = key_row(e, a, (task, keys), masked, scratch.keys);
-            let masked = masked && key_row.is_none();
-            let changed = a.score.is_some() && key_row.is_none();
+            // A change the same for every row goes to the shim as a row of keys, a tensor
+            // added to the scores as its rows; any other is applied to the tile here.
+            let shim = shim_change(e, a, (task, keys), masked, scratch.keys);
+            let masked = masked && shim.keys.is_none();
+            let changed = a.score.is_some() && shim.is_none();
             if changed || masked || a.positions.is_some() {
                 e.for_range(zero, rows, 1, |e, i| {
                     scored_row(e, a, (task, keys), (i, masked), scratch, store_scores)
@@ -542,7 +542,7 @@ fn visit(
             }
             let out = (task.out, os[r], os[r + 1], a.dv);
             let stats = (scratch.max_row, scratch.sum_row);
-            tile_softmax(e, (rows, cols), (tile, bc), stats, out, later, key_row);
+            tile_softmax(e, (rows, cols), (tile, bc), stats, out, later, shim);
         }
         false => e.for_range(zero, rows, 1, |e, i| {
             update_row(e, a, (task, keys), (i, masked), later, os, scratch)
@@ -576,40 +576,56 @@ fn visit(
     e.b.def_var(task.started, yes);
 }
 
-/// Where the tile's scores change alike in every row and nothing must come before the
-/// change, the row of keys the native softmax applies as it reads them, computed once for
-/// the tile at `dst`: a tensor mask broadcast over the rows (tested in this tile: `masked`)
-/// with no score change, or a score change `s + x` whose `x` reads neither the score nor
-/// the row (an additive padding mask) where no mask is tested. `None` otherwise: the
-/// changes are applied to the tile row by row.
-fn key_row(
+/// Where nothing must come before the tile's score changes, the changes the native softmax
+/// applies as it reads the scores ([`ShimChange`]): a tensor mask broadcast over the rows
+/// (tested in this tile: `masked`) with no score change, as a row of keys computed once for
+/// the tile at `dst`; or, where no mask is tested, a score change `s + x` whose `x` is the
+/// same for every row (an additive padding mask: a row of keys), a tensor read by row and
+/// key (T5's position bias: added as the shim reads it), or such a tensor plus a row of
+/// keys. Nothing otherwise: the changes are applied to the tile row by row.
+fn shim_change(
     e: &mut Emit,
     a: &Attention,
     (task, keys): (&Rows, &Keys),
     masked: bool,
     dst: Value,
-) -> Option<(Value, KeyChange)> {
+) -> ShimChange {
+    let none = ShimChange::default();
     if a.positions.is_some() {
-        return None;
+        return none;
     }
     let r = a.batch.len();
     match (&a.score, task.mask.filter(|_| masked)) {
-        (None, Some(mask)) if mask.1.mask.strides[r] == 0 => Some(mask_hits(e, a, mask, keys, dst)),
-        (Some(score), None) => {
-            let x = added_per_key(score, r)?;
-            Some(key_addend(e, a, (score, x), (task, keys), dst))
-        }
-        _ => None,
+        (None, Some(mask)) if mask.1.mask.strides[r] == 0 => ShimChange {
+            keys: Some(mask_hits(e, a, mask, keys, dst)),
+            added: None,
+        },
+        (Some(score), None) => match added_per_key(score, r) {
+            Some(x) => ShimChange {
+                keys: Some(key_addend(e, a, (score, x), (task, keys), dst)),
+                added: None,
+            },
+            None => match added_per_row(score, r) {
+                Some((input, x)) => ShimChange {
+                    keys: x.map(|x| key_addend(e, a, (score, x), (task, keys), dst)),
+                    added: Some((
+                        e.step(task.score[input], keys.j0, 1),
+                        score.inputs[input].strides[r],
+                    )),
+                },
+                None => none,
+            },
+        },
+        _ => none,
     }
 }
 
-/// Where a score change is `s + x` with `x` the same for every row (it reads the key
-/// index, constants and inputs broadcast over the rows, never the score or the row
-/// index), `x`'s node. The nodes are taken in evaluation order, so no walk recurses.
-fn added_per_key(score: &ScoreMod, r: usize) -> Option<usize> {
-    let expr = &score.expr;
-    let mut per_key: Vec<bool> = Vec::with_capacity(expr.len());
-    for n in expr {
+/// Which nodes of a score change are the same for every row: they read the key index,
+/// constants and inputs broadcast over the rows, never the score or the row index. The
+/// nodes are taken in evaluation order, so no walk recurses.
+fn per_key(score: &ScoreMod, r: usize) -> Vec<bool> {
+    let mut per_key: Vec<bool> = Vec::with_capacity(score.expr.len());
+    for n in &score.expr {
         let of = |k: usize| per_key.get(k).copied().unwrap_or(false);
         let yes = match *n {
             // The score and the row index; the key index.
@@ -624,12 +640,50 @@ fn added_per_key(score: &ScoreMod, r: usize) -> Option<usize> {
         };
         per_key.push(yes);
     }
+    per_key
+}
+
+/// Where a score change is `s + x` (or `x + s`), `x`'s node.
+fn added_to_score(expr: &[Expr]) -> Option<usize> {
     match *expr.last()? {
-        Expr::Binary(BinaryOp::Add, s, x)
-            if expr.get(s) == Some(&Expr::Input(0)) && per_key.get(x) == Some(&true) =>
-        {
-            Some(x)
+        Expr::Binary(BinaryOp::Add, s, x) if expr.get(s) == Some(&Expr::Input(0)) => Some(x),
+        Expr::Binary(BinaryOp::Add, x, s) if expr.get(s) == Some(&Expr::Input(0)) => Some(x),
+        _ => None,
+    }
+}
+
+/// Where a score change is `s + x` with `x` the same for every row (see [`per_key`]),
+/// `x`'s node.
+fn added_per_key(score: &ScoreMod, r: usize) -> Option<usize> {
+    let x = added_to_score(&score.expr)?;
+    per_key(score, r).get(x).copied().unwrap_or(false).then_some(x)
+}
+
+/// Where a score change is `s + t` or `s + (t + y)` (either order of each sum: IEEE
+/// addition commutes, bit for bit) with `t` an input read by row and key (unit stride
+/// along the keys) and `y` the same for every row: `t`'s index among the inputs, and `y`'s
+/// node.
+fn added_per_row(score: &ScoreMod, r: usize) -> Option<(usize, Option<usize>)> {
+    let expr = &score.expr;
+    let by_row = |n: usize| match expr.get(n) {
+        Some(&Expr::Input(k)) if k >= ScoreMod::LEAVES => {
+            let o = score.inputs.get(k - ScoreMod::LEAVES)?;
+            (o.strides[r] != 0 && o.strides[r + 1] == 1).then_some(k - ScoreMod::LEAVES)
         }
+        _ => None,
+    };
+    let x = added_to_score(expr)?;
+    if let Some(t) = by_row(x) {
+        return Some((t, None));
+    }
+    let Some(&Expr::Binary(BinaryOp::Add, p, q)) = expr.get(x) else {
+        return None;
+    };
+    let per_key = per_key(score, r);
+    let keyed = |n: usize| per_key.get(n).copied().unwrap_or(false);
+    match (by_row(p), by_row(q)) {
+        (Some(t), _) if keyed(q) => Some((t, Some(q))),
+        (_, Some(t)) if keyed(p) => Some((t, Some(p))),
         _ => None,
     }
 }

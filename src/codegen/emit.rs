@@ -527,8 +527,8 @@ impl Emit<'_> {
     }
 
     /// Calls `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs,
-    /// dv, keys, later, op, fill)`; only where [`Emit::has_softmax_tile`].
-    pub fn softmax_tile(&mut self, args: [Value; 14]) {
+    /// dv, keys, added, added_rs, later, op, fill)`; only where [`Emit::has_softmax_tile`].
+    pub fn softmax_tile(&mut self, args: [Value; 16]) {
         let func_ref = self.optional_shim(self.softmax);
         self.softmax.1 = Some(func_ref);
         self.b.ins().call(func_ref, &args);

@@ -264,11 +264,11 @@ pub fn store_scores(e: &mut Emit, row: &Row) {
 /// 256-bit), on the scores as the generated code left them: per row of the `rows × cols` tile (row
 /// stride `tile_rs`), its maximum, `exp` and sum, the running maximum and sum at `stats`,
 /// and its output row (`out` with its row and column strides and `dv` columns) rescaled
-/// where the maximum moved and `later` (an `i8`: a tile was visited before); where `keys`
-/// is given (`cols` floats), each score changed by its key's value as its [`KeyChange`]
-/// says. The bits are those of [`scale_mask_max`], [`exp_sum`] and the update that follows
-/// them, the change in [`scale_mask_max`]'s pass.
-#[allow(clippy::too_many_arguments)]
+/// where the maximum moved and `later` (an `i8`: a tile was visited before). Each score
+/// changed as [`ShimChange`] says: the row's value of its `added` tensor added first, then
+/// its key's value in `keys` as its [`KeyChange`] says. The bits are those of
+/// [`scale_mask_max`], [`exp_sum`] and the update that follows them, the change in
+/// [`scale_mask_max`]'s pass.
 pub fn tile_softmax(
     e: &mut Emit,
     (rows, cols): (Value, Value),
@@ -276,19 +276,40 @@ pub fn tile_softmax(
     (max, sum): (Value, Value),
     (out, out_rs, out_cs, dv): (Value, usize, usize, usize),
     later: Value,
-    keys: Option<(Value, KeyChange)>,
+    change: ShimChange,
 ) {
     let [tile_rs, out_rs, out_cs, dv] = [tile_rs, out_rs, out_cs, dv].map(|s| e.int(s as i64));
     let later = e.b.ins().uextend(I32, later);
-    let (keys, (op, fill)) = match keys {
+    let (keys, (op, fill)) = match change.keys {
         Some((p, change)) => (p, change.abi()),
         None => (e.int(0), (0, 0.0)),
+    };
+    let (added, added_rs) = match change.added {
+        Some((p, rs)) => (p, e.int(rs as i64)),
+        None => (e.int(0), e.int(0)),
     };
     let op = e.b.ins().iconst(I32, i64::from(op));
     let fill = e.f32(fill);
     e.softmax_tile([
-        rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, keys, later, op, fill,
+        rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, keys, added, added_rs, later, op, fill,
     ]);
+}
+
+/// What the native softmax changes in the tile's scores as it reads them: a row of values
+/// per key (`cols` floats, computed once for the tile) that fills or is added, and a tensor
+/// of values per row and key added before it (its pointer at the tile's first row and key,
+/// with its row stride; unit stride along the keys).
+#[derive(Clone, Copy, Default)]
+pub struct ShimChange {
+    pub keys: Option<(Value, KeyChange)>,
+    pub added: Option<(Value, usize)>,
+}
+
+impl ShimChange {
+    /// Whether it changes nothing: the generated code applies every change itself.
+    pub fn is_none(&self) -> bool {
+        self.keys.is_none() && self.added.is_none()
+    }
 }
 
 /// What a row of values, one per key, does to every row's scores in the native softmax

@@ -2,6 +2,8 @@
 //! after the tile's score changes and masks (`codegen/softmax.rs`, [`tile_softmax`]): per
 //! row of the scores tile, the row's maximum, `exp(s - max)` written back with its sum, the
 //! running maximum and sum updated, and the row's outputs rescaled where the maximum moved.
+//! The changes a shim can apply as it reads each score (a row of values per key, [`KeyRow`],
+//! and a tensor added by row and key, [`Added`]) the generated code leaves to it.
 //!
 //! It computes the bits the 128-bit JIT path computes (`codegen/softmax.rs`'s
 //! `scale_mask_max` and `exp_sum`, `codegen/attention.rs`'s `update_row`), so that the
@@ -48,32 +50,50 @@ pub struct KeyRow {
     pub op: KeyChange,
 }
 
-/// The [`KeyChange`]s as the const parameter of the passes: none, fill, add.
+/// A change of the scores different in every row, as the generated code found it in the
+/// kernel's inputs: a tensor of one value per query and key (T5's position bias), row `i`'s
+/// values at `values + i·rs`, one per key in order. Added to each score before the key
+/// row's change (`s + (t + k)` with an additive key row), as each pass reads the score, so
+/// the tile is not read and written once more to change it.
+#[derive(Clone, Copy)]
+pub struct Added {
+    pub values: *const f32,
+    pub rs: usize,
+}
+
+/// The changes of a score as the const parameter of the passes, bits of: a key row that
+/// fills ([`FILL`]) or is added ([`ADD`]), and a row of [`Added`] values ([`TILE`]), added
+/// first. [`NONE`] is none of them.
 const NONE: u8 = 0;
 const FILL: u8 = 1;
 const ADD: u8 = 2;
+const TILE: u8 = 4;
+const TILE_FILL: u8 = TILE | FILL;
+const TILE_ADD: u8 = TILE | ADD;
 
-/// A [`KeyRow`] as the passes read it: its values and the fill (where `OP` is [`FILL`]).
+/// A row's changes as the passes read them: the key row's values and the fill (where `OP`
+/// has [`FILL`]), and the row's added values (where `OP` has [`TILE`]).
 #[derive(Clone, Copy)]
 pub struct Keys {
     values: *const f32,
     fill: f32,
+    added: *const f32,
 }
 
 /// The vector passes over a row at one instruction set's width, each in the order of the
-/// module's documentation. `OP` says how the key row changes a score ([`NONE`], [`FILL`],
-/// [`ADD`]).
+/// module's documentation. `OP` says how the row's added values and the key row change a
+/// score (bits of [`TILE`], [`FILL`], [`ADD`]).
 ///
 /// # Safety
 /// Every method asks that the CPU runs the instruction set (as `Lanes` in `native.rs`
 /// checks) and that
 /// the elements it names are inside their allocations.
 pub trait Width {
-    /// The row's maximum over its `cols` scores at `row`, each changed by its key.
+    /// The row's maximum over its `cols` scores at `row`, each changed as `OP` says.
     ///
     /// # Safety
-    /// The row's `cols` scores, and unless `OP` is [`NONE`] `cols` values of the key row,
-    /// are inside their allocations.
+    /// The row's `cols` scores, `cols` values of the key row where `OP` has [`FILL`] or
+    /// [`ADD`], and `cols` added values where it has [`TILE`], are inside their allocations.
     unsafe fn row_max<const OP: u8>(row: *const f32, cols: usize, keys: Keys) -> f32;
 
     /// `exp(s - base)` over the row's `cols` scores, written back, and their sum.
@@ -96,36 +116,49 @@ pub trait Width {
 }
 
 /// Runs the online softmax's update on `rows × cols` scores at `tile` (row stride
-/// `tile_rs`, unit column stride), each score changed by its key's value in `keys`: see
-/// the module's documentation.
+/// `tile_rs`, unit column stride), each score changed by its row's `added` value and its
+/// key's value in `keys`: see the module's documentation.
 ///
 /// # Safety
 /// The CPU runs `W`'s instructions; the tile's `rows × cols` elements,
 /// `rows` floats at `run.max` and at `run.sum`, `run.out + i·rs + c·cs` for `i < rows`,
-/// `c < dv`, and `cols` floats at `keys.values` are inside their allocations; the first
-/// three are written by no other thread during the call, and none of them is another's.
+/// `c < dv`, `cols` floats at `keys.values` and at `added.values + i·added.rs` are inside
+/// their allocations; the first three are written by no other thread during the call, and
+/// none of them is another's.
 pub unsafe fn tile_softmax<W: Width>(
     (rows, cols): (usize, usize),
     (tile, tile_rs): (*mut f32, usize),
     run: &Running,
     keys: Option<KeyRow>,
+    added: Option<Added>,
 ) {
+    let (values, fill, keys_op) = match keys {
+        Some(KeyRow {
+            values,
+            op: KeyChange::Fill(fill),
+        }) => (values, fill, FILL),
+        Some(KeyRow {
+            values,
+            op: KeyChange::Add,
+        }) => (values, 0.0, ADD),
+        None => (std::ptr::null(), 0.0, NONE),
+    };
+    let op = keys_op | added.map_or(NONE, |_| TILE);
     for i in 0..rows {
-        // SAFETY: row `i < rows` of the tile, of the statistics and of the outputs, and
-        // the key row, are inside their allocations (the contract).
+        // SAFETY: row `i < rows` of the tile, of the statistics, of the outputs and of the
+        // added values, and the key row, are inside their allocations (the contract); a
+        // pointer the passes do not read (`OP` says which) is not formed past anything.
         unsafe {
             let row = tile.add(i * tile_rs);
-            let k = |values, fill| Keys { values, fill };
-            match keys {
-                Some(KeyRow {
-                    values,
-                    op: KeyChange::Fill(fill),
-                }) => update::<W, FILL>(row, cols, i, run, k(values, fill)),
-                Some(KeyRow {
-                    values,
-                    op: KeyChange::Add,
-                }) => update::<W, ADD>(row, cols, i, run, k(values, 0.0)),
-                None => update::<W, NONE>(row, cols, i, run, k(row, 0.0)),
+            let added = added.map_or(std::ptr::null(), |a| a.values.add(i * a.rs));
+            let k = Keys { values, fill, added };
+            match op {
+                FILL => update::<W, FILL>(row, cols, i, run, k),
+                ADD => update::<W, ADD>(row, cols, i, run, k),
+                TILE => update::<W, TILE>(row, cols, i, run, k),
+                TILE_FILL => update::<W, TILE_FILL>(row, cols, i, run, k),
+                TILE_ADD => update::<W, TILE_ADD>(row, cols, i, run, k),
+                _ => update::<W, NONE>(row, cols, i, run, k),
             }
         }
     }
@@ -196,36 +229,43 @@ fn add(a: f32, b: f32) -> f32 {
     a + b
 }
 
-/// The score of key `j`, changed as `OP` says by its key's value: the keys left after a
-/// row's groups of four.
+/// The score of key `j`, changed as `OP` says by its row's added value and its key's
+/// value: the keys left after a row's groups of four.
 ///
 /// # Safety
-/// Key `j` is inside the tile, and unless `OP` is [`NONE`], inside the key row.
+/// Key `j` is inside the tile, inside the key row where `OP` has [`FILL`] or [`ADD`], and
+/// inside the row's added values where it has [`TILE`].
 unsafe fn score<const OP: u8>(row: *const f32, j: usize, keys: Keys) -> f32 {
     // SAFETY: as the contract says.
     unsafe {
         let s = *row.add(j);
-        match OP {
-            NONE => s,
-            ADD => s + *keys.values.add(j),
-            _ if *keys.values.add(j) != 0.0 => keys.fill,
-            _ => s,
+        let s = match (OP & TILE != 0, OP & ADD != 0) {
+            (true, true) => s + (*keys.added.add(j) + *keys.values.add(j)),
+            (true, false) => s + *keys.added.add(j),
+            (false, true) => s + *keys.values.add(j),
+            (false, false) => s,
+        };
+        match OP & FILL != 0 && *keys.values.add(j) != 0.0 {
+            true => keys.fill,
+            false => s,
         }
     }
 }
 
 /// `attnc_softmax_tile(rows, cols, tile, tile_rs, max, sum, out, out_rs, out_cs, dv, keys,
-/// later, op, fill)`: [`tile_softmax`] for JIT code, with the key row at `keys` where it is
-/// not null, changing the scores as [`KeyChange::from_abi`] reads `op` and `fill`.
-/// The code generator calls it only for the `W` that [`super::softmax_shim`] chose, which
-/// this CPU runs (the shim is bound to no symbol otherwise).
+/// added, added_rs, later, op, fill)`: [`tile_softmax`] for JIT code, with the key row at
+/// `keys` where it is not null, changing the scores as [`KeyChange::from_abi`] reads `op`
+/// and `fill`, and the [`Added`] values at `added` (rows `added_rs` apart) where it is not
+/// null. The code generator calls it only for the `W` that [`super::softmax_shim`] chose,
+/// which this CPU runs (the shim is bound to no symbol otherwise).
 ///
 /// # Safety
-/// [`tile_softmax`]'s: the CPU runs `W`, and the tile, the statistics, the outputs and
-/// the key row are inside their allocations, the first three this call's alone. The JIT
-/// code passes its thread's scratch (tile, statistics and key row, sized by
-/// `KernelOp::scratch`)
-/// and its task's own output rows, which `Plan::validate` proved inside their buffer.
+/// [`tile_softmax`]'s: the CPU runs `W`, and the tile, the statistics, the outputs, the
+/// key row and the added values are inside their allocations, the first three this call's
+/// alone. The JIT code passes its thread's scratch (tile, statistics and key row, sized by
+/// `KernelOp::scratch`), its task's own output rows, which `Plan::validate` proved inside
+/// their buffer, and the rows and keys of a score input that `Plan::validate` proved
+/// inside theirs.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn attnc_softmax_tile<W: Width>(
     rows: i64,
@@ -239,11 +279,13 @@ pub unsafe extern "C" fn attnc_softmax_tile<W: Width>(
     out_cs: i64,
     dv: i64,
     keys: *const f32,
+    added: *const f32,
+    added_rs: i64,
     later: i32,
     op: i32,
     fill: f32,
 ) {
-    if rows <= 0 || cols <= 0 || tile_rs < 0 || out_rs < 0 || out_cs < 0 || dv < 0 {
+    if rows <= 0 || cols <= 0 || tile_rs < 0 || out_rs < 0 || out_cs < 0 || dv < 0 || added_rs < 0 {
         return;
     }
     let u = |x: i64| x as usize;
@@ -258,9 +300,13 @@ pub unsafe extern "C" fn attnc_softmax_tile<W: Width>(
     };
     let op = KeyChange::from_abi(op, fill);
     let keys = (!keys.is_null()).then_some(KeyRow { values: keys, op });
+    let added = (!added.is_null()).then_some(Added {
+        values: added,
+        rs: u(added_rs),
+    });
     // SAFETY: the sizes and strides are not negative (checked), and this function's
     // contract is `tile_softmax`'s.
-    unsafe { tile_softmax::<W>((u(rows), u(cols)), (tile, u(tile_rs)), &run, keys) }
+    unsafe { tile_softmax::<W>((u(rows), u(cols)), (tile, u(tile_rs)), &run, keys, added) }
 }
 
 #[cfg(test)]
@@ -268,8 +314,9 @@ mod tests {
     use super::*;
 
     /// A tile of `rows × cols` scores in rows of `cols + 3` (the 3 past each row a
-    /// sentinel the routine must not touch), the state of each row before it, and a row of
-    /// keys (`keys`, empty for none) that changes every row as `op` says.
+    /// sentinel the routine must not touch), the state of each row before it, a row of
+    /// keys (`keys`, empty for none) that changes every row as `op` says, and values added
+    /// to each row's scores first (`added`, rows of `cols + 1`, empty for none).
     struct Case {
         rows: usize,
         cols: usize,
@@ -280,6 +327,7 @@ mod tests {
         dv: usize,
         keys: Vec<f32>,
         op: KeyChange,
+        added: Vec<f32>,
     }
 
     const SENTINEL: f32 = 12345.0;
@@ -304,7 +352,16 @@ mod tests {
                 dv,
                 keys: Vec::new(),
                 op: KeyChange::Add,
+                added: Vec::new(),
             }
+        }
+
+        /// The case with `add(i, j)` added to row `i`'s score of key `j` before the key
+        /// row's change.
+        fn with_added(self, add: impl Fn(usize, usize) -> f32) -> Case {
+            let rs = self.cols + 1;
+            let added = (0..self.rows * rs).map(|x| add(x / rs, x % rs)).collect();
+            Case { added, ..self }
         }
 
         /// The case with the keys `hit` says filled by `fill` in every row.
@@ -331,15 +388,16 @@ mod tests {
         fn scores(&self, i: usize) -> Vec<f32> {
             let rs = self.cols + 3;
             let row = &self.tile[i * rs..i * rs + self.cols];
-            if self.keys.is_empty() {
-                return row.to_vec();
-            }
-            let change = |(&s, &v): (&f32, &f32)| match self.op {
-                KeyChange::Fill(fill) if v != 0.0 => fill,
-                KeyChange::Fill(_) => s,
-                KeyChange::Add => s + v,
+            let added = |j: usize| self.added.get(i * (self.cols + 1) + j).copied();
+            let key = |j: usize| self.keys.get(j).copied();
+            let change = |(j, &s): (usize, &f32)| match (added(j), key(j), self.op) {
+                (_, Some(v), KeyChange::Fill(fill)) if v != 0.0 => fill,
+                (Some(t), Some(v), KeyChange::Add) => s + (t + v),
+                (Some(t), _, _) => s + t,
+                (None, Some(v), KeyChange::Add) => s + v,
+                _ => s,
             };
-            row.iter().zip(&self.keys).map(change).collect()
+            row.iter().enumerate().map(change).collect()
         }
 
         /// Runs the routine at width `W` on a copy; returns the tile, maxima, sums and
@@ -361,7 +419,12 @@ mod tests {
                 values: c.keys.as_ptr(),
                 op: c.op,
             });
-            unsafe { tile_softmax::<W>((c.rows, c.cols), (c.tile.as_mut_ptr(), c.cols + 3), &run, keys) };
+            let added = (!c.added.is_empty()).then_some(Added {
+                values: c.added.as_ptr(),
+                rs: c.cols + 1,
+            });
+            let tile = (c.tile.as_mut_ptr(), c.cols + 3);
+            unsafe { tile_softmax::<W>((c.rows, c.cols), tile, &run, keys, added) };
             c
         }
     }
@@ -374,6 +437,7 @@ mod tests {
                 sum: self.sum.clone(),
                 out: self.out.clone(),
                 keys: self.keys.clone(),
+                added: self.added.clone(),
                 ..*self
             }
         }
@@ -503,6 +567,31 @@ mod tests {
         for cols in [1, 3, 4, 13, 16, 21, 64, 67] {
             check(&Case::new(5, cols, score).added(padding));
             check(&Case::new(4, cols, score).added(|j| j as f32 * 0.25 - 2.0));
+        }
+    }
+
+    #[test]
+    fn values_added_to_each_row_are_added_before_the_row_of_keys() {
+        // T5's position bias, alone, with an additive padding mask, and with a padding mask
+        // that fills; huge values of both signs and infinities among them.
+        let bias = |i: usize, j: usize| ((i * 7 + j * 3) % 11) as f32 * 0.5 - 2.5;
+        let wild = |i: usize, j: usize| match (i + j) % 5 {
+            0 => f32::MAX,
+            1 => -f32::MAX,
+            2 => f32::NEG_INFINITY,
+            _ => bias(i, j) * 1e30,
+        };
+        let padding = |j: usize| if j % 4 == 3 { f32::MIN } else { 0.0 };
+        for cols in [1, 3, 4, 13, 16, 21, 64, 67] {
+            for added in [&bias as &dyn Fn(usize, usize) -> f32, &wild] {
+                check(&Case::new(5, cols, score).with_added(added));
+                check(&Case::new(4, cols, score).added(padding).with_added(added));
+                check(
+                    &Case::new(3, cols, score)
+                        .filled(|j| j % 3 == 1, -1e9)
+                        .with_added(added),
+                );
+            }
         }
     }
 }

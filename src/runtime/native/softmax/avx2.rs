@@ -4,7 +4,7 @@
 //! the bits are the same on either CPU and the JIT's.
 
 use super::super::lane_mask8;
-use super::{add, fold4, max, score, spans, Keys, Width, ADD, NONE};
+use super::{add, fold4, max, score, spans, Keys, Width, ADD, FILL, TILE};
 use crate::codegen::{EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
 use std::arch::x86_64::*;
 
@@ -136,24 +136,31 @@ unsafe fn load(at: *const f32, m: (__m256i, __m256i)) -> Lanes {
 }
 
 /// The scores of keys `j..j + 16` whose lanes are set in `m` (the others 0), changed as
-/// `OP` says by their keys' values.
+/// `OP` says by their row's added values and their keys' values.
 ///
 /// # Safety
-/// The lanes set in `m` are keys inside the tile, and unless `OP` is [`NONE`], inside the
-/// key row.
+/// The lanes set in `m` are keys inside the tile, inside the key row where `OP` has
+/// [`FILL`] or [`ADD`], and inside the row's added values where it has [`TILE`].
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn scores<const OP: u8>(row: *const f32, j: usize, m: (__m256i, __m256i), keys: Keys) -> Lanes {
-    // SAFETY: the lanes set are inside the tile and the key row.
+    let add8 = |a, b| _mm256_add_ps(a, b);
+    // SAFETY: the lanes set are inside the tile, the key row and the added values.
     unsafe {
         let s = load(row.add(j), m);
-        if OP == NONE {
+        let s = match (OP & TILE != 0, OP & ADD != 0) {
+            (true, true) => {
+                let t = both(load(keys.added.add(j), m), load(keys.values.add(j), m), add8);
+                both(s, t, add8)
+            }
+            (true, false) => both(s, load(keys.added.add(j), m), add8),
+            (false, true) => both(s, load(keys.values.add(j), m), add8),
+            (false, false) => s,
+        };
+        if OP & FILL == 0 {
             return s;
         }
         let v = load(keys.values.add(j), m);
-        if OP == ADD {
-            return both(s, v, |s, v| _mm256_add_ps(s, v));
-        }
         let fill = _mm256_set1_ps(keys.fill);
         both(s, v, |s, v| {
             let hit = _mm256_cmp_ps::<_CMP_NEQ_UQ>(v, _mm256_setzero_ps());

@@ -2,7 +2,7 @@
 //! vector, partial vectors by lane masks.
 
 use super::super::lane_mask;
-use super::{add, fold4, max, score, spans, Keys, Width, ADD, NONE};
+use super::{add, fold4, max, score, spans, Keys, Width, ADD, FILL, TILE};
 use crate::codegen::{EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
 use std::arch::x86_64::*;
 
@@ -102,25 +102,29 @@ fn halves(v: __m512) -> (__m256, __m256) {
 }
 
 /// The scores of keys `j..j + 16` whose lanes are set in `m` (the others 0), changed as
-/// `OP` says by their keys' values.
+/// `OP` says by their row's added values and their keys' values.
 ///
 /// # Safety
-/// The lanes set in `m` are keys inside the tile, and unless `OP` is [`NONE`], inside the
-/// key row.
+/// The lanes set in `m` are keys inside the tile, inside the key row where `OP` has
+/// [`FILL`] or [`ADD`], and inside the row's added values where it has [`TILE`].
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn scores<const OP: u8>(row: *const f32, j: usize, m: u16, keys: Keys) -> __m512 {
-    // SAFETY: the lanes set are inside the tile and the key row; the others touch nothing.
+    // SAFETY: the lanes set are inside the tile, the key row and the added values; the
+    // others touch nothing.
     unsafe {
-        let s = _mm512_maskz_loadu_ps(m, row.add(j));
-        if OP == NONE {
+        let load = |p: *const f32| _mm512_maskz_loadu_ps(m, p.add(j));
+        let s = load(row);
+        let s = match (OP & TILE != 0, OP & ADD != 0) {
+            (true, true) => _mm512_add_ps(s, _mm512_add_ps(load(keys.added), load(keys.values))),
+            (true, false) => _mm512_add_ps(s, load(keys.added)),
+            (false, true) => _mm512_add_ps(s, load(keys.values)),
+            (false, false) => s,
+        };
+        if OP & FILL == 0 {
             return s;
         }
-        let v = _mm512_maskz_loadu_ps(m, keys.values.add(j));
-        if OP == ADD {
-            return _mm512_add_ps(s, v);
-        }
-        let hit = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps());
+        let hit = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(load(keys.values), _mm512_setzero_ps());
         _mm512_mask_blend_ps(hit, s, _mm512_set1_ps(keys.fill))
     }
 }
