@@ -54,6 +54,64 @@ fn lane_mask8(lanes: usize) -> std::arch::x86_64::__m256i {
     _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
 }
 
+/// Which lanes of a vector of 8 floats a 256-bit routine reads and writes: all of them, or
+/// the first few (a row's last, partial vector). A whole vector takes plain loads and
+/// stores: on an AMD EPYC, masked stores made a tile product 10 % slower than plain ones
+/// (`BENCHMARKS.md`, session 21), so the mask is kept for the partial vector.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+enum Part8 {
+    Whole,
+    First(std::arch::x86_64::__m256i),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Part8 {
+    /// The first `lanes` of a vector (all 8 from 8 on).
+    #[target_feature(enable = "avx2")]
+    fn of(lanes: usize) -> Part8 {
+        match lanes {
+            8.. => Part8::Whole,
+            _ => Part8::First(lane_mask8(lanes)),
+        }
+    }
+
+    /// The vector at `at`, its lanes outside the part 0.
+    ///
+    /// # Safety
+    /// The part's lanes from `at` are inside their allocation.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn load(self, at: *const f32) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: a whole vector is inside the allocation (contract); a masked load reads
+        // only the lanes set (a lane whose bit is clear is neither read nor faulted on).
+        unsafe {
+            match self {
+                Part8::Whole => _mm256_loadu_ps(at),
+                Part8::First(m) => _mm256_maskload_ps(at, m),
+            }
+        }
+    }
+
+    /// `x`'s lanes in the part written to `at`; the others are not touched.
+    ///
+    /// # Safety
+    /// As for [`Part8::load`].
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn store(self, at: *mut f32, x: std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        // SAFETY: as for `load`: a masked store writes only the lanes set.
+        unsafe {
+            match self {
+                Part8::Whole => _mm256_storeu_ps(at, x),
+                Part8::First(m) => _mm256_maskstore_ps(at, m, x),
+            }
+        }
+    }
+}
+
 /// The vectors the native tile routines run on here (decided once): 512 bits where the CPU
 /// has AVX-512F (every routine), else 256 bits where it has AVX2 and FMA (the softmax, the
 /// epilogues and the few-row packed product), else none; none under `ATTNC_NO_TILE`.

@@ -1,9 +1,9 @@
 //! The GEMM tile's epilogue on 256-bit vectors (AVX2 and FMA, for CPUs without AVX-512): 8
-//! columns at a time, the last ones by masked loads and stores. Each step is
+//! columns at a time, the last ones by masked loads and stores ([`Part8`]). Each step is
 //! [`super::Avx512`]'s on half the lanes, so the bits are the same.
 
 use super::super::exp::{horner8, reduced8};
-use super::super::lane_mask8;
+use super::super::Part8;
 use super::{Reads, Tile, Width};
 use crate::codegen::{Activation, ERF_LARGE, ERF_SMALL, EXP_MAGIC};
 use std::arch::x86_64::*;
@@ -16,12 +16,12 @@ impl Width for Avx2 {
     unsafe fn apply(tile: &Tile, reads: &Reads, act: Activation) {
         for i in 0..tile.rows {
             for j in (0..tile.cols).step_by(8) {
-                let m = lane_mask8(tile.cols - j);
-                // SAFETY: the lanes set in `m` are columns `j..j + lanes` of row `i`, inside
-                // the tile and what it reads (the contract); the others are not touched.
+                let part = Part8::of(tile.cols - j);
+                // SAFETY: the part's lanes are columns `j..j + lanes` of row `i`, inside the
+                // tile and what it reads (the contract); the others are not touched.
                 unsafe {
                     let at = tile.c.add(i * tile.c_rs + j);
-                    let load = |p: *const f32| _mm256_maskload_ps(p, m);
+                    let load = |p: *const f32| part.load(p);
                     let mut x = load(at);
                     if let Some(b) = reads.bias {
                         x = _mm256_add_ps(x, load(b.add(j)));
@@ -36,7 +36,7 @@ impl Width for Avx2 {
                     if let Some((p, rs)) = reads.post {
                         y = _mm256_add_ps(y, load(p.add(i * rs + j)));
                     }
-                    _mm256_maskstore_ps(at, m, y);
+                    part.store(at, y);
                 }
             }
         }

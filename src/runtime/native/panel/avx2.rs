@@ -7,7 +7,7 @@
 //! A decode step's products are one row: its time is streaming the weight, as on AVX-512.
 //! Without this routine they went to the `gemm` crate a panel at a time.
 
-use super::super::lane_mask8;
+use super::super::{lane_mask8, Part8};
 use crate::kernel::PANEL;
 use std::arch::x86_64::*;
 
@@ -75,6 +75,7 @@ type Block = (
 #[inline]
 unsafe fn block<const R: usize, const U: usize>((k, c, c_rs, a, a_rs, a_cs, (panel, w), alpha): Block) {
     let masks = (lane_mask8(w), lane_mask8(w.saturating_sub(8)));
+    let parts = (Part8::of(w), Part8::of(w.saturating_sub(8)));
     let mut s = [[[_mm256_setzero_ps(); 2]; R]; U];
     let whole = k / U * U;
     for p in (0..whole).step_by(U) {
@@ -96,13 +97,13 @@ unsafe fn block<const R: usize, const U: usize>((k, c, c_rs, a, a_rs, a_cs, (pan
             r0 = _mm256_add_ps(r0, s[i][0]);
             r1 = _mm256_add_ps(r1, s[i][1]);
         }
-        // SAFETY: row `i` of the block of `c` is inside the tile for the lanes set; the
-        // second half is formed with `wrapping_add`: with a mask of 0 (`w <= 8`) it may
-        // point past the allocation and is never dereferenced.
+        // SAFETY: row `i` of the block of `c` is inside the tile for the parts' lanes; the
+        // second half is formed with `wrapping_add`: with no lanes (`w <= 8`) it may point
+        // past the allocation and is never dereferenced.
         unsafe {
             let row = c.add(i * c_rs);
-            _mm256_maskstore_ps(row, masks.0, _mm256_mul_ps(r0, alpha));
-            _mm256_maskstore_ps(row.wrapping_add(8), masks.1, _mm256_mul_ps(r1, alpha));
+            parts.0.store(row, _mm256_mul_ps(r0, alpha));
+            parts.1.store(row.wrapping_add(8), _mm256_mul_ps(r1, alpha));
         }
     }
 }

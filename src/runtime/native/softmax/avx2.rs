@@ -3,7 +3,7 @@
 //! vectors by masked loads and stores. Each lane computes what [`super::Avx512`]'s does, so
 //! the bits are the same on either CPU and the JIT's.
 
-use super::super::lane_mask8;
+use super::super::{lane_mask8, Part8};
 use super::{add, fold4, max, score, spans, Keys, Width, ADD, FILL, TILE};
 use crate::codegen::{EXP_NORMAL_SCALED, EXP_SCALE_LOG2};
 use std::arch::x86_64::*;
@@ -90,12 +90,12 @@ impl Width for Avx2 {
     unsafe fn scale(dst: *mut f32, len: usize, factor: f32) {
         let f = _mm256_set1_ps(factor);
         for c in (0..len).step_by(8) {
-            let m = lane_mask8(len - c);
-            // SAFETY: the lanes set in `m` are elements `c..min(c + 8, len)`; the others are
-            // not touched.
+            let part = Part8::of(len - c);
+            // SAFETY: the part's lanes are elements `c..min(c + 8, len)`; the others are not
+            // touched.
             unsafe {
                 let at = dst.add(c);
-                _mm256_maskstore_ps(at, m, _mm256_mul_ps(_mm256_maskload_ps(at, m), f));
+                part.store(at, _mm256_mul_ps(part.load(at), f));
             }
         }
     }
