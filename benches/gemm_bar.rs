@@ -208,9 +208,6 @@ fn crate_shape(g: &Gemm) -> (usize, usize, usize) {
     (g.m, batch * g.n, g.k)
 }
 
-/// The models' products with many rows: MiniLM at 32 × 128 and 8 × 256 tokens (QKV
-/// merged, out, up, down), SmolLM2's prefill of 512 (o, QKV merged, gate/up, down, tied
-/// output).
 /// Few-row products at MiniLM's (one sentence of 16 tokens) and SmolLM2's (8 and 16 new
 /// tokens) shapes: `-- few`.
 const FEW_SHAPES: &[(usize, usize, usize)] = &[
@@ -225,6 +222,9 @@ const FEW_SHAPES: &[(usize, usize, usize)] = &[
     (8, 960, 576),
 ];
 
+/// The models' products with many rows: MiniLM at 32 × 128 and 8 × 256 tokens (QKV
+/// merged, out, up, down), SmolLM2's prefill of 512 (o, QKV merged, gate/up, down, tied
+/// output).
 const PACKED_SHAPES: &[(usize, usize, usize)] = &[
     (4096, 1152, 384),
     (4096, 384, 384),

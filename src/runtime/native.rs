@@ -306,8 +306,8 @@ pub unsafe extern "C" fn attnc_sgemm(
 /// `b` packed ([`crate::kernel::Gemm::packed`]: `n·k` floats from `b`, panels of
 /// [`crate::kernel::PANEL`] columns, the tile's first column a panel's). Called by JIT code.
 /// With a unit column stride for `c`, [`panel`]'s streaming product: with AVX-512, or with
-/// AVX2 and FMA up to [`panel::MR`] rows (the same bits); otherwise (`ATTNC_NO_TILE` too)
-/// the `gemm` crate, panel by panel. The choice depends on the shape and the CPU only,
+/// AVX2 and FMA (the same bits); otherwise (`ATTNC_NO_TILE` too) the `gemm` crate, panel by
+/// panel. The choice depends on the shape and the CPU only,
 /// never on the thread.
 ///
 /// # Safety
@@ -341,12 +341,9 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
             // SAFETY: AVX-512F is available (`lanes` checks it), the strides are not
             // negative (checked), and this function's contract is `panel::sgemm`'s.
             Some(Lanes::Sixteen) => return unsafe { panel::sgemm(dims, to_c, of_a, b, alpha) },
-            // SAFETY: AVX2 and FMA are available (`lanes` checks them), `m <= MR`
-            // (checked), and the rest of `panel::avx2::sgemm`'s contract is this
-            // function's, as above.
-            Some(Lanes::Eight) if dims.0 <= panel::MR => {
-                return unsafe { panel::avx2::sgemm(dims, to_c, of_a, b, alpha) };
-            }
+            // SAFETY: AVX2 and FMA are available (`lanes` checks them), and the rest of
+            // `panel::avx2::sgemm`'s contract is this function's, as above.
+            Some(Lanes::Eight) => return unsafe { panel::avx2::sgemm(dims, to_c, of_a, b, alpha) },
             _ => {}
         }
     }

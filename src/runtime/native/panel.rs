@@ -7,8 +7,8 @@
 //! step of `k` loads one row of two panels (32 columns) and multiplies it with a broadcast
 //! element of each row of `a`; with fewer than 5 rows, `k` is split into interleaved
 //! partial sums so that enough multiply-adds are in flight to keep up with the loads. More
-//! rows are blocks of up to 16 by one panel ([`many`]). Up to 8 rows, [`avx2`] computes the
-//! same sums on CPUs without AVX-512.
+//! rows are blocks of up to 16 by one panel ([`many`]). [`avx2`] computes the same sums on
+//! CPUs without AVX-512.
 
 use super::lane_mask;
 use crate::kernel::PANEL;
@@ -472,6 +472,31 @@ mod tests {
         }
     }
 
+    /// Past [`super::MR`] rows, each element of `c` is one chain of fused multiply-adds over
+    /// `k` in order, then scaled: the bits of that scalar loop on every vector width, with
+    /// values whose products and sums round, and `k` past a chunk of steps (`KC`).
+    #[test]
+    fn many_row_products_sum_each_element_in_one_chain_at_every_width() {
+        for m in super::MR + 1..=33 {
+            for (n, k) in [(16, 37), (23, 64), (7, 5), (40, 600)] {
+                let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+                let b: Vec<f32> = (0..k * n).map(|i| ((i * 53 % 97) as f32 - 48.0) / 3.0).collect();
+                let packed = pack(&b, k, n);
+                let want: Vec<f32> = (0..m * n)
+                    .map(|x| {
+                        let (i, j) = (x / n, x % n);
+                        (0..k).fold(0.0f32, |s, p| a[i * k + p].mul_add(b[p * n + j], s)) * 0.75
+                    })
+                    .collect();
+                let c = product((m, n, k), (n, 1), (&a, k, 1), &packed, 0.75);
+                if super::super::lanes().is_some() {
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&c), bits(&want), "m {m}, n {n}, k {k}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn packed_products_equal_a_plain_loop_for_every_few_rows_and_tail() {
         // Every row count up to the lowering's threshold (32) and past it: blocks of two
@@ -500,7 +525,7 @@ mod tests {
                 }
                 // `c = 0.5 a b` with `c`'s and `a`'s strides as given.
                 let product = |c_strides, a_strided| product((m, n, k), c_strides, a_strided, &packed, 0.5);
-                // Row-major `c` (the AVX-512 product where the CPU has it); `c` with a
+                // Row-major `c` (the streaming product where the CPU has AVX2); `c` with a
                 // column stride of 2 (the `gemm` crate, panel by panel); `a` read through
                 // its transpose (column-major: rows 1 apart).
                 assert_eq!(product((n, 1), (&a, k, 1)), want, "m {m}, n {n}, k {k}");
