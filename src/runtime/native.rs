@@ -307,8 +307,7 @@ pub unsafe extern "C" fn attnc_sgemm(
 /// [`crate::kernel::PANEL`] columns, the tile's first column a panel's). Called by JIT code.
 /// With a unit column stride for `c`, [`panel`]'s streaming product: with AVX-512, or with
 /// AVX2 and FMA (the same bits); otherwise (`ATTNC_NO_TILE` too) the `gemm` crate, panel by
-/// panel. The choice depends on the shape and the CPU only,
-/// never on the thread.
+/// panel. The choice depends on the shape and the CPU only, never on the thread.
 ///
 /// # Safety
 /// The `n·k` floats from `b` are inside their allocation; for every `i < m`, `j < n`,
