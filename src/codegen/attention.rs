@@ -595,28 +595,27 @@ fn shim_change(
         return none;
     }
     let r = a.batch.len();
-    match (&a.score, task.mask.filter(|_| masked)) {
-        (None, Some(mask)) if mask.1.mask.strides[r] == 0 => ShimChange {
-            keys: Some(mask_hits(e, a, mask, keys, dst)),
-            added: None,
-        },
-        (Some(score), None) => match added_per_key(score, r) {
-            Some(x) => ShimChange {
-                keys: Some(key_addend(e, a, (score, x), (task, keys), dst)),
-                added: None,
-            },
-            None => match added_per_row(score, r) {
-                Some((input, x)) => ShimChange {
-                    keys: x.map(|x| key_addend(e, a, (score, x), (task, keys), dst)),
-                    added: Some((
-                        e.step(task.score[input], keys.j0, 1),
-                        score.inputs[input].strides[r],
-                    )),
-                },
-                None => none,
-            },
-        },
-        _ => none,
+    let score = match (&a.score, task.mask.filter(|_| masked)) {
+        (None, Some(mask)) if mask.1.mask.strides[r] == 0 => {
+            let keys = Some(mask_hits(e, a, mask, keys, dst));
+            return ShimChange { keys, added: None };
+        }
+        (Some(score), None) => score,
+        _ => return none,
+    };
+    if let Some(x) = added_per_key(score, r) {
+        let keys = Some(key_addend(e, a, (score, x), (task, keys), dst));
+        return ShimChange { keys, added: None };
+    }
+    let Some((input, x)) = added_per_row(score, r) else {
+        return none;
+    };
+    ShimChange {
+        keys: x.map(|x| key_addend(e, a, (score, x), (task, keys), dst)),
+        added: Some((
+            e.step(task.score[input], keys.j0, 1),
+            score.inputs[input].strides[r],
+        )),
     }
 }
 

@@ -8,7 +8,7 @@
 //! Without this routine they went to the `gemm` crate a panel at a time, and so did a short
 //! sentence's 9 to 32 rows until [`many`].
 
-use super::super::{lane_mask8, Part8};
+use super::super::Part8;
 use super::{AHEAD, MR};
 use crate::kernel::PANEL;
 use std::arch::x86_64::*;
@@ -81,7 +81,6 @@ type Block = (
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn block<const R: usize, const U: usize>((k, c, c_rs, a, a_rs, a_cs, (panel, w), alpha): Block) {
-    let masks = (lane_mask8(w), lane_mask8(w.saturating_sub(8)));
     let parts = (Part8::of(w), Part8::of(w.saturating_sub(8)));
     let mut s = [[[_mm256_setzero_ps(); 2]; R]; U];
     let whole = k / U * U;
@@ -89,13 +88,13 @@ unsafe fn block<const R: usize, const U: usize>((k, c, c_rs, a, a_rs, a_cs, (pan
         for (u, s) in s.iter_mut().enumerate() {
             // SAFETY: `p + u < whole <= k`, and the panel and `a` are as `step` asks (this
             // function's contract).
-            unsafe { step(s, p + u, (panel, w), masks, (a, a_rs, a_cs)) };
+            unsafe { step(s, p + u, (panel, w), parts, (a, a_rs, a_cs)) };
         }
     }
     for p in whole..k {
         // SAFETY: `p < k`, and the panel and `a` are as `step` asks (this function's
         // contract).
-        unsafe { step(&mut s[0], p, (panel, w), masks, (a, a_rs, a_cs)) };
+        unsafe { step(&mut s[0], p, (panel, w), parts, (a, a_rs, a_cs)) };
     }
     let alpha = _mm256_set1_ps(alpha);
     for i in 0..R {
@@ -126,22 +125,16 @@ unsafe fn step<const R: usize>(
     s: &mut [[__m256; 2]; R],
     p: usize,
     (panel, w): (*const f32, usize),
-    (m0, m1): (__m256i, __m256i),
+    parts: (Part8, Part8),
     (a, a_rs, a_cs): (*const f32, usize, usize),
 ) {
-    // SAFETY: a whole panel's row is 16 floats from `p·w`; a narrower one is read by masked
-    // loads, which touch the lanes set only (a lane whose bit is clear is neither read nor
-    // faulted on), and its second half's pointer, formed with `wrapping_add`, has a mask of
-    // 0 where it is past the row. The elements of `a` are inside its tile (contract).
+    // SAFETY: the parts' lanes are the row's `w` floats from `p·w` (the first 8 and the
+    // rest); the second half's pointer, formed with `wrapping_add`, may be past the row
+    // where that part has no lanes, and is then not read. The elements of `a` are inside
+    // its tile (contract).
     unsafe {
         let row = panel.add(p * w);
-        let (x0, x1) = match w == PANEL {
-            true => (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8))),
-            false => (
-                _mm256_maskload_ps(row, m0),
-                _mm256_maskload_ps(row.wrapping_add(8), m1),
-            ),
-        };
+        let (x0, x1) = (parts.0.load(row), parts.1.load(row.wrapping_add(8)));
         for (i, s) in s.iter_mut().enumerate() {
             let y = _mm256_set1_ps(*a.add(i * a_rs + p * a_cs));
             s[0] = _mm256_fmadd_ps(y, x0, s[0]);
@@ -213,7 +206,6 @@ unsafe fn many(
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn chain<const R: usize>((k, c, c_rs, a, a_rs, a_cs, (panel, w), alpha): Block) {
-    let masks = (lane_mask8(w), lane_mask8(w.saturating_sub(8)));
     let parts = (Part8::of(w), Part8::of(w.saturating_sub(8)));
     let mut s = [[_mm256_setzero_ps(); 2]; R];
     for p in 0..k {
@@ -221,7 +213,7 @@ unsafe fn chain<const R: usize>((k, c, c_rs, a, a_rs, a_cs, (panel, w), alpha): 
         // contract); a prefetch reads nothing and may point anywhere.
         unsafe {
             _mm_prefetch::<_MM_HINT_T0>(panel.wrapping_add((p + AHEAD) * w).cast());
-            step(&mut s, p, (panel, w), masks, (a, a_rs, a_cs));
+            step(&mut s, p, (panel, w), parts, (a, a_rs, a_cs));
         }
     }
     let alpha = _mm256_set1_ps(alpha);
