@@ -32,25 +32,56 @@ pub fn optimize(prog: &Program, whole: impl Fn(&Program) -> Optimized + Sync) ->
         return None;
     }
     let pieces = cut(prog)?;
-    // Pieces are compared by their whole `Debug` text rather than `==`, under which a NaN
-    // literal (`gelu`'s guard) would differ from itself.
-    let mut texts: Vec<String> = Vec::new();
     let mut first: Vec<usize> = Vec::new();
     let mut chosen = Vec::with_capacity(pieces.len());
     for (k, piece) in pieces.iter().enumerate() {
-        let text = format!("{:?}", piece.program);
-        let index = texts.iter().position(|t| *t == text).unwrap_or_else(|| {
-            texts.push(text);
-            first.push(k);
-            texts.len() - 1
-        });
+        let index = first
+            .iter()
+            .position(|&f| same(&pieces[f].program, &piece.program))
+            .unwrap_or_else(|| {
+                first.push(k);
+                first.len() - 1
+            });
         chosen.push(index);
     }
     let programs: Vec<&Program> = first.iter().map(|&k| &pieces[k].program).collect();
-    let distinct: Vec<(String, Optimized)> = texts.into_iter().zip(optimized(&programs, &whole)).collect();
-    let program = splice(prog, &pieces, |k| &distinct[chosen[k]].1.program)?;
+    let distinct = optimized(&programs, &whole);
+    let program = splice(prog, &pieces, |k| &distinct[chosen[k]].program)?;
     let stats = combine(&distinct, &chosen);
     Some(Optimized { program, stats })
+}
+
+/// Whether two pieces are one program: every part equal, and each node's op of the same
+/// `Debug` text. Ops are compared by their text because `==` finds a NaN literal (`gelu`'s
+/// guard) unequal to itself and `-0.0` equal to `0.0`; the rest holds no floats, and its
+/// text (every type's layout) cost half of a model's serial optimization when whole pieces
+/// were compared as text.
+fn same(a: &Program, b: &Program) -> bool {
+    let Program {
+        dims,
+        params,
+        inputs,
+        nodes,
+        body,
+        outputs,
+        bindings,
+        asserts,
+        layers,
+    } = a;
+    let node = |(x, y): (&Node, &Node)| {
+        let Node { op, args, ty, span } = x;
+        *args == y.args && *ty == y.ty && *span == y.span && format!("{op:?}") == format!("{:?}", y.op)
+    };
+    *dims == b.dims
+        && *params == b.params
+        && *inputs == b.inputs
+        && nodes.len() == b.nodes.len()
+        && *body == b.body
+        && *outputs == b.outputs
+        && *bindings == b.bindings
+        && *asserts == b.asserts
+        && *layers == b.layers
+        && nodes.iter().zip(&b.nodes).all(node)
 }
 
 /// Each of `programs` optimized by `whole`, on every core ([`side_by_side`]): the pieces
@@ -466,14 +497,14 @@ fn graft(
 
 /// The pieces' figures as one program's: each distinct piece's work once, the cost of
 /// every piece the program runs.
-fn combine(distinct: &[(String, Optimized)], chosen: &[usize]) -> Stats {
+fn combine(distinct: &[Optimized], chosen: &[usize]) -> Stats {
     let mut stats = Stats {
         pieces: Some((chosen.len(), distinct.len())),
         ..Stats::default()
     };
     let mut rules: BTreeMap<String, usize> = BTreeMap::new();
     let mut reasons: Vec<&str> = Vec::new();
-    for (k, (_, o)) in distinct.iter().enumerate() {
+    for (k, o) in distinct.iter().enumerate() {
         let s = &o.stats;
         for (name, n) in &s.rules {
             *rules.entry(name.clone()).or_default() += n;
@@ -491,12 +522,12 @@ fn combine(distinct: &[(String, Optimized)], chosen: &[usize]) -> Stats {
             stats.fallback = Some(format!("piece {first}: {why}"));
         }
     }
-    let before = |k: usize| distinct[k].1.stats.before;
+    let before = |k: usize| distinct[k].stats.before;
     stats.before = chosen
         .iter()
         .try_fold(Cost::default(), |sum, &k| Some(sum + before(k)?));
     for &k in chosen {
-        stats.after = stats.after + distinct[k].1.stats.after;
+        stats.after = stats.after + distinct[k].stats.after;
     }
     stats.rules = rules.into_iter().collect();
     stats.stop_reason = reasons.join(", ");
@@ -584,6 +615,40 @@ output pooled = hidden.sum(1)
         for (x, y) in a.data.iter().zip(&b.data) {
             assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{x} against {y}");
         }
+    }
+
+    #[test]
+    fn pieces_are_one_program_by_their_literals_text() {
+        use crate::ir::Op;
+        let prog = model();
+        // `gelu`'s guard: a NaN literal, which `==` finds unequal to itself.
+        assert!(prog
+            .nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::Literal(x) if x.is_nan())));
+        assert!(super::same(&prog, &prog.clone()));
+        let at = prog
+            .nodes
+            .iter()
+            .position(|n| matches!(n.op, Op::Literal(_)))
+            .unwrap();
+        let with = |x: f64| {
+            let mut p = prog.clone();
+            p.nodes[at].op = Op::Literal(x);
+            p
+        };
+        // `==` finds `-0.0` equal to `0.0`; a piece optimized for one is not the other's.
+        assert!(super::same(&with(0.0), &with(0.0)));
+        assert!(!super::same(&with(0.0), &with(-0.0)));
+        let mut moved = prog.clone();
+        moved.nodes[at].span.start += 1;
+        assert!(!super::same(&prog, &moved), "a node's span is part of the piece");
+        let mut renamed = prog.clone();
+        renamed.params[0].key.push('x');
+        assert!(
+            !super::same(&prog, &renamed),
+            "a param's key is part of the piece"
+        );
     }
 
     /// Layers that each write and read their own slice of a cache.
