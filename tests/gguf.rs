@@ -11,6 +11,7 @@ use attnc::runtime::gguf::{self, GgufFile, ReadError, Value};
 use attnc::runtime::tokenize::PromptTokenizer;
 use common::{attnc, stderr, stdout};
 use std::path::{Path, PathBuf};
+use tempfile::TempPath;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -18,15 +19,15 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn temp_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("attnc-gguf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// `bytes` written to a temporary file named `name`.
-fn write(name: &str, bytes: &[u8]) -> PathBuf {
-    let path = temp_dir().join(name);
+/// `bytes` written to a temporary file whose name ends in `name`, removed when the path
+/// is dropped.
+fn write(name: &str, bytes: &[u8]) -> TempPath {
+    let path = tempfile::Builder::new()
+        .prefix("attnc-gguf-")
+        .suffix(name)
+        .tempfile()
+        .unwrap()
+        .into_temp_path();
     std::fs::write(&path, bytes).unwrap();
     path
 }

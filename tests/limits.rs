@@ -176,9 +176,8 @@ fn a_product_of_no_rows_runs_on_both_backends() {
 
 #[test]
 fn an_input_with_a_free_dim_of_0_is_e0301() {
-    let dir = std::env::temp_dir().join(format!("attnc-limits-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let inputs = dir.join("empty_input.safetensors");
+    let temp = scratch("empty");
+    let inputs = temp.path().join("empty_input.safetensors");
     let x = Tensor::new(vec![2, 0, 4], vec![]);
     save(&inputs, &[("x".to_string(), x)]).unwrap();
     let o = attnc(&[
@@ -208,12 +207,12 @@ fn an_input_with_a_free_dim_of_0_is_e0301() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("attnc-limits-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory for one test, removed with everything in it when dropped.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("attnc-limits-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn binary() -> Command {
@@ -236,8 +235,9 @@ fn long_program(dir: &Path, lines: usize) -> PathBuf {
 
 #[test]
 fn a_closed_stdout_pipe_ends_quietly_with_exit_0() {
-    let dir = scratch("pipe");
-    let file = long_program(&dir, 5000);
+    let temp = scratch("pipe");
+    let dir = temp.path();
+    let file = long_program(dir, 5000);
     let mut child = binary()
         .args(["check", file.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -274,7 +274,8 @@ const SMALL: [&str; 8] = ["--dim", "B=1", "--dim", "N=2", "--dim", "M=2", "--dim
 #[cfg(unix)]
 #[test]
 fn output_writes_through_a_symlink_atomically() {
-    let dir = scratch("symlink");
+    let temp = scratch("symlink");
+    let dir = temp.path();
     let (real, link) = (dir.join("real.safetensors"), dir.join("link.safetensors"));
     std::fs::write(&real, "old").unwrap();
     std::os::unix::fs::symlink("real.safetensors", &link).unwrap();
@@ -286,7 +287,7 @@ fn output_writes_through_a_symlink_atomically() {
     assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
     let saved = attnc::runtime::files::TensorFile::open(&real).unwrap();
     assert!(saved.get("out").is_some() && saved.get("attn").is_some());
-    let names: Vec<_> = std::fs::read_dir(&dir)
+    let names: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
@@ -296,7 +297,8 @@ fn output_writes_through_a_symlink_atomically() {
 #[cfg(unix)]
 #[test]
 fn output_refuses_fifos_and_directories() {
-    let dir = scratch("special");
+    let temp = scratch("special");
+    let dir = temp.path();
     let fifo = dir.join("fifo");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let o = with(
@@ -311,7 +313,8 @@ fn output_refuses_fifos_and_directories() {
 
 #[test]
 fn wide_tables_do_not_panic() {
-    let dir = scratch("wide");
+    let temp = scratch("wide");
+    let dir = temp.path();
     let name = "x".repeat(70_000);
     let src = format!("dim N\ninput {name}: [N, 4]\noutput {name}_out = {name} * 2.0\n");
     let file = dir.join("wide.attn");
@@ -345,7 +348,8 @@ fn the_optimizer_is_bounded_by_nodes_and_fuses_a_3000_statement_program() {
 /// stack (an abort, on the native backend only).
 #[test]
 fn a_20000_statement_elementwise_chain_runs_natively() {
-    let dir = scratch("chain");
+    let temp = scratch("chain");
+    let dir = temp.path();
     let mut src = String::from("dim N\ninput x: [N]\nlet y = x\n");
     src.push_str(&"let y = y + x\n".repeat(20_000));
     src.push_str("output y = y\n");

@@ -36,10 +36,13 @@ fn openpty() -> (File, OwnedFd) {
 #[test]
 fn lines_typed_ahead_on_a_terminal_are_all_answered() {
     let (mut master, slave) = openpty();
-    let state = std::env::temp_dir().join(format!("attnc-repl-tty-{}", std::process::id()));
+    let state = tempfile::Builder::new()
+        .prefix("attnc-repl-tty-")
+        .tempdir()
+        .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_attnc"))
         .arg("repl")
-        .env("XDG_STATE_HOME", &state)
+        .env("XDG_STATE_HOME", state.path())
         .env("TERM", "xterm")
         .stdin(Stdio::from(slave.try_clone().unwrap()))
         .stdout(Stdio::from(slave.try_clone().unwrap()))
@@ -83,7 +86,6 @@ fn lines_typed_ahead_on_a_terminal_are_all_answered() {
         child.kill().unwrap();
         child.wait().unwrap();
     }
-    let _ = std::fs::remove_dir_all(&state);
     assert!(answered, "a typed-ahead line was lost: {shown:?}");
     assert!(shown.contains("x: [B, N]  contiguous"), "{shown:?}");
     assert!(

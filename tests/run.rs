@@ -13,12 +13,12 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("attnc-run-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory for one test, removed with everything in it when dropped.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("attnc-run-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn tensor(file: &Path, key: &str) -> Tensor {
@@ -49,8 +49,9 @@ fn inputs_with_mask(name: &str, dir: &Path) -> PathBuf {
 
 /// Run `example` on fixture `name` and compare every expected tensor it outputs.
 fn reproduce(example: &str, name: &str, d: &str, h: &str) {
-    let dir = scratch(&format!("{}-{name}", example.replace('/', "_")));
-    let inputs = inputs_with_mask(name, &dir);
+    let temp = scratch(&format!("{}-{name}", example.replace('/', "_")));
+    let dir = temp.path();
+    let inputs = inputs_with_mask(name, dir);
     let weights = fixtures().join(format!("weights_{name}.safetensors"));
     let expected = fixtures().join(format!("expected_{name}.safetensors"));
     let out = dir.join("out.safetensors");
@@ -81,7 +82,6 @@ fn reproduce(example: &str, name: &str, d: &str, h: &str) {
         }
     }
     assert!(compared > 0, "{example} produced nothing to compare");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -151,7 +151,8 @@ fn e0301_names_the_input_the_axis_and_both_sizes() {
 
 #[test]
 fn e0302_names_the_missing_weight_and_the_closest_keys() {
-    let dir = scratch("e0302");
+    let temp = scratch("e0302");
+    let dir = temp.path();
     let weights = dir.join("w.safetensors");
     let src = pad("weights");
     let keep: Vec<(String, Tensor)> = ["linears.0.weight", "linears.0.bias", "linears.1.bias"]
@@ -165,7 +166,8 @@ fn e0302_names_the_missing_weight_and_the_closest_keys() {
 
 #[test]
 fn e0303_names_a_weight_of_the_wrong_shape() {
-    let dir = scratch("e0303");
+    let temp = scratch("e0303");
+    let dir = temp.path();
     let weights = dir.join("w.safetensors");
     let src = pad("weights");
     let file = TensorFile::open(Path::new(&src)).unwrap();
@@ -191,7 +193,8 @@ fn e0304_names_a_free_dim_without_a_value() {
 
 #[test]
 fn e0209_checks_an_assert_about_free_dims_at_run_time() {
-    let dir = scratch("e0209");
+    let temp = scratch("e0209");
+    let dir = temp.path();
     let src = dir.join("even.attn");
     std::fs::write(
         &src,
@@ -209,7 +212,8 @@ fn e0209_checks_an_assert_about_free_dims_at_run_time() {
 /// once called "input `x` holds -644".
 #[test]
 fn e0306_names_ids_computed_from_an_input_as_computed() {
-    let dir = scratch("e0306");
+    let temp = scratch("e0306");
+    let dir = temp.path();
     let src = dir.join("ids.attn");
     std::fs::write(
         &src,
@@ -239,7 +243,8 @@ fn e0306_names_ids_computed_from_an_input_as_computed() {
 /// refuses it with a code and the way to run it, before any kernel runs.
 #[test]
 fn e0307_a_gather_by_computed_ids_on_the_native_backend_names_the_interpreter() {
-    let dir = scratch("e0307");
+    let temp = scratch("e0307");
+    let dir = temp.path();
     let src = dir.join("ids.attn");
     std::fs::write(
         &src,
@@ -258,7 +263,8 @@ fn e0307_a_gather_by_computed_ids_on_the_native_backend_names_the_interpreter() 
 
 #[test]
 fn broken_files_name_the_file_and_leave_no_output() {
-    let dir = scratch("broken");
+    let temp = scratch("broken");
+    let dir = temp.path();
     let garbage = dir.join("garbage.safetensors");
     std::fs::write(&garbage, b"this is not a safetensors file at all").unwrap();
     let truncated = dir.join("truncated.safetensors");

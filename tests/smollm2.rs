@@ -411,10 +411,16 @@ fn smollm2_logits_match_transformers_on_the_interpreter() {
     assert_top_logits("prompt 2 (interpreter)", case, &rows, 16);
 }
 
-/// `src` written to a temporary `.attn` file.
-fn temp_program(name: &str, src: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("attnc-smollm2-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A directory of the test's own, removed with everything in it when dropped.
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("attnc-smollm2-")
+        .tempdir()
+        .unwrap()
+}
+
+/// `src` written to the file `name` in `dir`.
+fn temp_program(dir: &Path, name: &str, src: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, src).unwrap();
     path
@@ -438,13 +444,16 @@ fn generate_explains_what_it_cannot_do() {
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         stderr(&out)
     };
+    let temp = temp_dir();
     let no_ids = temp_program(
+        temp.path(),
         "no_ids.attn",
         "dim N\ninput x: [N]\noutput logits = x[None, None, :]\n",
     );
     let err = run(no_ids.to_str().unwrap(), &["--prompt", "hi"]);
     assert!(err.contains("the program has no input `input_ids`"), "{err}");
     let no_logits = temp_program(
+        temp.path(),
         "no_logits.attn",
         "dim B, N\ninput input_ids: [B, N] int64\noutput y = input_ids.float()\n",
     );
@@ -556,7 +565,8 @@ fn tiny_llama_runs_from_the_command_line_as_transformers() {
         ("input_ids", view(vec![1, n], &ids_bytes)),
         ("cache_position", view(vec![n], &positions_bytes)),
     ];
-    let inputs = temp_program("tiny_inputs.safetensors", "");
+    let temp = temp_dir();
+    let inputs = temp_program(temp.path(), "tiny_inputs.safetensors", "");
     std::fs::write(&inputs, safetensors::serialize(views, None).unwrap()).unwrap();
     let output = inputs.with_file_name("tiny_logits.safetensors");
     let gguf = fixture("tiny_llama.gguf");

@@ -30,8 +30,8 @@ fn out_of(file: &Path) -> Tensor {
 #[test]
 fn t5_attention_reproduces_hugging_face() {
     let name = "pad_b2_n9_d16_h4";
-    let dir = std::env::temp_dir().join(format!("attnc-t5-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = tempfile::Builder::new().prefix("attnc-t5-").tempdir().unwrap();
+    let dir = temp.path();
     for backend in ["interp", "jit"] {
         let out = dir.join(format!("out_{backend}.safetensors"));
         let (weights, inputs) = (fixture("weights", name), fixture("inputs", name));
@@ -55,7 +55,6 @@ fn t5_attention_reproduces_hugging_face() {
         let want = out_of(&fixture("expected", name));
         assert_close(&format!("t5 on {name} ({backend})"), &out_of(&out), &want);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Masks of every kind of value, one per key: a 0/1 mask, a standard normal rounded (added

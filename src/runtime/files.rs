@@ -331,10 +331,9 @@ pub(super) fn file_error(action: &str, path: &Path, what: &str) -> RunError {
 mod tests {
     use super::*;
 
-    fn temp_dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("attnc-files-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A directory of the test's own, removed with everything in it when dropped.
+    fn temp_dir() -> tempfile::TempDir {
+        tempfile::Builder::new().prefix("attnc-files-").tempdir().unwrap()
     }
 
     fn error_of(path: &Path) -> String {
@@ -366,7 +365,8 @@ mod tests {
 
     #[test]
     fn saved_tensors_load_back() {
-        let path = temp_dir().join("round_trip.safetensors");
+        let dir = temp_dir();
+        let path = dir.path().join("round_trip.safetensors");
         let a = Tensor::new(vec![2, 3], vec![1.0, -2.5, 3.0, 0.0, 1e-9, 7.0]);
         let s = Tensor::scalar(4.0);
         save(&path, &[("a".into(), a.clone()), ("s".into(), s.clone())]).unwrap();
@@ -379,7 +379,8 @@ mod tests {
 
     #[test]
     fn aligned_float32_is_read_in_place_from_the_map() {
-        let path = temp_dir().join("in_place.safetensors");
+        let dir = temp_dir();
+        let path = dir.path().join("in_place.safetensors");
         let a = Tensor::new(vec![3], vec![1.0, 2.0, 3.0]);
         save(&path, &[("a".into(), a.clone())]).unwrap();
         let file = TensorFile::open(&path).unwrap();
@@ -400,7 +401,8 @@ mod tests {
         bytes.extend(header);
         bytes.push(7);
         bytes.extend(2.5f32.to_le_bytes());
-        let path = temp_dir().join("misaligned.safetensors");
+        let dir = temp_dir();
+        let path = dir.path().join("misaligned.safetensors");
         std::fs::write(&path, &bytes).unwrap();
         let file = TensorFile::open(&path).unwrap();
         let b = file.get("b").unwrap().tensor.unwrap();
@@ -413,7 +415,8 @@ mod tests {
 
     #[test]
     fn bad_files_are_errors_naming_the_path() {
-        let dir = temp_dir();
+        let temp = temp_dir();
+        let dir = temp.path();
         let missing = dir.join("missing.safetensors");
         assert!(error_of(&missing).contains("missing.safetensors"));
 
@@ -433,14 +436,16 @@ mod tests {
 
     #[test]
     fn a_failed_save_leaves_no_file() {
-        let path = temp_dir().join("no_such_dir").join("out.safetensors");
+        let dir = temp_dir();
+        let path = dir.path().join("no_such_dir").join("out.safetensors");
         assert!(save(&path, &[("x".into(), Tensor::scalar(1.0))]).is_err());
         assert!(!path.exists());
     }
 
     #[test]
     fn closest_keys_rank_by_edit_distance() {
-        let path = temp_dir().join("keys.safetensors");
+        let dir = temp_dir();
+        let path = dir.path().join("keys.safetensors");
         let names = ["linears.0.weight", "linears.0.bias", "linears.1.weight", "norm"];
         let tensors: Vec<(String, Tensor)> = names
             .iter()

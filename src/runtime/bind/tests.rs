@@ -6,7 +6,7 @@ use crate::runtime::testutil::{fixture, mha, Builder, Mask};
 use crate::source::Span;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const PAD: &str = "pad_b2_n7_d16_h4";
 
@@ -19,10 +19,9 @@ fn files(name: &str) -> RunOptions {
     }
 }
 
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("attnc-bind-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A directory of the test's own, removed with everything in it when dropped.
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("attnc-bind-").tempdir().unwrap()
 }
 
 /// Writes raw tensors of any dtype: `(name, dtype, shape, little-endian bytes)`.
@@ -33,8 +32,8 @@ fn write_raw(path: &PathBuf, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) {
     std::fs::write(path, safetensors::serialize(views, None).unwrap()).unwrap();
 }
 
-/// The pad fixture's inputs with `key` replaced by a tensor of `shape`.
-fn inputs_with_key(shape: &[usize], file: &str) -> PathBuf {
+/// The pad fixture's inputs with `key` replaced by a tensor of `shape`, as `file` in `dir`.
+fn inputs_with_key(dir: &Path, shape: &[usize], file: &str) -> PathBuf {
     let original = TensorFile::open(&fixture(&format!("inputs_{PAD}.safetensors"))).unwrap();
     let mut tensors: Vec<(String, Tensor)> = ["query", "value", "mask"]
         .iter()
@@ -42,7 +41,7 @@ fn inputs_with_key(shape: &[usize], file: &str) -> PathBuf {
         .collect();
     let numel = shape.iter().product();
     tensors.push(("key".into(), Tensor::new(shape.to_vec(), vec![0.5; numel])));
-    let path = temp(file);
+    let path = dir.join(file);
     save(&path, &tensors).unwrap();
     path
 }
@@ -73,8 +72,9 @@ fn inputs_bind_free_dims_and_derived_dims_get_values() {
 
 #[test]
 fn e0301_inputs_disagree_over_a_free_dim() {
+    let dir = temp_dir();
     let opts = RunOptions {
-        inputs: Some(inputs_with_key(&[2, 5, 16], "key5.safetensors")),
+        inputs: Some(inputs_with_key(dir.path(), &[2, 5, 16], "key5.safetensors")),
         ..files(PAD)
     };
     let e = error(&mha(16, 4, Mask::Padding), &opts);
@@ -99,8 +99,9 @@ fn e0301_an_input_disagrees_with_dim_flag_constant_or_rank() {
         "input `query` has size 16 on axis 2, but its declaration says `D` = 8"
     );
 
+    let dir = temp_dir();
     let opts = RunOptions {
-        inputs: Some(inputs_with_key(&[2, 7], "rank2.safetensors")),
+        inputs: Some(inputs_with_key(dir.path(), &[2, 7], "rank2.safetensors")),
         ..files(PAD)
     };
     let e = error(&mha(16, 4, Mask::Padding), &opts);
@@ -142,7 +143,8 @@ fn e0303_a_weight_of_the_wrong_shape_or_dtype() {
     assert_eq!(e.code, Some(Code::E0303));
     assert!(e.message.contains("has shape [16, 16]"), "{e}");
 
-    let weights = temp("int_weights.safetensors");
+    let dir = temp_dir();
+    let weights = dir.path().join("int_weights.safetensors");
     write_raw(
         &weights,
         &[(
@@ -165,7 +167,8 @@ fn e0303_a_weight_of_the_wrong_shape_or_dtype() {
 
 #[test]
 fn masks_may_be_bool_and_convert_to_ones_and_zeros() {
-    let inputs = temp("bool_mask.safetensors");
+    let dir = temp_dir();
+    let inputs = dir.path().join("bool_mask.safetensors");
     write_raw(&inputs, &[("m", Dtype::BOOL, vec![3], vec![1, 0, 1])]);
     let mut b = Builder::new();
     b.mask_input("m", &[3]);
@@ -233,8 +236,9 @@ fn e0209_an_assert_false_for_the_bound_dims() {
 
 #[test]
 fn an_unreadable_file_is_an_error_naming_it() {
+    let dir = temp_dir();
     let opts = RunOptions {
-        weights: Some(temp("nowhere.safetensors")),
+        weights: Some(dir.path().join("nowhere.safetensors")),
         ..Default::default()
     };
     let e = error(&mha(16, 4, Mask::Padding), &opts);
