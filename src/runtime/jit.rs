@@ -14,18 +14,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 /// The derived buffers of an executable for one set of weights: what its prologue computed
-/// (weights in the layout its GEMMs prefer, concatenations of weights). They lie from the
-/// first 2 MiB boundary of `derived`, on huge pages ([`native::huge_pages`]): the few-row
-/// products stream their packed weights from there.
+/// (weights in the layout its GEMMs prefer, concatenations of weights).
 pub struct Prepared {
     derived: Vec<f32>,
-}
-
-impl Prepared {
-    /// The derived buffers, read by the main kernels.
-    fn memory(&self) -> &[f32] {
-        &self.derived[native::huge_page_start(&self.derived)..]
-    }
 }
 
 /// What a plan's prologue computes, whatever the plan numbers its buffers: each prologue
@@ -180,9 +171,9 @@ impl Executable {
     /// per set of weights, then [`Executable::run_prepared`] as often as needed.
     pub fn prepare(&self, params: &[Tensor], pool: &rayon::ThreadPool) -> Result<Prepared, RunError> {
         let mut prepared = Prepared {
-            derived: vec![0.0; self.plan.derived_len + native::HUGE_PAGE],
+            derived: vec![0.0; self.plan.derived_len],
         };
-        let derived = Derived::Write(native::huge_pages(&mut prepared.derived));
+        let derived = Derived::Write(&mut prepared.derived);
         self.execute(true, params, &[], derived, pool, &mut [], None)?;
         Ok(prepared)
     }
@@ -242,7 +233,7 @@ impl Executable {
         times: Option<&mut [f64]>,
     ) -> Result<(), RunError> {
         self.fit_outputs(outputs);
-        let derived = Derived::Read(prepared.memory());
+        let derived = Derived::Read(&prepared.derived);
         self.execute(false, params, inputs, derived, pool, outputs, times)
     }
 

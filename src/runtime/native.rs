@@ -405,11 +405,9 @@ pub const HUGE_PAGE: usize = (2 << 20) / 4;
 
 /// The part of `mem` that starts on a 2 MiB boundary, asked to be backed by huge pages: the
 /// attention kernel reads rows of q, kᵀ and v that lie pages apart, which costs a TLB miss
-/// per row with 4 KiB pages, and a product streaming a packed weight crosses a page every
-/// 4 KiB. The caller allocates `HUGE_PAGE` floats more than it needs, and asks before the
-/// memory is first written (pages already touched keep their size).
+/// per row with 4 KiB pages. The caller allocates `HUGE_PAGE` floats more than it needs.
 pub fn huge_pages(mem: &mut [f32]) -> &mut [f32] {
-    let skip = huge_page_start(mem);
+    let skip = mem.as_ptr().align_offset(HUGE_PAGE * 4).min(mem.len());
     let aligned = &mut mem[skip..];
     #[cfg(target_os = "linux")]
     if aligned.len() >= HUGE_PAGE {
@@ -419,11 +417,6 @@ pub fn huge_pages(mem: &mut [f32]) -> &mut [f32] {
         unsafe { libc::madvise(aligned.as_mut_ptr().cast(), len, libc::MADV_HUGEPAGE) };
     }
     aligned
-}
-
-/// Where [`huge_pages`] starts `mem`'s part (the same for the same allocation).
-pub fn huge_page_start(mem: &[f32]) -> usize {
-    mem.as_ptr().align_offset(HUGE_PAGE * 4).min(mem.len())
 }
 
 /// The machine's physical memory in bytes (`u64::MAX` where the system does not say).
