@@ -24,8 +24,11 @@ fn tensor(file: &Path, key: &str) -> Tensor {
 
 /// Runs `example` on fixture `name` with `dims` on `backend` and compares `out`.
 fn reproduce(example: &str, name: &str, dims: &[&str], backend: &str) {
-    let dir = std::env::temp_dir().join(format!("attnc-blocks-{}-{name}-{backend}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = tempfile::Builder::new()
+        .prefix(&format!("attnc-blocks-{name}-{backend}-"))
+        .tempdir()
+        .unwrap();
+    let dir = temp.path();
     let file = |kind: &str| blocks().join(format!("{kind}_{name}.safetensors"));
     let out = dir.join("out.safetensors");
     let (weights, inputs) = (file("weights"), file("inputs"));
@@ -53,7 +56,6 @@ fn reproduce(example: &str, name: &str, dims: &[&str], backend: &str) {
     );
     let what = format!("{example} on {name} ({backend})");
     assert_close(&what, &tensor(&out, "out"), &tensor(&file("expected"), "out"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

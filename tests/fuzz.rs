@@ -117,8 +117,8 @@ fn mutated_programs_never_panic_the_checker() {
 #[test]
 fn the_binary_answers_mutated_programs_with_json_and_exit_0_or_1() {
     let mut rng = Rng(42);
-    let dir = std::env::temp_dir().join(format!("attnc-fuzz-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = tempfile::Builder::new().prefix("attnc-fuzz-").tempdir().unwrap();
+    let dir = temp.path();
     let path = dir.join("case.attn");
     for (i, src) in examples().iter().enumerate() {
         for case in 0..500 {
@@ -143,7 +143,6 @@ fn the_binary_answers_mutated_programs_with_json_and_exit_0_or_1() {
             assert_eq!(v["ok"].as_bool(), Some(code == Some(0)));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// How many mutations of each example the optimizer's test runs: `ATTNC_FUZZ_CASES`, or

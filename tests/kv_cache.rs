@@ -105,8 +105,11 @@ fn a_position_outside_the_cache_is_an_error_naming_it() {
 
 #[test]
 fn the_command_line_runs_a_step_from_states_given_as_inputs() {
-    let dir = std::env::temp_dir().join(format!("attnc-kv-cache-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = tempfile::Builder::new()
+        .prefix("attnc-kv-cache-")
+        .tempdir()
+        .unwrap();
+    let dir = temp.path();
     for (tile, backend) in [(true, "jit"), (false, "jit"), (true, "interp")] {
         let out = dir.join(format!("out-{backend}-{tile}.safetensors"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_attnc"));
@@ -137,7 +140,6 @@ fn the_command_line_runs_a_step_from_states_given_as_inputs() {
         assert_close(&what, &tensor(&got, "k_cache"), &tensor(&want, "k_cache_after"));
         assert_close(&what, &tensor(&got, "v_cache"), &tensor(&want, "v_cache_after"));
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The decode step's plan at a capacity of 2048 and one new token.

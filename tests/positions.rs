@@ -119,8 +119,11 @@ fn where_of_two_booleans_is_boolean_and_of_a_float_is_float() {
 
 #[test]
 fn a_boolean_output_is_written_as_zeros_and_ones_and_its_checksum_counts_true() {
-    let dir = std::env::temp_dir().join(format!("attnc-positions-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = tempfile::Builder::new()
+        .prefix("attnc-positions-")
+        .tempdir()
+        .unwrap();
+    let dir = temp.path();
     let (src, out) = (dir.join("window.attn"), dir.join("out.safetensors"));
     std::fs::write(&src, WINDOW).unwrap();
     for backend in ["interp", "jit"] {
@@ -146,7 +149,6 @@ fn a_boolean_output_is_written_as_zeros_and_ones_and_its_checksum_counts_true() 
         assert_eq!(keep.data.iter().filter(|&&v| v == 1.0).count(), 7, "{backend}");
         assert!(keep.data.iter().all(|&v| v == 0.0 || v == 1.0), "{backend}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The three meanings of a row whose every key is removed (here query 0, by `i == 0`), as
