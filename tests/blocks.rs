@@ -8,7 +8,7 @@ use attnc::runtime::Tensor;
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{assert_close, attnc, stderr};
+use common::{assert_close, attnc, scratch, stderr};
 
 fn blocks() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blocks")
@@ -24,10 +24,7 @@ fn tensor(file: &Path, key: &str) -> Tensor {
 
 /// Runs `example` on fixture `name` with `dims` on `backend` and compares `out`.
 fn reproduce(example: &str, name: &str, dims: &[&str], backend: &str) {
-    let temp = tempfile::Builder::new()
-        .prefix(&format!("attnc-blocks-{name}-{backend}-"))
-        .tempdir()
-        .unwrap();
+    let temp = scratch(&format!("blocks-{name}-{backend}"));
     let dir = temp.path();
     let file = |kind: &str| blocks().join(format!("{kind}_{name}.safetensors"));
     let out = dir.join("out.safetensors");

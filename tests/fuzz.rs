@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 mod common;
-use common::Rng;
+use common::{scratch, Rng};
 
 /// Fragments a mutation may insert: the tokens most likely to reach odd checker paths.
 const FRAGMENTS: &[&str] = &[
@@ -117,7 +117,7 @@ fn mutated_programs_never_panic_the_checker() {
 #[test]
 fn the_binary_answers_mutated_programs_with_json_and_exit_0_or_1() {
     let mut rng = Rng(42);
-    let temp = tempfile::Builder::new().prefix("attnc-fuzz-").tempdir().unwrap();
+    let temp = scratch("fuzz");
     let dir = temp.path();
     let path = dir.join("case.attn");
     for (i, src) in examples().iter().enumerate() {

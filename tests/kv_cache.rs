@@ -12,7 +12,7 @@ use attnc::kernel::{BufferKind, KernelOp};
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::function::{Backend, Function, Input, Options, Weights};
 use attnc::runtime::Tensor;
-use common::{assert_close, attnc, example, program, stderr, stdout};
+use common::{assert_close, attnc, example, program, scratch, stderr, stdout};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -105,10 +105,7 @@ fn a_position_outside_the_cache_is_an_error_naming_it() {
 
 #[test]
 fn the_command_line_runs_a_step_from_states_given_as_inputs() {
-    let temp = tempfile::Builder::new()
-        .prefix("attnc-kv-cache-")
-        .tempdir()
-        .unwrap();
+    let temp = scratch("kv-cache");
     let dir = temp.path();
     for (tile, backend) in [(true, "jit"), (false, "jit"), (true, "interp")] {
         let out = dir.join(format!("out-{backend}-{tile}.safetensors"));

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 mod common;
-use common::{attnc, stderr, stdout};
+use common::{attnc, scratch, stderr, stdout};
 
 const WRAP: [&str; 8] = [
     "--dim", "A=384773", "--dim", "B=49477", "--dim", "C=34724", "--dim", "D=27905",
@@ -176,7 +176,7 @@ fn a_product_of_no_rows_runs_on_both_backends() {
 
 #[test]
 fn an_input_with_a_free_dim_of_0_is_e0301() {
-    let temp = scratch("empty");
+    let temp = scratch("limits-empty");
     let inputs = temp.path().join("empty_input.safetensors");
     let x = Tensor::new(vec![2, 0, 4], vec![]);
     save(&inputs, &[("x".to_string(), x)]).unwrap();
@@ -207,14 +207,6 @@ fn an_input_with_a_free_dim_of_0_is_e0301() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
-/// A fresh scratch directory for one test, removed with everything in it when dropped.
-fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("attnc-limits-{name}-"))
-        .tempdir()
-        .unwrap()
-}
-
 fn binary() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_attnc"));
     c.current_dir(env!("CARGO_MANIFEST_DIR"));
@@ -235,7 +227,7 @@ fn long_program(dir: &Path, lines: usize) -> PathBuf {
 
 #[test]
 fn a_closed_stdout_pipe_ends_quietly_with_exit_0() {
-    let temp = scratch("pipe");
+    let temp = scratch("limits-pipe");
     let dir = temp.path();
     let file = long_program(dir, 5000);
     let mut child = binary()
@@ -274,7 +266,7 @@ const SMALL: [&str; 8] = ["--dim", "B=1", "--dim", "N=2", "--dim", "M=2", "--dim
 #[cfg(unix)]
 #[test]
 fn output_writes_through_a_symlink_atomically() {
-    let temp = scratch("symlink");
+    let temp = scratch("limits-symlink");
     let dir = temp.path();
     let (real, link) = (dir.join("real.safetensors"), dir.join("link.safetensors"));
     std::fs::write(&real, "old").unwrap();
@@ -297,7 +289,7 @@ fn output_writes_through_a_symlink_atomically() {
 #[cfg(unix)]
 #[test]
 fn output_refuses_fifos_and_directories() {
-    let temp = scratch("special");
+    let temp = scratch("limits-special");
     let dir = temp.path();
     let fifo = dir.join("fifo");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
@@ -313,7 +305,7 @@ fn output_refuses_fifos_and_directories() {
 
 #[test]
 fn wide_tables_do_not_panic() {
-    let temp = scratch("wide");
+    let temp = scratch("limits-wide");
     let dir = temp.path();
     let name = "x".repeat(70_000);
     let src = format!("dim N\ninput {name}: [N, 4]\noutput {name}_out = {name} * 2.0\n");
@@ -348,7 +340,7 @@ fn the_optimizer_is_bounded_by_nodes_and_fuses_a_3000_statement_program() {
 /// stack (an abort, on the native backend only).
 #[test]
 fn a_20000_statement_elementwise_chain_runs_natively() {
-    let temp = scratch("chain");
+    let temp = scratch("limits-chain");
     let dir = temp.path();
     let mut src = String::from("dim N\ninput x: [N]\nlet y = x\n");
     src.push_str(&"let y = y + x\n".repeat(20_000));

@@ -6,7 +6,7 @@ use attnc::runtime::jit::{pool, Executable};
 use attnc::runtime::{bind, interpret, RunOptions, Tensor};
 
 mod common;
-use common::{attnc, program, stdout};
+use common::{attnc, program, scratch, stdout};
 
 /// Every output of `src` at `dims` (drawn inputs, seed 0) on the interpreter, then on the
 /// native backend for the typed and the optimized program.
@@ -119,10 +119,7 @@ fn where_of_two_booleans_is_boolean_and_of_a_float_is_float() {
 
 #[test]
 fn a_boolean_output_is_written_as_zeros_and_ones_and_its_checksum_counts_true() {
-    let temp = tempfile::Builder::new()
-        .prefix("attnc-positions-")
-        .tempdir()
-        .unwrap();
+    let temp = scratch("positions");
     let dir = temp.path();
     let (src, out) = (dir.join("window.attn"), dir.join("out.safetensors"));
     std::fs::write(&src, WINDOW).unwrap();

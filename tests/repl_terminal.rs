@@ -1,6 +1,9 @@
 //! `attnc repl` on a terminal: a pseudo-terminal stands in for one, and five lines are
 //! typed at once, as a paste without bracketed paste or tmux's `send-keys` sends them.
 
+mod common;
+
+use common::scratch;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -36,10 +39,7 @@ fn openpty() -> (File, OwnedFd) {
 #[test]
 fn lines_typed_ahead_on_a_terminal_are_all_answered() {
     let (mut master, slave) = openpty();
-    let state = tempfile::Builder::new()
-        .prefix("attnc-repl-tty-")
-        .tempdir()
-        .unwrap();
+    let state = scratch("repl-tty");
     let mut child = Command::new(env!("CARGO_BIN_EXE_attnc"))
         .arg("repl")
         .env("XDG_STATE_HOME", state.path())

@@ -7,18 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 mod common;
-use common::{attnc, relative_error, stderr};
+use common::{attnc, relative_error, scratch, stderr};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-/// A fresh scratch directory for one test, removed with everything in it when dropped.
-fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("attnc-run-{name}-"))
-        .tempdir()
-        .unwrap()
 }
 
 fn tensor(file: &Path, key: &str) -> Tensor {
@@ -49,7 +41,7 @@ fn inputs_with_mask(name: &str, dir: &Path) -> PathBuf {
 
 /// Run `example` on fixture `name` and compare every expected tensor it outputs.
 fn reproduce(example: &str, name: &str, d: &str, h: &str) {
-    let temp = scratch(&format!("{}-{name}", example.replace('/', "_")));
+    let temp = scratch(&format!("run-{}-{name}", example.replace('/', "_")));
     let dir = temp.path();
     let inputs = inputs_with_mask(name, dir);
     let weights = fixtures().join(format!("weights_{name}.safetensors"));
@@ -151,7 +143,7 @@ fn e0301_names_the_input_the_axis_and_both_sizes() {
 
 #[test]
 fn e0302_names_the_missing_weight_and_the_closest_keys() {
-    let temp = scratch("e0302");
+    let temp = scratch("run-e0302");
     let dir = temp.path();
     let weights = dir.join("w.safetensors");
     let src = pad("weights");
@@ -166,7 +158,7 @@ fn e0302_names_the_missing_weight_and_the_closest_keys() {
 
 #[test]
 fn e0303_names_a_weight_of_the_wrong_shape() {
-    let temp = scratch("e0303");
+    let temp = scratch("run-e0303");
     let dir = temp.path();
     let weights = dir.join("w.safetensors");
     let src = pad("weights");
@@ -193,7 +185,7 @@ fn e0304_names_a_free_dim_without_a_value() {
 
 #[test]
 fn e0209_checks_an_assert_about_free_dims_at_run_time() {
-    let temp = scratch("e0209");
+    let temp = scratch("run-e0209");
     let dir = temp.path();
     let src = dir.join("even.attn");
     std::fs::write(
@@ -212,7 +204,7 @@ fn e0209_checks_an_assert_about_free_dims_at_run_time() {
 /// once called "input `x` holds -644".
 #[test]
 fn e0306_names_ids_computed_from_an_input_as_computed() {
-    let temp = scratch("e0306");
+    let temp = scratch("run-e0306");
     let dir = temp.path();
     let src = dir.join("ids.attn");
     std::fs::write(
@@ -243,7 +235,7 @@ fn e0306_names_ids_computed_from_an_input_as_computed() {
 /// refuses it with a code and the way to run it, before any kernel runs.
 #[test]
 fn e0307_a_gather_by_computed_ids_on_the_native_backend_names_the_interpreter() {
-    let temp = scratch("e0307");
+    let temp = scratch("run-e0307");
     let dir = temp.path();
     let src = dir.join("ids.attn");
     std::fs::write(
@@ -263,7 +255,7 @@ fn e0307_a_gather_by_computed_ids_on_the_native_backend_names_the_interpreter() 
 
 #[test]
 fn broken_files_name_the_file_and_leave_no_output() {
-    let temp = scratch("broken");
+    let temp = scratch("run-broken");
     let dir = temp.path();
     let garbage = dir.join("garbage.safetensors");
     std::fs::write(&garbage, b"this is not a safetensors file at all").unwrap();

@@ -25,7 +25,7 @@ use attnc::runtime::function::{Backend, Function, Input, Options, Weights};
 use attnc::runtime::generate::argmax;
 use attnc::runtime::generate::program::last_logits;
 use attnc::runtime::Tensor;
-use common::{attnc, stderr, stdout};
+use common::{attnc, scratch, stderr, stdout};
 use std::path::{Path, PathBuf};
 
 const EXAMPLE: &str = "examples/models/smollm2.attn";
@@ -411,14 +411,6 @@ fn smollm2_logits_match_transformers_on_the_interpreter() {
     assert_top_logits("prompt 2 (interpreter)", case, &rows, 16);
 }
 
-/// A directory of the test's own, removed with everything in it when dropped.
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("attnc-smollm2-")
-        .tempdir()
-        .unwrap()
-}
-
 /// `src` written to the file `name` in `dir`.
 fn temp_program(dir: &Path, name: &str, src: &str) -> PathBuf {
     let path = dir.join(name);
@@ -444,7 +436,7 @@ fn generate_explains_what_it_cannot_do() {
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         stderr(&out)
     };
-    let temp = temp_dir();
+    let temp = scratch("smollm2");
     let no_ids = temp_program(
         temp.path(),
         "no_ids.attn",
@@ -565,7 +557,7 @@ fn tiny_llama_runs_from_the_command_line_as_transformers() {
         ("input_ids", view(vec![1, n], &ids_bytes)),
         ("cache_position", view(vec![n], &positions_bytes)),
     ];
-    let temp = temp_dir();
+    let temp = scratch("smollm2");
     let inputs = temp_program(temp.path(), "tiny_inputs.safetensors", "");
     std::fs::write(&inputs, safetensors::serialize(views, None).unwrap()).unwrap();
     let output = inputs.with_file_name("tiny_logits.safetensors");

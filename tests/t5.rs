@@ -13,7 +13,7 @@ use attnc::runtime::{bind, interpret, RunOptions, Tensor};
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{assert_close, attnc, example, program, stderr, Rng};
+use common::{assert_close, attnc, example, program, scratch, stderr, Rng};
 
 fn fixture(kind: &str, name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/t5/{kind}_{name}.safetensors"))
@@ -30,7 +30,7 @@ fn out_of(file: &Path) -> Tensor {
 #[test]
 fn t5_attention_reproduces_hugging_face() {
     let name = "pad_b2_n9_d16_h4";
-    let temp = tempfile::Builder::new().prefix("attnc-t5-").tempdir().unwrap();
+    let temp = scratch("t5");
     let dir = temp.path();
     for backend in ["interp", "jit"] {
         let out = dir.join(format!("out_{backend}.safetensors"));

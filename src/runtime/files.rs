@@ -330,11 +330,7 @@ pub(super) fn file_error(action: &str, path: &Path, what: &str) -> RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A directory of the test's own, removed with everything in it when dropped.
-    fn temp_dir() -> tempfile::TempDir {
-        tempfile::Builder::new().prefix("attnc-files-").tempdir().unwrap()
-    }
+    use crate::runtime::testutil::scratch;
 
     fn error_of(path: &Path) -> String {
         TensorFile::open(path).err().unwrap().to_string()
@@ -365,7 +361,7 @@ mod tests {
 
     #[test]
     fn saved_tensors_load_back() {
-        let dir = temp_dir();
+        let dir = scratch("files");
         let path = dir.path().join("round_trip.safetensors");
         let a = Tensor::new(vec![2, 3], vec![1.0, -2.5, 3.0, 0.0, 1e-9, 7.0]);
         let s = Tensor::scalar(4.0);
@@ -379,7 +375,7 @@ mod tests {
 
     #[test]
     fn aligned_float32_is_read_in_place_from_the_map() {
-        let dir = temp_dir();
+        let dir = scratch("files");
         let path = dir.path().join("in_place.safetensors");
         let a = Tensor::new(vec![3], vec![1.0, 2.0, 3.0]);
         save(&path, &[("a".into(), a.clone())]).unwrap();
@@ -401,7 +397,7 @@ mod tests {
         bytes.extend(header);
         bytes.push(7);
         bytes.extend(2.5f32.to_le_bytes());
-        let dir = temp_dir();
+        let dir = scratch("files");
         let path = dir.path().join("misaligned.safetensors");
         std::fs::write(&path, &bytes).unwrap();
         let file = TensorFile::open(&path).unwrap();
@@ -415,7 +411,7 @@ mod tests {
 
     #[test]
     fn bad_files_are_errors_naming_the_path() {
-        let temp = temp_dir();
+        let temp = scratch("files");
         let dir = temp.path();
         let missing = dir.join("missing.safetensors");
         assert!(error_of(&missing).contains("missing.safetensors"));
@@ -436,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_failed_save_leaves_no_file() {
-        let dir = temp_dir();
+        let dir = scratch("files");
         let path = dir.path().join("no_such_dir").join("out.safetensors");
         assert!(save(&path, &[("x".into(), Tensor::scalar(1.0))]).is_err());
         assert!(!path.exists());
@@ -444,7 +440,7 @@ mod tests {
 
     #[test]
     fn closest_keys_rank_by_edit_distance() {
-        let dir = temp_dir();
+        let dir = scratch("files");
         let path = dir.path().join("keys.safetensors");
         let names = ["linears.0.weight", "linears.0.bias", "linears.1.weight", "norm"];
         let tensors: Vec<(String, Tensor)> = names

@@ -179,6 +179,15 @@ impl Builder {
     }
 }
 
+/// A fresh directory for one test, named after `name`, removed with everything in it when
+/// dropped, however the test ends.
+pub fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("attnc-{name}-"))
+        .tempdir()
+        .unwrap()
+}
+
 /// A reference fixture, kept in the repository under `tests/fixtures` (its README says where
 /// the files came from and how to make them again).
 pub fn fixture(name: &str) -> std::path::PathBuf {

@@ -25,6 +25,15 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A fresh directory for one test, named after `name`, removed with everything in it when
+/// dropped, however the test ends.
+pub fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("attnc-{name}-"))
+        .tempdir()
+        .unwrap()
+}
+
 /// The text of `examples/NAME`.
 pub fn example(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);

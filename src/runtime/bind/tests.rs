@@ -2,7 +2,7 @@ use super::*;
 use crate::dims::DimTable;
 use crate::ir::{CmpOp, DimAssert};
 use crate::runtime::files::save;
-use crate::runtime::testutil::{fixture, mha, Builder, Mask};
+use crate::runtime::testutil::{fixture, mha, scratch, Builder, Mask};
 use crate::source::Span;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -17,11 +17,6 @@ fn files(name: &str) -> RunOptions {
         seed: 0,
         max_memory: None,
     }
-}
-
-/// A directory of the test's own, removed with everything in it when dropped.
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("attnc-bind-").tempdir().unwrap()
 }
 
 /// Writes raw tensors of any dtype: `(name, dtype, shape, little-endian bytes)`.
@@ -72,7 +67,7 @@ fn inputs_bind_free_dims_and_derived_dims_get_values() {
 
 #[test]
 fn e0301_inputs_disagree_over_a_free_dim() {
-    let dir = temp_dir();
+    let dir = scratch("bind");
     let opts = RunOptions {
         inputs: Some(inputs_with_key(dir.path(), &[2, 5, 16], "key5.safetensors")),
         ..files(PAD)
@@ -99,7 +94,7 @@ fn e0301_an_input_disagrees_with_dim_flag_constant_or_rank() {
         "input `query` has size 16 on axis 2, but its declaration says `D` = 8"
     );
 
-    let dir = temp_dir();
+    let dir = scratch("bind");
     let opts = RunOptions {
         inputs: Some(inputs_with_key(dir.path(), &[2, 7], "rank2.safetensors")),
         ..files(PAD)
@@ -143,7 +138,7 @@ fn e0303_a_weight_of_the_wrong_shape_or_dtype() {
     assert_eq!(e.code, Some(Code::E0303));
     assert!(e.message.contains("has shape [16, 16]"), "{e}");
 
-    let dir = temp_dir();
+    let dir = scratch("bind");
     let weights = dir.path().join("int_weights.safetensors");
     write_raw(
         &weights,
@@ -167,7 +162,7 @@ fn e0303_a_weight_of_the_wrong_shape_or_dtype() {
 
 #[test]
 fn masks_may_be_bool_and_convert_to_ones_and_zeros() {
-    let dir = temp_dir();
+    let dir = scratch("bind");
     let inputs = dir.path().join("bool_mask.safetensors");
     write_raw(&inputs, &[("m", Dtype::BOOL, vec![3], vec![1, 0, 1])]);
     let mut b = Builder::new();
@@ -236,7 +231,7 @@ fn e0209_an_assert_false_for_the_bound_dims() {
 
 #[test]
 fn an_unreadable_file_is_an_error_naming_it() {
-    let dir = temp_dir();
+    let dir = scratch("bind");
     let opts = RunOptions {
         weights: Some(dir.path().join("nowhere.safetensors")),
         ..Default::default()
