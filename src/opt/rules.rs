@@ -14,7 +14,9 @@ use super::analysis::{Ctx, Data, Kind, EG};
 use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, UnaryOp};
-use egg::{rewrite as rw, Applier, ENodeOrVar, Id, MultiPattern, PatternAst, Rewrite, Subst, Symbol, Var};
+use egg::{
+    rewrite as rw, Applier, ENodeOrVar, Id, Language, MultiPattern, PatternAst, Rewrite, Subst, Symbol, Var,
+};
 use std::borrow::Cow;
 
 mod fuse;
@@ -344,6 +346,9 @@ fn apply_checked(
     rhs: &PatternAst<Tensor>,
     rule: Symbol,
 ) -> Vec<Id> {
+    if present(eg, eclass, subst, rhs) {
+        return vec![];
+    }
     let data = dry_run(eg, subst, rhs);
     if !fits(&eg.analysis, &eg[eclass].data, &data) {
         eg.analysis.refused += 1;
@@ -359,6 +364,30 @@ fn apply_checked(
     } else {
         vec![]
     }
+}
+
+/// Whether every node of `rhs` is in the e-graph already, its root in `eclass`: the rule was
+/// applied to this match in an earlier iteration (egg searches every match again at each),
+/// so the union would change nothing. Found by lookups alone, where [`dry_run`] infers the
+/// right side's shapes: applications were a tenth of the seed module's compile, and these
+/// repeats half of that (`BENCHMARKS.md`, "Session 23"). A lookup that misses (a node not
+/// yet there, or a class not yet rebuilt) only means the full application runs.
+fn present(eg: &EG, eclass: Id, subst: &Subst, rhs: &PatternAst<Tensor>) -> bool {
+    let mut ids: Vec<Id> = Vec::with_capacity(rhs.as_ref().len());
+    for n in rhs.as_ref() {
+        let id = match n {
+            ENodeOrVar::Var(v) => subst[*v],
+            ENodeOrVar::ENode(node) => {
+                let node = node.clone().map_children(|c| ids[usize::from(c)]);
+                match eg.lookup(node) {
+                    Some(id) => id,
+                    None => return false,
+                }
+            }
+        };
+        ids.push(id);
+    }
+    ids.last().is_some_and(|&root| eg.find(root) == eg.find(eclass))
 }
 
 /// The data the root of `rhs` would have, computed without adding anything. A variable's
