@@ -234,6 +234,59 @@ only(&["merge-linear", "cat-flatten-left", "cat-flatten-right", "slice-slice"]),
 => "(outputs (slice (linear (input 0 [2,4]) (cat 0 (param 0 [4,4]) (param 1 [4,4]) (param 2 [4,4])) none) 1 #0 #4)
                  (slice (linear (input 0 [2,4]) (cat 0 (param 0 [4,4]) (param 1 [4,4]) (param 2 [4,4])) none) 1 #4 #8)
                  (slice (linear (input 0 [2,4]) (cat 0 (param 0 [4,4]) (param 1 [4,4]) (param 2 [4,4])) none) 1 #8 #12))" }
+/// `merge-linear` matches only pairs of projections that may merge: of one run-time input,
+/// load-time weights in param order, biases both given or both absent. A pair in the wrong
+/// order, a projection paired with itself, a projection of a load-time value or with a
+/// run-time weight, and a pair of which one has a bias are no match.
+#[test]
+fn merge_linear_matches_only_projections_that_may_merge() {
+    let matches = |term: &str| -> Vec<(Option<i64>, Option<i64>)> {
+        let runner = heads().with_expr(&term.parse().unwrap());
+        let rule = &only(&["merge-linear"])[0];
+        let eg = &runner.egraph;
+        let int = |id: egg::Id| {
+            eg[id].nodes.iter().find_map(|n| match n {
+                Tensor::Int(i) => Some(*i),
+                _ => None,
+            })
+        };
+        let weight = |id: egg::Id| {
+            eg[id].nodes.iter().find_map(|n| match n {
+                Tensor::Param([i, _]) => int(*i),
+                _ => None,
+            })
+        };
+        let mut pairs: Vec<(Option<i64>, Option<i64>)> = rule
+            .search(eg)
+            .iter()
+            .flat_map(|m| &m.substs)
+            .map(|s| {
+                (
+                    weight(s["?w1".parse().unwrap()]),
+                    weight(s["?w2".parse().unwrap()]),
+                )
+            })
+            .collect();
+        pairs.sort();
+        pairs
+    };
+    let x = "(input 0 [2,4])";
+    assert_eq!(
+        matches(&format!(
+            "(outputs (linear {x} (param 2 [5,4]) none) (linear {x} (param 0 [3,4]) none)
+                      (linear {x} (param 1 [6,4]) none))"
+        )),
+        [(Some(0), Some(1)), (Some(0), Some(2)), (Some(1), Some(2))]
+    );
+    assert_eq!(
+        matches(&format!(
+            "(outputs (linear {x} (param 0 [3,4]) (param 1 [3])) (linear {x} (param 2 [5,4]) none)
+                      (linear (param 3 [2,4]) (param 4 [5,4]) none) (linear (param 3 [2,4]) (param 5 [5,4]) none)
+                      (linear {x} (input 1 [5,4]) none))"
+        )),
+        []
+    );
+}
 test_fn! { a_unit_axis_commutes_with_a_comparison, only(&["eq-unsqueeze", "unsqueeze-eq"]),
 "(eq (unsqueeze (input 0 [2,3]) 1) (lit 0.0))" => "(unsqueeze (eq (input 0 [2,3]) (lit 0.0)) 1)" }
 

@@ -15,7 +15,8 @@ use super::lang::{DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::Poly;
 use crate::ir::{BinaryOp, UnaryOp};
 use egg::{
-    rewrite as rw, Applier, ENodeOrVar, Id, Language, MultiPattern, PatternAst, Rewrite, Subst, Symbol, Var,
+    rewrite as rw, Applier, ENodeOrVar, Id, Language, PatternAst, Rewrite, SearchMatches, Searcher, Subst,
+    Symbol, Var,
 };
 use std::borrow::Cow;
 

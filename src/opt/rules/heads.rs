@@ -153,11 +153,97 @@ pub(super) fn lift_stack(m: &Match, r: &mut Rhs) -> Option<()> {
 /// `?p = linear(x, w1, b1)` and `?q = linear(x, w2, b2)`: both are slices of
 /// `linear(x, cat(w1, w2), cat(b1, b2))`.
 pub(super) fn merge_linear() -> Rw {
-    let searcher: MultiPattern<Tensor> = "?p = (linear ?x ?w1 ?b1), ?q = (linear ?x ?w2 ?b2)"
-        .parse()
-        .unwrap();
     let vars = ["?p", "?q", "?x", "?w1", "?b1", "?w2", "?b2"].map(Match::var);
-    Rewrite::new("merge-linear", searcher, MergeLinear(vars)).unwrap()
+    Rewrite::new("merge-linear", LinearPairs(vars), MergeLinear(vars)).unwrap()
+}
+
+/// The searcher of `?p = (linear ?x ?w1 ?b1), ?q = (linear ?x ?w2 ?b2)` where the two may
+/// merge ([`joinable`]): the matches egg's `MultiPattern` found, in its order, less the pairs
+/// the applier refused. The multi-pattern ran its program from every class and, for each
+/// `linear`, scanned every class for the second one, and every pair of projections of one
+/// input matched at every iteration (a third of the seed module's searching, and 1,007
+/// applications of which 66 could merge: `BENCHMARKS.md`, "Session 24"). Here the
+/// `linear`s are listed once and paired by input.
+struct LinearPairs([Var; 7]);
+
+impl LinearPairs {
+    /// Each `linear` node's class and operands, in the order of the classes and of their
+    /// nodes, with its input class canonical.
+    fn linears(eg: &EG) -> Vec<(Id, [Id; 3])> {
+        eg.classes()
+            .flat_map(|c| {
+                c.nodes.iter().filter_map(move |n| match n {
+                    Tensor::Linear([x, w, b]) => Some((c.id, [eg.find(*x), *w, *b])),
+                    _ => None,
+                })
+            })
+            .collect()
+    }
+
+    /// The matches whose `?p` is `class`, at most `limit`.
+    fn pairs(
+        &self,
+        eg: &EG,
+        linears: &[(Id, [Id; 3])],
+        class: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'static, Tensor>> {
+        let [p, q, x, w1, b1, w2, b2] = self.0;
+        let mut substs = Vec::new();
+        for (_, [x1, first_w, first_b]) in linears.iter().filter(|(c, _)| *c == class) {
+            let pairs = linears
+                .iter()
+                .filter(|(_, [x2, w2, b2])| x2 == x1 && joinable(eg, [*x1, *first_w, *first_b, *w2, *b2]));
+            for (second, [_, second_w, second_b]) in pairs {
+                if substs.len() == limit {
+                    break;
+                }
+                let mut s = Subst::with_capacity(7);
+                let ids = [class, *second, *x1, *first_w, *first_b, *second_w, *second_b];
+                for (var, id) in [p, q, x, w1, b1, w2, b2].into_iter().zip(ids) {
+                    s.insert(var, id);
+                }
+                substs.push(s);
+            }
+        }
+        (!substs.is_empty()).then_some(SearchMatches {
+            eclass: class,
+            substs,
+            ast: None,
+        })
+    }
+}
+
+impl Searcher<Tensor, Ctx> for LinearPairs {
+    fn search_eclass_with_limit(
+        &self,
+        eg: &EG,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, Tensor>> {
+        self.pairs(eg, &Self::linears(eg), eg.find(eclass), limit)
+    }
+
+    fn search_with_limit(&self, eg: &EG, mut limit: usize) -> Vec<SearchMatches<'_, Tensor>> {
+        let linears = Self::linears(eg);
+        let mut classes: Vec<Id> = linears.iter().map(|(c, _)| *c).collect();
+        classes.dedup();
+        let mut found = Vec::new();
+        for class in classes {
+            if limit == 0 {
+                break;
+            }
+            if let Some(m) = self.pairs(eg, &linears, class, limit) {
+                limit -= m.substs.len();
+                found.push(m);
+            }
+        }
+        found
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        self.0.to_vec()
+    }
 }
 
 /// The searcher's variables, `?p ?q ?x ?w1 ?b1 ?w2 ?b2`, parsed once: a parse interns the
@@ -175,7 +261,7 @@ impl Applier<Tensor, Ctx> for MergeLinear {
         rule: Symbol,
     ) -> Vec<Id> {
         let [p, q, x, w1, b1, w2, b2] = self.0.map(|v| subst[v]);
-        let Some((o1, o2, axis)) = merge_fits(eg, [x, w1, b1, w2, b2]) else {
+        let Some((o1, o2, axis)) = merge_sizes(eg, [x, w1, w2]) else {
             return vec![];
         };
         let add = |eg: &mut EG, n: Tensor| eg.add_uncanonical(n);
@@ -206,25 +292,31 @@ impl Applier<Tensor, Ctx> for MergeLinear {
     }
 }
 
-/// The output sizes of both projections and the axis to slice, when they may merge:
-/// load-time weights (and biases, both or neither) in param order, over a run-time input.
-fn merge_fits(eg: &EG, [x, w1, b1, w2, b2]: [Id; 5]) -> Option<(Poly, Poly, usize)> {
+/// Whether two projections of one input may merge: load-time weights (and biases, both or
+/// neither) in param order, over a run-time input. Asked by the searcher, so that a pair
+/// that may not merge is never a match (nine in ten of the seed module's pairs).
+fn joinable(eg: &EG, [x, w1, b1, w2, b2]: [Id; 5]) -> bool {
     let d = |id: Id| &eg[id].data;
     let (w1, w2, x) = (d(w1), d(w2), d(x));
     let weights = |w: &Data| w.load_time && w.deps.is_empty() && !w.params.is_empty();
-    (weights(w1) && weights(w2) && !x.load_time).then_some(())?;
-    (w1.params.last()? < w2.params.first()?).then_some(())?;
+    let in_order = matches!((w1.params.last(), w2.params.first()), (Some(a), Some(b)) if a < b);
     let (b1, b2) = (d(b1), d(b2));
-    match (b1.is_none(), b2.is_none()) {
-        (true, true) => {}
-        (false, false) if b1.load_time && b2.load_time => {}
-        _ => return None,
-    }
-    let rank = x.rank()?;
+    let biases = match (b1.is_none(), b2.is_none()) {
+        (true, true) => true,
+        (false, false) => b1.load_time && b2.load_time,
+        _ => false,
+    };
+    weights(w1) && weights(w2) && !x.load_time && in_order && biases
+}
+
+/// The output sizes of both projections and the axis to slice.
+fn merge_sizes(eg: &EG, [x, w1, w2]: [Id; 3]) -> Option<(Poly, Poly, usize)> {
+    let d = |id: Id| &eg[id].data;
+    let rank = d(x).rank()?;
     (rank >= 1).then_some(())?;
     Some((
-        w1.shape()?.first()?.clone(),
-        w2.shape()?.first()?.clone(),
+        d(w1).shape()?.first()?.clone(),
+        d(w2).shape()?.first()?.clone(),
         rank - 1,
     ))
 }
