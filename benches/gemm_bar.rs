@@ -13,7 +13,8 @@
 //! weights (the `gemm` crate per tile, packing at every call) and one call of the crate, at
 //! the models' shapes with many rows, hot (the weights in cache from the call before) and
 //! cold (the caches swept between calls), on 1 and 2 threads. `-- few`: the same table at
-//! the few-row shapes of one short sentence and of a short prompt.
+//! the few-row shapes of one short sentence and of a short prompt; `-- medium`: at 33 to 128
+//! rows, just past the lowering's packed threshold.
 
 use attnc::check::DimOverride;
 use attnc::driver::check_source;
@@ -222,6 +223,22 @@ const FEW_SHAPES: &[(usize, usize, usize)] = &[
     (8, 960, 576),
 ];
 
+/// Products of 33 to 128 rows, past the packed threshold: SmolLM2's chat prompt of 37
+/// tokens and prompts up to 128, the seed module at S (QKV merged, out): `-- medium`.
+const MEDIUM_SHAPES: &[(usize, usize, usize)] = &[
+    (37, 960, 576),
+    (37, 1536, 576),
+    (37, 576, 1536),
+    (64, 960, 576),
+    (64, 1536, 576),
+    (64, 576, 1536),
+    (128, 960, 576),
+    (128, 1536, 576),
+    (128, 576, 1536),
+    (128, 1536, 512),
+    (128, 512, 512),
+];
+
 /// The models' products with many rows: MiniLM at 32 × 128 and 8 × 256 tokens (QKV
 /// merged, out, up, down), SmolLM2's prefill of 512 (o, QKV merged, gate/up, down, tied
 /// output).
@@ -393,6 +410,9 @@ fn main() {
         std::env::var("ATTNC_BLOCKS").unwrap_or_else(|_| "encoder_M,gpt2_S,self_attention_M,llama_S".into());
     if std::env::args().any(|a| a == "packed") {
         return packed_table(rounds, PACKED_SHAPES);
+    }
+    if std::env::args().any(|a| a == "medium") {
+        return packed_table(rounds, MEDIUM_SHAPES);
     }
     if std::env::args().any(|a| a == "few") {
         return packed_table(rounds, FEW_SHAPES);
