@@ -247,8 +247,9 @@ impl Searcher<Tensor, Ctx> for LinearPairs {
 }
 
 /// The searcher's variables, `?p ?q ?x ?w1 ?b1 ?w2 ?b2`, parsed once: a parse interns the
-/// name in egg's symbol table, and this applier runs for every pair of projections at
-/// every iteration (2 % of the seed module's compile, `BENCHMARKS.md`, "Session 23").
+/// name in egg's symbol table, and this applier runs for every pair that may merge at every
+/// iteration (parsing at each was 2 % of the seed module's compile, `BENCHMARKS.md`,
+/// "Session 23").
 struct MergeLinear([Var; 7]);
 
 impl Applier<Tensor, Ctx> for MergeLinear {
