@@ -877,6 +877,11 @@ const REGRESSIONS: &[(&str, [i64; 3])] = &[
         "output a = ((y @ y.transpose(-2, -1) * 0.5).softmax(-1) @ y) / (B + N)\n",
         [2, 3, 4],
     ),
+    // A scalar times a constant, run on the host as a scaled copy, came out unscaled.
+    (
+        "let v1 = z.var(dim=[])\noutput a = stack([v1, -v1, v1 * 0.5], dim=0)\noutput b = z.sum() * 2.0\n",
+        [1, 1, 2],
+    ),
 ];
 
 /// Programs of their own declarations, with their sizes, that once hung, were wrongly

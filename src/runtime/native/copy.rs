@@ -26,14 +26,14 @@ const CHUNK: usize = 64;
 /// space; no other thread writes the elements these rows read or write.
 pub unsafe fn rows(m: &Map, input: *const f32, out: *mut f32, rows: std::ops::Range<usize>) {
     let (input_strides, out_strides) = (&m.inputs[0].strides, &m.out.strides);
+    let scale = m.scale();
     let Some((&len, outer)) = m.shape.split_last() else {
-        // A rank-0 map is one element.
+        // A rank-0 map is one element, scaled as every other.
         // SAFETY: the operands' first elements (contract).
-        unsafe { *out = *input };
+        unsafe { *out = scale.map_or(*input, |c| *input * c) };
         return;
     };
     let last = outer.len();
-    let scale = m.scale();
     let (from_step, to_step) = (input_strides[last], out_strides[last]);
     let chunk = if from_step > 1 { CHUNK } else { len.max(1) };
     // With a run, rows `r..r + 4` of one run are 4 consecutive floats of the input.
