@@ -234,6 +234,7 @@ only(&["merge-linear", "cat-flatten-left", "cat-flatten-right", "slice-slice"]),
 => "(outputs (slice (linear (input 0 [2,4]) (cat 0 (param 0 [4,4]) (param 1 [4,4]) (param 2 [4,4])) none) 1 #0 #4)
                  (slice (linear (input 0 [2,4]) (cat 0 (param 0 [4,4]) (param 1 [4,4]) (param 2 [4,4])) none) 1 #4 #8)
                  (slice (linear (input 0 [2,4]) (cat 0 (param 0 [4,4]) (param 1 [4,4]) (param 2 [4,4])) none) 1 #8 #12))" }
+
 /// `merge-linear` matches only pairs of projections that may merge: of one run-time input,
 /// load-time weights in param order, biases both given or both absent. A pair in the wrong
 /// order, a projection paired with itself, a projection of a load-time value or with a
@@ -287,6 +288,7 @@ fn merge_linear_matches_only_projections_that_may_merge() {
         []
     );
 }
+
 test_fn! { a_unit_axis_commutes_with_a_comparison, only(&["eq-unsqueeze", "unsqueeze-eq"]),
 "(eq (unsqueeze (input 0 [2,3]) 1) (lit 0.0))" => "(unsqueeze (eq (input 0 [2,3]) (lit 0.0)) 1)" }
 
