@@ -31,6 +31,10 @@ impl Ratio {
 
     pub fn new(num: i128, den: i128) -> Ratio {
         assert!(den != 0, "zero denominator");
+        // Nearly every size is an integer: already reduced, no division to find that.
+        if den == 1 {
+            return Ratio { num, den };
+        }
         let g = gcd(num.unsigned_abs(), den.unsigned_abs()).max(1) as i128;
         let sign = if den < 0 { -1 } else { 1 };
         Ratio {
@@ -138,6 +142,17 @@ fn never_one_modulo(terms: &[IntegerTerm], k: usize, q: i128) -> bool {
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
+    // In 64 bits where both fit: a 128-bit remainder is a library call.
+    if let (Ok(x), Ok(y)) = (u64::try_from(a), u64::try_from(b)) {
+        return u128::from(gcd64(x, y));
+    }
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+fn gcd64(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }
@@ -483,7 +498,9 @@ impl Poly {
                     Atom::Rem(a, b) => {
                         let (a, b) = (a.substitute(value), b.substitute(value));
                         match (int_of(&a), int_of(&b)) {
-                            (Some(x), Some(y)) if y != 0 => Poly::int(x.rem_euclid(y)),
+                            (Some(x), Some(y)) if x.checked_rem_euclid(y).is_some() => {
+                                Poly::int(x.rem_euclid(y))
+                            }
                             _ => Poly::atom(Atom::Rem(Box::new(a), Box::new(b))),
                         }
                     }
@@ -502,6 +519,39 @@ impl Poly {
             }
         }
         out
+    }
+
+    /// The value of the polynomial where every atom has one (`value` of each dim), as
+    /// [`Poly::substitute`] then [`Poly::as_const`] give it: term by term in the same order,
+    /// with the same saturating arithmetic, but without building a polynomial for each
+    /// dim's value and each term (sizes are evaluated once per tensor and kernel, and this
+    /// was a few per cent of a model's compile). `None` where an atom keeps its symbol
+    /// (a dim without a value, a `%` of values that are not integers, or by 0): the
+    /// symbolic path decides those, where a term can still vanish by a factor of 0.
+    pub fn value_where(&self, value: &dyn Fn(Sym) -> Option<i64>) -> Option<Ratio> {
+        let mut sum = Ratio::ZERO;
+        for (m, c) in &self.0 {
+            let mut term = *c;
+            for (atom, e) in &m.0 {
+                let base = match atom {
+                    Atom::Sym(s) => Ratio::int(i128::from(value(*s)?)),
+                    Atom::Quot(a, b) => {
+                        let (x, y) = (a.value_where(value)?, b.value_where(value)?);
+                        y.recip().map_or(Ratio::ZERO, |r| x.mul(r))
+                    }
+                    Atom::Rem(a, b) => {
+                        let int = |r: Ratio| r.as_int().and_then(|n| i64::try_from(n).ok());
+                        let (x, y) = (int(a.value_where(value)?)?, int(b.value_where(value)?)?);
+                        Ratio::int(i128::from(x.checked_rem_euclid(y)?))
+                    }
+                };
+                term = term.mul(Ratio::pow(base, *e));
+            }
+            if !term.is_zero() {
+                sum = sum.add(term);
+            }
+        }
+        Some(sum)
     }
 
     /// Whether `pred` holds for a symbol anywhere in the polynomial, opaque atoms included.

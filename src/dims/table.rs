@@ -438,6 +438,13 @@ impl DimTable {
     /// `value` (free dims bound at run time, loop variables). `None` when something has no
     /// value or the result is not an integer.
     pub fn eval(&self, p: &Poly, value: &dyn Fn(Sym) -> Option<i64>) -> Option<i64> {
+        let known = |s: Sym| match self.dims[s].kind {
+            DimKind::Const(v) => Some(v),
+            _ => value(s),
+        };
+        if let Some(v) = p.value_where(&known) {
+            return v.as_int().and_then(|n| i64::try_from(n).ok());
+        }
         let q = p.substitute(&|s| match self.dims[s].kind {
             DimKind::Const(v) => Some(Poly::int(v)),
             _ => value(s).map(Poly::int),

@@ -236,6 +236,35 @@ proptest! {
         prop_assert_eq!(eval_poly(&shifted, &before), eval(&e, &vals));
     }
 
+    /// The value without polynomials is the symbolic substitution's, with opaque
+    /// quotients and remainders in the mix and dims at 0 or negative (factors that vanish,
+    /// reciprocals of 0). It gives one wherever no `%` is by 0; where a dim has no value
+    /// (or a `%` is by 0) it gives none, and the symbolic path decides.
+    #[test]
+    fn values_without_polynomials_agree_with_substitution(
+        x in expr(), y in expr(), vals in [-3i64..9, -3i64..9, -3i64..9], missing in 0usize..4,
+    ) {
+        let (px, py) = (normalize(&x), normalize(&y));
+        let sum = py.add(&Poly::sym(missing % 3)).add(&Poly::int(1));
+        let opaque = [
+            px.clone(),
+            px.quotient(&sum).unwrap_or_default().add(&py),
+            Poly::rem_atom(&px, &sum).mul(&py),
+            Poly::rem_atom(&px, &Poly::int(0)),
+        ];
+        for (i, p) in opaque.iter().enumerate() {
+            let symbolic = p.substitute(&|s| Some(Poly::int(vals[s]))).as_const();
+            match p.value_where(&|s| Some(vals[s])) {
+                Some(v) => prop_assert_eq!(Some(v), symbolic),
+                None => prop_assert!(i >= 2, "no value for {:?} at {:?}", p, vals),
+            }
+            let partial = p.value_where(&|s| (s != missing).then(|| vals[s]));
+            if missing < 3 && p.syms().contains(&missing) {
+                prop_assert_eq!(partial, None);
+            }
+        }
+    }
+
     #[test]
     fn equal_normal_forms_evaluate_equal(x in expr(), y in expr(), vals in [1i64..50, 1i64..50, 1i64..50]) {
         if normalize(&x) == normalize(&y) {

@@ -60,15 +60,17 @@ pub fn program(program: &Program, dims: &[Option<i64>], budget: u64) -> Result<(
         sources = sources.saturating_add(b);
     }
     TooLarge::check(|| "the sum of the params and inputs".into(), sources, budget).map_err(too_large)?;
-    // Named values first, so that the error names what the user wrote where it can.
-    let named = program.bindings.iter().map(|b| (b.value, b.name.clone()));
-    let unnamed = (0..program.nodes.len()).map(|id| (id, format!("%{id}")));
+    // Named values first, so that the error names what the user wrote where it can; a
+    // value's `%id` is written only for an error.
+    let named = program.bindings.iter().map(|b| (b.value, Some(b.name.as_str())));
+    let unnamed = (0..program.nodes.len()).map(|id| (id, None));
     for (id, name) in named.chain(unnamed) {
         let ty = program.tensor_type(id);
         let Some(b) = bytes(&ty.shape) else { continue };
-        let what = || shown(&name, &ty.shape);
+        let name = || name.map_or_else(|| format!("%{id}"), str::to_string);
+        let what = || shown(&name(), &ty.shape);
         TooLarge::check(what, b, u64::MAX).map_err(too_large)?;
-        let what = || format!("{} (with the params and inputs)", shown(&name, &ty.shape));
+        let what = || format!("{} (with the params and inputs)", shown(&name(), &ty.shape));
         TooLarge::check(what, b.saturating_add(sources), budget).map_err(too_large)?;
     }
     Ok(())
