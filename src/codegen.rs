@@ -26,6 +26,7 @@ mod softmax;
 mod tile_epilogue;
 mod visible;
 
+use crate::hash::HashMap;
 use crate::kernel::{KernelOp, Plan};
 use crate::side_by_side::side_by_side;
 use cranelift_codegen::control::ControlPlane;
@@ -41,7 +42,6 @@ use emit::Emit;
 pub(crate) use emit::{EXP_LN2, EXP_LO, EXP_MAGIC, EXP_NORMAL_SCALED, EXP_POLY, EXP_SCALE_LOG2};
 pub(crate) use math::{ERF_LARGE, ERF_SMALL};
 pub(crate) use softmax::KeyChange;
-use std::collections::HashMap;
 pub use tile_epilogue::Activation;
 
 /// The name JIT code calls the GEMM microkernel shim by.
@@ -217,7 +217,7 @@ impl Jit {
     /// function of its own.
     fn distinct(plan: &Plan) -> (Vec<KernelOp>, Vec<Option<usize>>) {
         let mut keys: Vec<KernelOp> = Vec::new();
-        let mut texts: HashMap<String, usize> = HashMap::new();
+        let mut texts: HashMap<String, usize> = HashMap::default();
         let mut which = Vec::new();
         for k in plan.prologue.iter().chain(&plan.kernels) {
             if on_host(&k.op) {

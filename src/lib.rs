@@ -14,6 +14,7 @@ pub mod lexer;
 pub mod ast;
 pub mod parser;
 pub mod dims;
+pub mod hash;
 pub mod shape;
 pub mod size;
 pub mod ops;

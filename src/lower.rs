@@ -45,13 +45,13 @@ mod tiling;
 mod view;
 
 use crate::dims::{Poly, Sym};
+use crate::hash::HashMap;
 use crate::ir::{BinaryOp, Op, Program, ValueId};
 use crate::kernel::{BufId, Buffer, BufferKind, Expr, Kernel, KernelOp, Plan, PlanError};
 use crate::size;
 use attention::{Extras, KeyOperand, Masking};
 pub use flops::source_flops;
 use fuse::{Fused, Fusion, Scale, SoftmaxPat};
-use std::collections::HashMap;
 pub use tiling::gemm_blocks;
 pub use view::View;
 
@@ -64,7 +64,7 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
         program,
         fusion,
         dims: dims.to_vec(),
-        vals: HashMap::new(),
+        vals: HashMap::default(),
         derived: Default::default(),
         plan: Plan::default(),
         users: None,
@@ -108,7 +108,7 @@ struct Lowerer<'p> {
     dims: Vec<Option<i64>>,
     vals: HashMap<ValueId, Val>,
     /// Buffers written by kernels that read params only (see `memory::hoist`).
-    derived: std::collections::HashSet<BufId>,
+    derived: crate::hash::HashSet<BufId>,
     plan: Plan,
     /// The users of every node, made when a state's write first needs them.
     users: Option<std::rc::Rc<Vec<Vec<ValueId>>>>,

@@ -4,12 +4,12 @@ use super::{Checker, DimOverride, Entry, Value};
 use crate::ast::{self, BinOp, Expr, ExprKind, Ident, Item, Stmt, TypeAnn};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::{DimKind, Poly};
+use crate::hash::HashMap;
 use crate::ir::{
     Binding, BindingKind, CmpOp, DType, DimAssert, InputDecl, Node, Op, OutputDecl, ParamDecl, TensorType,
     Type,
 };
 use crate::source::Span;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 /// Functions inline into each other at most this deep.
@@ -333,7 +333,7 @@ impl Checker {
         if !self.declare(&f.name) {
             return;
         }
-        let mut seen: HashMap<&str, Span> = HashMap::new();
+        let mut seen: HashMap<&str, Span> = HashMap::default();
         for p in &f.params {
             if let Some(first) = seen.insert(&p.name.name, p.name.span) {
                 let msg = format!(
@@ -552,7 +552,7 @@ impl Checker {
             return Value::Error;
         }
         let caller_scopes = self.scopes.split_off(1);
-        self.scopes.push(HashMap::new());
+        self.scopes.push(HashMap::default());
         for ((p, v), a) in f.params.iter().zip(&values).zip(args) {
             if let Some(ann) = &p.ty {
                 self.unify(v, ann, a.span, &p.name.name, &f.name.name);
@@ -696,7 +696,7 @@ impl Checker {
             self.dim_text(&e)
         );
         self.note(var.span, range);
-        self.scopes.push(HashMap::new());
+        self.scopes.push(HashMap::default());
         self.bind(&var.name, Entry::Dim(Poly::sym(sym)));
         self.blocks.push(Vec::new());
         let item = self.block_value(body, "the body of a `for`");
@@ -746,7 +746,7 @@ impl Checker {
             }
             let (nodes, dims, body) = (self.prog.nodes.len(), self.prog.dims.len(), self.blocks[0].len());
             let states = self.save_states();
-            self.scopes.push(HashMap::new());
+            self.scopes.push(HashMap::default());
             let mut ok = true;
             for p in &f.params {
                 let value = match &p.ty {

@@ -11,8 +11,8 @@ use super::{Checker, Entry, Value};
 use crate::ast::{self, Expr, ExprKind};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::Poly;
+use crate::hash::HashMap;
 use crate::ir::{DType, Op, ParamDecl, TensorType};
-use std::collections::HashMap;
 
 /// Iterations a loop of statements may unroll to.
 const MAX_ITERATIONS: i64 = 1024;
@@ -65,7 +65,7 @@ impl Checker {
         let mut layers = Vec::new();
         for index in s..e {
             let start = self.blocks[0].len();
-            self.scopes.push(HashMap::new());
+            self.scopes.push(HashMap::default());
             self.bind(&var.name, Entry::Dim(Poly::int(index)));
             body.stmts.iter().for_each(|stmt| self.stmt(stmt));
             if let Some(last) = &body.value {

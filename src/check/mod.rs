@@ -29,9 +29,9 @@ mod views;
 use crate::ast;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::dims::Poly;
+use crate::hash::HashMap;
 use crate::ir::{Node, Op, Program, TensorType, Type, ValueId};
 use crate::source::Span;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 pub use items::dim_override_error;
@@ -125,15 +125,15 @@ impl Checker {
             prog: Program::default(),
             diags: Vec::new(),
             overrides: overrides.to_vec(),
-            scopes: vec![HashMap::new()],
-            declared: HashMap::new(),
-            outputs: HashMap::new(),
+            scopes: vec![HashMap::default()],
+            declared: HashMap::default(),
+            outputs: HashMap::default(),
             blocks: vec![Vec::new()],
             calls: Vec::new(),
             called: Vec::new(),
             names: None,
             states: Vec::new(),
-            versions: HashMap::new(),
+            versions: HashMap::default(),
         }
     }
 

@@ -7,7 +7,7 @@
 //! graph depends only on the program.
 
 use super::{Op, Program, ValueId};
-use std::collections::HashMap;
+use crate::hash::HashMap;
 use std::fmt::Write as _;
 
 /// The fill of a fused op's node.
@@ -20,7 +20,7 @@ impl Program {
     pub fn to_dot(&self) -> String {
         let mut g = Graph {
             prog: self,
-            names: HashMap::new(),
+            names: HashMap::default(),
             out: String::new(),
             edges: String::new(),
         };

@@ -6,7 +6,7 @@
 
 use super::{Attr, DType, Op, Program, TensorType, Type, ValueId};
 use crate::dims::{DimKind, Poly};
-use std::collections::HashMap;
+use crate::hash::HashMap;
 use std::fmt::Write as _;
 
 impl Program {
@@ -14,7 +14,7 @@ impl Program {
     pub fn to_text(&self) -> String {
         let mut p = Printer {
             prog: self,
-            names: HashMap::new(),
+            names: HashMap::default(),
             out: String::new(),
         };
         p.dims();

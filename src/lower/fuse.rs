@@ -31,9 +31,10 @@ use super::positions::{self, Positions};
 use super::rope::{self, RopePat};
 use super::scores::{self, ScorePlan};
 use crate::dims::DimTable;
+use crate::hash::{HashMap, HashSet};
 use crate::ir::{BinaryOp, CmpOp, DType, Op, Program, ValueId};
 use crate::kernel::{IndexMask, Keep};
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::BinaryHeap;
 
 mod attention;
 
@@ -139,10 +140,10 @@ pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
         uses,
         constant,
         absorbed: vec![false; n],
-        fused: HashMap::new(),
-        epilogue: HashMap::new(),
-        rows: HashMap::new(),
-        rope: HashMap::new(),
+        fused: HashMap::default(),
+        epilogue: HashMap::default(),
+        rows: HashMap::default(),
+        rope: HashMap::default(),
         values: dims,
         attention: Default::default(),
     };
@@ -151,7 +152,7 @@ pub fn decide(program: &Program, dims: &[Option<i64>]) -> Fusion {
             f.visit(id);
         }
     }
-    let mut siblings = HashMap::new();
+    let mut siblings = HashMap::default();
     f.siblings(&program.body, &mut siblings);
     Fusion {
         absorbed: f.absorbed,
@@ -308,9 +309,9 @@ impl Decider<'_> {
             };
             s.len() == shape.len() && last_ok && rows.iter().zip(s).all(|(p, q)| self.dims.equal(p, q))
         };
-        let mut reads: HashMap<ValueId, usize> = HashMap::new();
+        let mut reads: HashMap<ValueId, usize> = HashMap::default();
         let mut heap = BinaryHeap::new();
-        let mut inside = HashSet::new();
+        let mut inside = HashSet::default();
         let mut reductions = 0;
         let take = |v: ValueId, reads: &mut HashMap<_, _>, heap: &mut BinaryHeap<_>| {
             for &a in self.args(v) {
@@ -353,7 +354,7 @@ impl Decider<'_> {
     /// over `x @ w + b`), of the root's shape; else a GEMM whose result the tree reads as
     /// two slices of its last axis, and nothing else reads.
     fn gemm_leaf(&self, root: ValueId) -> Option<ValueId> {
-        let mut reads = HashMap::new();
+        let mut reads = HashMap::default();
         self.leaves(root, &mut reads);
         let mut leaves: Vec<_> = reads.into_iter().collect();
         leaves.sort();

@@ -11,8 +11,8 @@
 
 use super::tiling::PACKED_ROWS;
 use super::Lowerer;
+use crate::hash::HashMap;
 use crate::kernel::{BufId, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, Operand, PANEL};
-use std::collections::HashMap;
 
 /// Whether the product `g` reads `b` packed, params aside: few rows, and column blocks that
 /// start at a panel (a multiple of [`PANEL`], or one block for all columns).
@@ -55,7 +55,7 @@ impl Lowerer<'_> {
             .iter()
             .map(|k| matches!(&k.op, KernelOp::Gemm(g) if packable(g) && self.param_derived(g.b.buf)))
             .collect();
-        let mut laid: HashMap<BufId, Option<Vec<Run>>> = HashMap::new();
+        let mut laid: HashMap<BufId, Option<Vec<Run>>> = HashMap::default();
         for (kernel, _) in kernels.iter().zip(&packs).filter(|p| *p.1) {
             if let KernelOp::Gemm(g) = &kernel.op {
                 laid.entry(g.b.buf)

@@ -9,9 +9,9 @@
 use super::fuse::Fusion;
 use super::{internal, Lowerer, View};
 use crate::dims::Poly;
+use crate::hash::{HashMap, HashSet};
 use crate::ir::{BinaryOp, Op, Program, UnaryOp, ValueId};
 use crate::kernel::{BufferKind, Expr, Kernel, KernelOp, Operand, PlanError, Rope};
-use std::collections::{HashMap, HashSet};
 
 /// `x * cos + rotate_half(x) * sin` at a root: its operands, the nodes it computes itself,
 /// and the GEMM that may rotate `x` in place as it writes it.
@@ -233,7 +233,7 @@ fn producers_after(
     tables: &[ValueId],
 ) -> Option<HashSet<ValueId>> {
     let position: HashMap<ValueId, usize> = body.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let mut found = HashSet::new();
+    let mut found = HashSet::default();
     let mut todo = tables.to_vec();
     while let Some(n) = todo.pop() {
         if *position.get(&n)? < at || !found.insert(n) {

@@ -3,9 +3,9 @@
 
 use super::map::map_node;
 use super::{internal, view, Lowerer, View};
+use crate::hash::HashMap;
 use crate::ir::{Op, ReduceOp, ValueId};
 use crate::kernel::{Expr, KernelOp, Operand, PlanError, Row, Stage};
-use std::collections::HashMap;
 
 /// What the formulas of one row kernel are built from: its root and the nodes it computes,
 /// the stage each reduction is, and the inputs read so far, strided over `shape`
@@ -13,7 +13,7 @@ use std::collections::HashMap;
 struct RowFormula {
     root: ValueId,
     shape: Vec<usize>,
-    nodes: std::collections::HashSet<ValueId>,
+    nodes: crate::hash::HashSet<ValueId>,
     stages: HashMap<ValueId, usize>,
     inputs: Vec<Operand>,
 }
@@ -71,7 +71,7 @@ impl Lowerer<'_> {
             root: id,
             shape: shape.clone(),
             nodes: nodes.iter().copied().collect(),
-            stages: HashMap::new(),
+            stages: HashMap::default(),
             inputs: Vec::new(),
         };
         let mut stages = Vec::new();
@@ -104,7 +104,7 @@ impl Lowerer<'_> {
     /// The formula of node `id` inside a row kernel, each node once.
     fn row_formula(&mut self, f: &mut RowFormula, id: ValueId) -> Result<Vec<Expr>, PlanError> {
         let mut expr = Vec::new();
-        let mut at = HashMap::new();
+        let mut at = HashMap::default();
         self.row_node(f, id, &mut expr, &mut at)?;
         Ok(expr)
     }

@@ -74,7 +74,7 @@ impl Lowerer<'_> {
     fn late_reader(&mut self, old: ValueId, writer: ValueId) -> Option<ValueId> {
         let users = self.users();
         let mut todo = vec![old];
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = crate::hash::HashSet::default();
         while let Some(v) = todo.pop() {
             for &u in &users[v] {
                 if u == writer || !seen.insert(u) {

@@ -15,19 +15,19 @@ use super::analysis::EG;
 use super::cost::Extraction;
 use super::lang::{self, DimLeaf, Float, ShapeLeaf, Tensor};
 use crate::dims::{Poly, Sym};
+use crate::hash::HashMap;
 use crate::ir::{
     Attr, BinaryOp, CmpOp, DType, Node, Op, OutputDecl, Program, ReduceOp, TensorType, Type, ValueId,
 };
 use crate::source::Span;
 use egg::{FromOp, Id, Language, RecExpr};
-use std::collections::HashMap;
 
 /// The program as one term rooted at `(outputs ..)`; `Err` names an op it cannot hold.
 pub fn to_expr(prog: &Program) -> Result<RecExpr<Tensor>, String> {
     let mut b = Into {
         prog,
         expr: RecExpr::default(),
-        ids: HashMap::new(),
+        ids: HashMap::default(),
     };
     b.nodes(&prog.body)?;
     let outs: Vec<Id> = prog
@@ -154,7 +154,7 @@ pub fn chosen_expr(eg: &EG, ex: &Extraction, root: Id) -> RecExpr<Tensor> {
         e
     }
     let mut expr = RecExpr::default();
-    go(eg, ex, root, &mut expr, &mut HashMap::new());
+    go(eg, ex, root, &mut expr, &mut HashMap::default());
     expr
 }
 
@@ -170,8 +170,8 @@ pub fn lower(eg: &EG, ex: &Extraction, root: Id, source: &Program) -> Result<Pro
             asserts: source.asserts.clone(),
             ..Program::default()
         },
-        values: HashMap::new(),
-        literals: HashMap::new(),
+        values: HashMap::default(),
+        literals: HashMap::default(),
         loops: Vec::new(),
     };
     for i in 0..source.params.len() {

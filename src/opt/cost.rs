@@ -22,11 +22,7 @@ use std::collections::VecDeque;
 use std::ops::{Add, Mul};
 use std::rc::Rc;
 
-/// Maps and sets keyed by classes, nodes and types, hashed as egg hashes its own (FxHash):
-/// extraction looks them up for every node of every trial, and SipHash's defence against
-/// chosen keys buys nothing here. What extraction decides never depends on their order.
-pub type HashMap<K, V> = rustc_hash::FxHashMap<K, V>;
-type HashSet<K> = rustc_hash::FxHashSet<K>;
+use crate::hash::{HashMap, HashSet};
 use trial::Base;
 
 mod trial;

@@ -17,10 +17,11 @@
 
 use super::{Cost, Optimized, Stats};
 use crate::dims::Sym;
+use crate::hash::{HashMap, HashSet};
 use crate::ir::{DType, InputDecl, Node, Op, OutputDecl, ParamDecl, Program, TensorType, Type, ValueId};
 use crate::side_by_side::side_by_side;
 use crate::source::Span;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 mod slot;
@@ -131,7 +132,7 @@ fn cut(prog: &Program) -> Option<Vec<Piece>> {
     let runtime = runtime_values(prog);
     let live = live_values(prog);
     let mut pieces: Vec<Piece> = Vec::with_capacity(ranges.len());
-    let mut owner: HashMap<ValueId, usize> = HashMap::new();
+    let mut owner: HashMap<ValueId, usize> = HashMap::default();
     for (k, range) in ranges.iter().enumerate() {
         let body = &prog.body[range.clone()];
         pieces.push(Extract::new(prog, &runtime, &live).run(body)?);
@@ -245,8 +246,8 @@ impl<'a> Extract<'a> {
             out,
             params: Vec::new(),
             reads: Vec::new(),
-            map: HashMap::new(),
-            inside: HashSet::new(),
+            map: HashMap::default(),
+            inside: HashSet::default(),
             pending: Vec::new(),
         }
     }
@@ -396,7 +397,7 @@ fn splice<'p>(prog: &Program, pieces: &[Piece], optimized: impl Fn(usize) -> &'p
         let ty = TensorType::row_major(p.shape.clone(), DType::F32);
         graft_leaf(&mut out, Op::Input(i), ty);
     }
-    let mut values: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut values: HashMap<ValueId, ValueId> = HashMap::default();
     let read: HashSet<ValueId> = pieces.iter().flat_map(|p| p.reads.iter().copied()).collect();
     for (k, piece) in pieces.iter().enumerate() {
         let o = optimized(k);

@@ -9,9 +9,9 @@ use super::analysis::{perm_of, Ctx, Data, Kind};
 use super::lang::Tensor;
 use crate::check::layout::{self, Layout};
 use crate::dims::{DimTable, Poly};
+use crate::hash::HashMap;
 use crate::ir::TensorType;
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// Elementwise layouts by operand types and result shape. Working one out proves the order
 /// at every size (each combination of free dims at 1, each stride it cannot know): about

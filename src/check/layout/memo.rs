@@ -14,9 +14,9 @@
 
 use super::Layout;
 use crate::dims::{Context, DimTable, Poly};
+use crate::hash::HashMap;
 use crate::ir::TensorType;
 use std::cell::OnceCell;
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 
@@ -80,7 +80,7 @@ pub(super) fn remembered(
     // more questions than its proof read holds in fewer places, never wrongly.
     let asked = answers.iter().map(|a| a.get().copied()).collect();
     let mut proofs = lock();
-    let proofs = proofs.get_or_insert_with(HashMap::new);
+    let proofs = proofs.get_or_insert_with(HashMap::default);
     if proofs.len() >= PROOFS_KEPT {
         proofs.clear();
     }
@@ -111,7 +111,7 @@ impl<K: Hash + Eq, V: Clone> Answers<K, V> {
         }
         let answer = prove();
         let mut answers = lock();
-        let answers = answers.get_or_insert_with(HashMap::new);
+        let answers = answers.get_or_insert_with(HashMap::default);
         if answers.len() >= PROOFS_KEPT {
             answers.clear();
         }

@@ -8,8 +8,8 @@
 //! inputs and fresh results by the ops below has PyTorch's strides on every axis.
 
 use crate::dims::{DimTable, Poly};
+use crate::hash::HashMap;
 use crate::ir::{row_major_strides, Op, Program, TensorType, Type, ValueId};
-use std::collections::HashMap;
 
 /// How far back through the program [`strides_known_at_ones`] looks before it gives up.
 const DEPTH: usize = 32;
@@ -40,7 +40,7 @@ const DEPTH: usize = 32;
 pub fn strides_known_at_ones(prog: &Program, v: ValueId) -> bool {
     Known {
         prog,
-        seen: HashMap::new(),
+        seen: HashMap::default(),
     }
     .at(v, DEPTH)
 }

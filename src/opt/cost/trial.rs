@@ -9,7 +9,7 @@
 //! extraction walking every class for every trial: `BENCHMARKS.md`).
 
 use super::{Cost, Eval, Rank, Scope};
-use super::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 use egg::Id;
 
 /// A whole evaluation, by class: what a trial reuses.
