@@ -69,6 +69,7 @@ pub fn lower(program: &Program, dims: &[Option<i64>]) -> Result<Plan, PlanError>
         plan: Plan::default(),
         users: None,
         ranges: Vec::new(),
+        last_write: HashMap::default(),
     };
     for (i, p) in program.params.iter().enumerate() {
         l.source(BufferKind::Param(i), &p.name, &p.shape)?;
@@ -115,6 +116,9 @@ struct Lowerer<'p> {
     /// Key-range tables already computed, with the number of kernels the plan had then
     /// (`key_ranges.rs`): a later attention of the same mask reads the same table.
     ranges: Vec<(crate::kernel::KeyRanges, usize)>,
+    /// The last kernel of the plan that writes each buffer, by index: whether a table of
+    /// key ranges is still valid, without walking the kernels made since.
+    last_write: HashMap<BufId, usize>,
 }
 
 fn internal(what: String) -> PlanError {
@@ -240,7 +244,22 @@ impl<'p> Lowerer<'p> {
         if ops.iter().filter(|o| !o.2).all(|o| self.param_derived(o.0.buf)) {
             self.derived.extend(ops.iter().filter(|o| o.2).map(|o| o.0.buf));
         }
+        let at = self.plan.kernels.len();
+        self.last_write
+            .extend(ops.iter().filter(|o| o.2).map(|o| (o.0.buf, at)));
         self.plan.kernels.push(Kernel { label, op });
+    }
+
+    /// Kernel `k` made again as `kernel` (a GEMM given an epilogue or a rotation), which
+    /// writes what it wrote and may write more.
+    fn remake_kernel(&mut self, k: usize, kernel: Kernel) {
+        for (o, _, written) in kernel.op.operands() {
+            if written {
+                let last = self.last_write.entry(o.buf).or_insert(k);
+                *last = (*last).max(k);
+            }
+        }
+        self.plan.kernels[k] = kernel;
     }
 
     /// Whether a buffer holds a param or a value computed from params alone.

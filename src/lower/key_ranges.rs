@@ -52,13 +52,7 @@ impl Lowerer<'_> {
             } == *wanted
         };
         let (made, since) = self.ranges.iter().rev().find(|(made, _)| same(made))?;
-        let unwritten = |buf| {
-            self.plan.kernels[*since..].iter().all(|k| {
-                k.op.operands()
-                    .iter()
-                    .all(|(o, _, written)| !written || o.buf != buf)
-            })
-        };
+        let unwritten = |buf| self.last_write.get(&buf).is_none_or(|k| k < since);
         (unwritten(made.mask.mask.buf) && unwritten(made.out.buf)).then(|| made.clone())
     }
 }

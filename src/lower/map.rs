@@ -138,10 +138,13 @@ impl Lowerer<'_> {
             _ => epilogue,
         });
         let label = format!("{} + {}", self.plan.kernels[k].label, self.label(id));
-        self.plan.kernels[k] = Kernel {
-            label,
-            op: KernelOp::Gemm(g),
-        };
+        self.remake_kernel(
+            k,
+            Kernel {
+                label,
+                op: KernelOp::Gemm(g),
+            },
+        );
         match paired {
             true => Some(out),
             false => Some(View::whole(c.buf, shape.to_vec())),

@@ -208,31 +208,40 @@ pub fn tables_first(program: &Program, body: &[ValueId], fusion: &Fusion) -> Vec
         .filter_map(|p| Some((p.gemm?, [p.cos, p.sin])))
         .collect();
     ropes.sort_unstable();
+    // Each node's place in `body`, made again only after a move (a model's tables are
+    // usually computed once before its first layer, and nothing moves).
+    let mut position: Option<HashMap<ValueId, usize>> = None;
     for (gemm, tables) in ropes {
         let merged = fusion.siblings.values().find(|g| g.contains(&gemm));
         let group = merged.map_or(vec![gemm], Vec::clone);
-        let Some(at) = body.iter().position(|n| group.contains(n)) else {
+        let position =
+            position.get_or_insert_with(|| body.iter().enumerate().map(|(i, &n)| (n, i)).collect());
+        let Some(at) = group.iter().filter_map(|n| position.get(n).copied()).min() else {
             continue;
         };
-        let Some(moved) = producers_after(program, &body, at, &group, &tables) else {
+        let Some(moved) = producers_after(program, position, at, &group, &tables) else {
             continue;
         };
+        if moved.is_empty() {
+            continue;
+        }
         let (moved, rest): (Vec<_>, Vec<_>) = body[at..].iter().partition(|&n| moved.contains(n));
         body = [&body[..at], &moved, &rest].concat();
+        *position = body.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     }
     body
 }
 
-/// The nodes at or after `body[at]` that `tables` are computed from, `None` where one is in
-/// `group`, outside `body`, a loop or a write of state.
+/// The nodes at or after `body[at]` that `tables` are computed from (`position`: each
+/// node's place in `body`), `None` where one is in `group`, outside `body`, a loop or a
+/// write of state.
 fn producers_after(
     program: &Program,
-    body: &[ValueId],
+    position: &HashMap<ValueId, usize>,
     at: usize,
     group: &[ValueId],
     tables: &[ValueId],
 ) -> Option<HashSet<ValueId>> {
-    let position: HashMap<ValueId, usize> = body.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut found = HashSet::default();
     let mut todo = tables.to_vec();
     while let Some(n) = todo.pop() {
@@ -377,10 +386,13 @@ impl Lowerer<'_> {
             self.plan.kernels[k].label,
             self.label(id)
         );
-        self.plan.kernels[k] = Kernel {
-            label,
-            op: KernelOp::Gemm(g),
-        };
+        self.remake_kernel(
+            k,
+            Kernel {
+                label,
+                op: KernelOp::Gemm(g),
+            },
+        );
         Some(x.clone())
     }
 }
