@@ -214,8 +214,7 @@ pub fn tables_first(program: &Program, body: &[ValueId], fusion: &Fusion) -> Vec
     for (gemm, tables) in ropes {
         let merged = fusion.siblings.values().find(|g| g.contains(&gemm));
         let group = merged.map_or(vec![gemm], Vec::clone);
-        let position =
-            position.get_or_insert_with(|| body.iter().enumerate().map(|(i, &n)| (n, i)).collect());
+        let position = position.get_or_insert_with(|| places(&body));
         let Some(at) = group.iter().filter_map(|n| position.get(n).copied()).min() else {
             continue;
         };
@@ -227,9 +226,14 @@ pub fn tables_first(program: &Program, body: &[ValueId], fusion: &Fusion) -> Vec
         }
         let (moved, rest): (Vec<_>, Vec<_>) = body[at..].iter().partition(|&n| moved.contains(n));
         body = [&body[..at], &moved, &rest].concat();
-        *position = body.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        *position = places(&body);
     }
     body
+}
+
+/// Each node's place in `body`.
+fn places(body: &[ValueId]) -> HashMap<ValueId, usize> {
+    body.iter().enumerate().map(|(i, &n)| (n, i)).collect()
 }
 
 /// The nodes at or after `body[at]` that `tables` are computed from (`position`: each
