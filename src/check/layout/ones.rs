@@ -9,7 +9,7 @@
 
 use crate::dims::{DimTable, Poly};
 use crate::hash::HashMap;
-use crate::ir::{row_major_strides, Op, Program, TensorType, Type, ValueId};
+use crate::ir::{Op, Program, TensorType, Type, ValueId};
 
 /// How far back through the program [`strides_known_at_ones`] looks before it gives up.
 const DEPTH: usize = 32;
@@ -160,9 +160,19 @@ fn never_contiguous(dims: &DimTable, t: &TensorType) -> bool {
 
 /// Whether `t` has one list of strides, the row-major formula on every axis.
 fn row_major_everywhere(dims: &DimTable, t: &TensorType) -> bool {
-    !t.varies()
-        && t.strides
-            .iter()
-            .zip(row_major_strides(&t.shape))
-            .all(|(s, r)| dims.equal(s, &r))
+    if t.varies() {
+        return false;
+    }
+    // From the innermost axis out, each stride the extent of the axes inside it: the
+    // row-major formula, with no product past the first axis that differs.
+    let mut extent = Poly::int(1);
+    for i in (0..t.rank()).rev() {
+        if !dims.equal(&t.strides[i], &extent) {
+            return false;
+        }
+        if i > 0 {
+            extent = extent.mul(&t.shape[i]);
+        }
+    }
+    true
 }
