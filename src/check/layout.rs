@@ -701,9 +701,11 @@ pub fn without_axis(dims: &DimTable, x: &TensorType, d: usize) -> TensorType {
 /// is row-major there too, while `y.transpose(0, 1).reshape(B, N * 4)` is the view where
 /// `B = 1`): every such view is possible too.
 pub fn reshape(dims: &DimTable, x: &TensorType, shape: &[Poly]) -> Layout {
-    let others = x.layouts().into_iter().flatten().flatten();
-    let sizes = x.shape.iter().chain(&x.strides).chain(others).chain(shape);
-    let key = (x.clone(), shape.to_vec(), dims.context(sizes));
+    let key = (
+        x.clone(),
+        shape.to_vec(),
+        dims.context(memo::sizes(x).chain(shape)),
+    );
     RESHAPES.get_or_prove(key, || reshape_unremembered(dims, x, shape))
 }
 

@@ -48,11 +48,7 @@ pub(super) fn remembered(
     known: &dyn Fn(usize) -> bool,
     prove: impl FnOnce(&dyn Fn(usize) -> bool) -> Layout,
 ) -> Layout {
-    let sizes = operands.iter().flat_map(|t| {
-        let others = t.layouts().into_iter().flatten().flatten();
-        t.shape.iter().chain(&t.strides).chain(others)
-    });
-    let context = dims.context(sizes.chain(shape));
+    let context = dims.context(operands.iter().flat_map(|t| sizes(t)).chain(shape));
     let key: Key = (
         operands.iter().map(|&t| t.clone()).collect(),
         shape.to_vec(),
@@ -90,6 +86,13 @@ pub(super) fn remembered(
     };
     proofs.entry(key).or_default().push(proof);
     laid
+}
+
+/// Every size a type's layout answers may read: its shape and each list of strides it may
+/// have (what the table's context of a remembered answer is made from).
+pub(super) fn sizes(t: &TensorType) -> impl Iterator<Item = &Poly> + '_ {
+    let others = t.layouts().into_iter().flatten().flatten();
+    t.shape.iter().chain(&t.strides).chain(others)
 }
 
 /// A process-wide table of answers that are functions of their key, started over past
