@@ -129,6 +129,52 @@ fn the_weights_are_prepared_once_for_every_shape() {
     assert!(!exe.plan().prologue.is_empty());
 }
 
+/// Self-attention inputs of `b × n` rows of width 16, an all-ones mask.
+fn rows(b: usize, n: usize) -> Vec<Tensor> {
+    let x = Tensor::new(
+        vec![b, n, 16],
+        (0..b * n * 16).map(|i| (i % 5) as f32 * 0.2).collect(),
+    );
+    vec![
+        x.clone(),
+        x.clone(),
+        x,
+        Tensor::new(vec![b, 1, n], vec![1.0; b * n]),
+    ]
+}
+
+#[test]
+fn a_plan_called_once_is_not_kept_and_its_weights_go_when_the_next_plan_needs_others() {
+    let weights = || Weights::File(fixture(&format!("weights_{PAD}.safetensors")));
+    let f = Function::new(mha(16, 4), weights(), options(1)).unwrap();
+    let kept = Function::new(mha(16, 4), weights(), options(1)).unwrap();
+    let (few, many) = (rows(1, 3), rows(2, 20));
+    // Compiled each time, the second sharing the weights the first left aside.
+    let once = f.call_once(&borrowed(&few)).unwrap();
+    assert_eq!(once, kept.call(&borrowed(&few)).unwrap());
+    let few_bytes = f.prepared_bytes();
+    assert!(few_bytes > 0);
+    f.call_once(&borrowed(&few)).unwrap();
+    let prepared = |f: &Function| f.plans().iter().map(|p| p.prepared).collect::<Vec<bool>>();
+    assert_eq!(prepared(&f), [true, false]);
+    // A plan of 40 rows lays the weights out for the `gemm` crate, not in packed panels:
+    // the set aside goes before it prepares its own.
+    let wide = f.call_once(&borrowed(&many)).unwrap();
+    assert_eq!(wide, kept.call(&borrowed(&many)).unwrap());
+    assert_eq!(prepared(&f), [true, false, true]);
+    // One set held, where a function keeping both plans holds two.
+    let many_bytes = f.prepared_bytes();
+    assert!(many_bytes > 0);
+    assert_eq!(kept.prepared_bytes(), few_bytes + many_bytes);
+    // A kept plan shares nothing with them and prepares again; one of the function's
+    // kept plans serves a later `call_once` of its shape without compiling.
+    f.call(&borrowed(&few)).unwrap();
+    assert_eq!(prepared(&f), [true, false, true, true]);
+    assert_eq!(f.prepared_bytes(), few_bytes);
+    f.call_once(&borrowed(&few)).unwrap();
+    assert_eq!(f.plans().len(), 4);
+}
+
 #[test]
 fn calls_from_several_threads_agree() {
     let f = Function::new(

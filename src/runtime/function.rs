@@ -11,6 +11,13 @@
 //! `Send` and `Sync`: calls from several threads at once are safe, and a shape is compiled
 //! once however many threads ask for it.
 //!
+//! A shape the caller will not call again soon (generation's prompt) is called with
+//! [`Function::call_once`]: its plan is not kept, and the weights its prologue prepared are
+//! held aside only until the next plan compiles, which shares them where its prologue
+//! computes the same thing and frees them before preparing its own otherwise. So a
+//! prompt's plan laying the weights out for products of many rows and the decode plan's
+//! packed panels never sit in memory together.
+//!
 //! A program with `state`s keeps each state's tensor between calls: zeros at the first
 //! call (of the size that call's dims give), then what the last call left in it. The
 //! native backend writes a call's new slices into that tensor in place (it is the output
@@ -97,7 +104,6 @@ struct Ready {
     /// whose prologue has the same key.
     prepared: Arc<Prepared>,
     prologue: PrologueKey,
-    info: PlanInfo,
 }
 
 /// A checked program with its weights, compiled per set of sizes on first use.
@@ -109,10 +115,9 @@ pub struct Function {
     options: Options,
     budget: u64,
     pool: rayon::ThreadPool,
-    /// By the values of every dim (as in [`Bound::dims`]), oldest first; the lock is held
-    /// while a new shape compiles, so that it compiles once. Shapes and dims determine each
-    /// other, so neither repeats.
-    plans: Mutex<Vec<(Dims, Arc<Ready>)>>,
+    /// What was compiled; the lock is held while a new shape compiles, so that it compiles
+    /// once.
+    plans: Mutex<Plans>,
     /// Each state's tensor, in declaration order; empty before the first call and after a
     /// reset. Its lock serializes the calls of a function with states.
     states: Mutex<Vec<Tensor>>,
@@ -120,6 +125,26 @@ pub struct Function {
 
 /// The values of every dim, as in [`Bound::dims`].
 type Dims = Vec<Option<i64>>;
+
+/// A function's plans.
+#[derive(Default)]
+struct Plans {
+    /// The plans kept, by the values of every dim, oldest first. Shapes and dims determine
+    /// each other, so neither repeats.
+    kept: Vec<(Dims, Arc<Ready>)>,
+    /// The weights the last plan not kept prepared ([`Function::call_once`]), until the
+    /// next plan compiles.
+    spare: Option<(PrologueKey, Arc<Prepared>)>,
+    /// Every plan compiled, kept or not, oldest first.
+    compiled: Vec<PlanInfo>,
+}
+
+/// Whether a call keeps the plan it compiles.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    Plan,
+    Once,
+}
 
 impl Function {
     /// Reads or draws the weights of `program` (which must have no errors): E0302, E0303
@@ -148,7 +173,7 @@ impl Function {
             program,
             params,
             options,
-            plans: Mutex::new(Vec::new()),
+            plans: Mutex::new(Plans::default()),
             states: Mutex::new(Vec::new()),
         })
     }
@@ -172,6 +197,18 @@ impl Function {
     /// them. One contiguous tensor per output, in declaration order, states left out (see
     /// [`Function::state`]).
     pub fn call(&self, inputs: &[Input]) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.call_keeping(inputs, Keep::Plan)
+    }
+
+    /// [`Function::call`] for a shape the caller will not call again soon: a plan compiled
+    /// for it is dropped after the call, and its prepared weights go when the next plan
+    /// compiles, unless that plan shares them (see the module's documentation). A shape
+    /// already kept runs its kept plan.
+    pub fn call_once(&self, inputs: &[Input]) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.call_keeping(inputs, Keep::Once)
+    }
+
+    fn call_keeping(&self, inputs: &[Input], keep: Keep) -> Result<Vec<(String, Tensor)>, RunError> {
         let declared = self.program.inputs.iter().filter(|d| !d.state);
         if inputs.len() != declared.clone().count() {
             let message = format!(
@@ -194,13 +231,13 @@ impl Function {
             }
         }
         if !self.has_state() {
-            return self.run(inputs, &mut Vec::new());
+            return self.run(inputs, &mut Vec::new(), keep);
         }
         let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
         if states.is_empty() {
             *states = self.zero_states(inputs)?;
         }
-        self.run(inputs, &mut states)
+        self.run(inputs, &mut states, keep)
     }
 
     /// Whether the program declares a `state`.
@@ -228,7 +265,12 @@ impl Function {
 
     /// One call on `inputs` (states left out) and the states in `states`, which the call
     /// updates.
-    fn run(&self, inputs: &[Input], states: &mut [Tensor]) -> Result<Vec<(String, Tensor)>, RunError> {
+    fn run(
+        &self,
+        inputs: &[Input],
+        states: &mut [Tensor],
+        keep: Keep,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
         if self.options.backend == Backend::Interp {
             let all = self.with_states(inputs, states);
             let shapes: Vec<&[usize]> = all.iter().map(|i| i.shape).collect();
@@ -238,7 +280,7 @@ impl Function {
             return Ok(outputs);
         }
         let all = self.with_states(inputs, states);
-        let ready = self.ready(&all)?;
+        let ready = self.ready(&all, keep)?;
         let gathered = self.gather(&all)?;
         drop(all);
         // A state's storage is the tensor of its output, not its input.
@@ -352,10 +394,11 @@ impl Function {
 
     /// The executable for the shapes of `inputs`: found by the shapes alone when they were
     /// seen before (binding evaluates the program's shapes, which would cost a small
-    /// program's call several times its kernels), else bound, compiled and prepared.
-    fn ready(&self, inputs: &[Input]) -> Result<Arc<Ready>, RunError> {
+    /// program's call several times its kernels), else bound, compiled and prepared, and
+    /// kept as `keep` says.
+    fn ready(&self, inputs: &[Input], keep: Keep) -> Result<Arc<Ready>, RunError> {
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        let seen = plans.iter().find(|(_, ready)| {
+        let seen = plans.kept.iter().find(|(_, ready)| {
             ready.shapes.len() == inputs.len() && ready.shapes.iter().zip(inputs).all(|(s, i)| s == i.shape)
         });
         if let Some((_, ready)) = seen {
@@ -368,10 +411,13 @@ impl Function {
         let optimized = crate::opt::optimize(hoisted);
         let exe = Executable::compile_within(&optimized.program, dims, self.budget)?;
         let prologue = exe.prologue_key();
-        let shared = plans.iter().find(|(_, ready)| ready.prologue == prologue);
-        let (prepared, fresh) = match shared {
-            Some((_, ready)) => (ready.prepared.clone(), false),
-            None => (Arc::new(exe.prepare(&self.params, &self.pool)?), true),
+        let (prepared, fresh) = match plans.shared(&prologue) {
+            Some(prepared) => (prepared, false),
+            None => {
+                // Freed before the new weights are laid out, not after.
+                plans.spare = None;
+                (Arc::new(exe.prepare(&self.params, &self.pool)?), true)
+            }
         };
         let plan = exe.plan();
         let info = PlanInfo {
@@ -380,15 +426,18 @@ impl Function {
             kernels: plan.prologue.len() + plan.kernels.len(),
             prepared: fresh,
         };
+        plans.compiled.push(info);
         let shapes = shapes.iter().map(|s| s.to_vec()).collect();
         let ready = Arc::new(Ready {
             shapes,
             exe,
             prepared,
             prologue,
-            info,
         });
-        plans.push((dims.to_vec(), ready.clone()));
+        match keep {
+            Keep::Plan => plans.kept.push((dims.to_vec(), ready.clone())),
+            Keep::Once => plans.spare = Some((ready.prologue.clone(), ready.prepared.clone())),
+        }
         Ok(ready)
     }
 
@@ -401,9 +450,41 @@ impl Function {
             .collect()
     }
 
-    /// What has been compiled, oldest first.
+    /// The memory the function holds for weights its plans laid out, each layout once
+    /// however many plans share it.
+    pub fn prepared_bytes(&self) -> usize {
+        self.plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .prepared_bytes()
+    }
+
+    /// What has been compiled, oldest first, the plans of [`Function::call_once`] included.
     pub fn plans(&self) -> Vec<PlanInfo> {
         let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        plans.iter().map(|(_, ready)| ready.info.clone()).collect()
+        plans.compiled.clone()
+    }
+}
+
+impl Plans {
+    /// The bytes of the prepared weights held, each set once however many plans share it.
+    fn prepared_bytes(&self) -> usize {
+        let kept = self.kept.iter().map(|(_, ready)| &ready.prepared);
+        let mut held: Vec<&Arc<Prepared>> = kept.chain(self.spare.iter().map(|(_, p)| p)).collect();
+        held.sort_by_key(|p| Arc::as_ptr(p));
+        held.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        held.iter().map(|p| p.bytes()).sum()
+    }
+
+    /// The weights prepared by a kept plan or held aside whose prologue has `key`.
+    fn shared(&self, key: &PrologueKey) -> Option<Arc<Prepared>> {
+        let kept = self
+            .kept
+            .iter()
+            .map(|(_, ready)| (&ready.prologue, &ready.prepared));
+        let spare = self.spare.iter().map(|(k, prepared)| (k, prepared));
+        kept.chain(spare)
+            .find(|(k, _)| *k == key)
+            .map(|(_, prepared)| prepared.clone())
     }
 }

@@ -19,6 +19,13 @@ pub struct Prepared {
     derived: Vec<f32>,
 }
 
+impl Prepared {
+    /// The memory it holds.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of_val(&self.derived[..])
+    }
+}
+
 /// What a plan's prologue computes, whatever the plan numbers its buffers: each prologue
 /// kernel as [`KernelOp::code_key`] leaves it (its arithmetic, sizes and strides), with the
 /// buffer (kind and length) and offset of each of its operands in [`KernelOp::operands`]'

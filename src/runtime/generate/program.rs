@@ -82,9 +82,16 @@ impl Interface {
         })
     }
 
-    /// Calls `function` on `ids` (one sequence) at `positions`; its logits, `[1, N, V]` or
-    /// the last position's only, `[1, 1, V]` (see [`last_logits`]).
-    fn call(&self, function: &Function, ids: &[f32], positions: &[f32]) -> Result<Tensor, RunError> {
+    /// Calls `function` on `ids` (one sequence) at `positions`, with [`Function::call_once`]
+    /// where `once`; its logits, `[1, N, V]` or the last position's only, `[1, 1, V]` (see
+    /// [`last_logits`]).
+    fn call(
+        &self,
+        function: &Function,
+        ids: &[f32],
+        positions: &[f32],
+        once: bool,
+    ) -> Result<Tensor, RunError> {
         let ids_shape = [1, ids.len()];
         let positions_shape = [positions.len()];
         let mut inputs = vec![
@@ -100,7 +107,10 @@ impl Interface {
                 data: positions,
             };
         }
-        let outputs = function.call(&inputs)?;
+        let outputs = match once {
+            true => function.call_once(&inputs)?,
+            false => function.call(&inputs)?,
+        };
         let (_, logits) = outputs
             .into_iter()
             .find(|(name, _)| name == "logits")
@@ -178,7 +188,10 @@ pub fn capacity_dim(program: &Program) -> Result<Option<String>, RunError> {
     }
 }
 
-/// A program with a cache: the function keeps it between calls.
+/// A program with a cache: the function keeps it between calls. A prompt of several
+/// tokens runs once per generation, each with its own length, so its plan is not kept
+/// ([`Function::call_once`]): its weights, laid out for products of many rows, are freed
+/// before the one-token steps' plan lays out its own.
 pub struct Cached<'f> {
     function: &'f Function,
     interface: Interface,
@@ -207,7 +220,9 @@ impl Model for Cached<'_> {
         // int64 values travel as float32, exact below 2^24 (vocabularies are smaller).
         let ids: Vec<f32> = ids.iter().map(|&id| id as f32).collect();
         let positions: Vec<f32> = (start..end).map(|p| p as f32).collect();
-        let logits = self.interface.call(self.function, &ids, &positions)?;
+        let logits = self
+            .interface
+            .call(self.function, &ids, &positions, ids.len() > 1)?;
         let last = logits.shape.get(1).map_or(0, |n| n.saturating_sub(1));
         logits_row(&logits, last)
     }
@@ -246,7 +261,7 @@ impl Model for Window<'_> {
         let mut padded = self.tokens.clone();
         padded.resize(self.capacity, 0.0);
         let positions: Vec<f32> = (0..self.capacity).map(|p| p as f32).collect();
-        let logits = self.interface.call(self.function, &padded, &positions)?;
+        let logits = self.interface.call(self.function, &padded, &positions, false)?;
         logits_row(&logits, end - 1)
     }
 }
