@@ -188,8 +188,9 @@ pub fn epilogue_shim() -> Option<*const u8> {
 /// Called by JIT code. Where `b` and `c` have unit column strides, `k` is at most 256 and
 /// the CPU has AVX-512, the tile product of [`tile`] runs it without packing (the attention
 /// kernel's tiles: it measured as fast as `gemm` there, and slower for long `k`). Where
-/// the CPU has AVX2 and FMA but not AVX-512, up to 4 rows, and `b` is read by its columns
-/// (`b_rs = 1`: a decode step's `q kᵀ` with the key cache in place), [`dot`]'s dot products;
+/// the CPU has AVX2 and FMA (with AVX-512 or without), up to 4 rows, and `b` is read by its
+/// columns (`b_rs = 1`: a decode step's `q kᵀ` with the key cache in place), [`dot`]'s dot
+/// products, which read each key once where the crate packs them first;
 /// otherwise the `gemm` crate, which picks its AVX-512, AVX2/FMA or scalar kernels at run
 /// time. The choice depends on the shape and the CPU only, never on the thread.
 ///
@@ -256,10 +257,11 @@ pub unsafe extern "C" fn attnc_sgemm(
         && c_rs >= 0
         && k > 0
         && m <= dot::MAX_M as i64
-        && lanes() == Some(Lanes::Eight)
+        && lanes().is_some()
+        && avx2_fma()
     {
         let u = |x: i64| x as usize;
-        // SAFETY: AVX2 and FMA are available (`lanes` checks them), the strides are not
+        // SAFETY: AVX2 and FMA are available (checked), the strides are not
         // negative (checked), and every element the strides reach is inside its allocation
         // (this function's contract): `dot::sgemm`'s contract, `b`'s row `j` (column `j` of
         // the product) at `b + j·b_cs`.

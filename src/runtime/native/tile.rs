@@ -15,6 +15,11 @@
 //! 10. A panel of 32 columns or fewer takes 12 rows by 2 vectors instead. Each sum still
 //! runs over `k` in order, so the bits are those of a plain loop of fused multiply-adds
 //! (`BENCHMARKS.md`, session 13).
+//!
+//! Where all of `a`'s rows are one register block (a decode step's `p · v`: the query
+//! heads of one key/value head), each row of the panel is read once, so a copy would only
+//! add a pass: the block reads `b` where it lies, 64 columns wide (`BENCHMARKS.md`, session
+//! 26).
 
 use super::lane_mask;
 use std::arch::x86_64::*;
@@ -54,9 +59,11 @@ pub unsafe fn sgemm(
     // Uninitialized: only the rows `copy_panel` writes are read.
     let mut panel = Panel([MaybeUninit::uninit(); MAX_K * MAX_NR]);
     let buf = panel.0.as_mut_ptr().cast::<f32>();
-    // A panel stays in L1 (48 KiB here) while every row block reads it: 64 columns up to
-    // `k = 128` (32 KiB), 32 beyond.
-    let widest = if k <= 128 { MAX_NR } else { MAX_NR / 2 };
+    // One block of rows reads each panel once, where it lies; more read a copy, which
+    // stays in L1 (48 KiB here) while every row block reads it: 64 columns up to `k = 128`
+    // (32 KiB), 32 beyond.
+    let direct = m <= WIDE_ROWS;
+    let widest = if k <= 128 || direct { MAX_NR } else { MAX_NR / 2 };
     let mut j = 0;
     while j < n {
         let cols = (n - j).min(widest);
@@ -65,23 +72,27 @@ pub unsafe fn sgemm(
         // contract), and `k <= MAX_K` rows of at most `MAX_NR` fit the buffer.
         // `(b + j, a + 0·a_rs, c + j)` are the first elements of the panel's blocks.
         unsafe {
-            let tile = Tile {
+            let mut tile = Tile {
                 k,
                 c: (c.add(j), c_rs),
                 a: (a, a_rs, a_cs),
-                b: buf.cast_const(),
+                b: (b.add(j), b_rs),
                 alpha,
                 acc,
                 masks,
             };
-            match cols {
-                33.. => {
-                    copy_panel::<4>(k, (b.add(j), b_rs), &masks, buf);
-                    blocks::<4, 6>(m, &tile);
+            match (cols, direct) {
+                (33.., true) => blocks::<4, WIDE_ROWS, true>(m, &tile),
+                (_, true) => blocks::<2, WIDE_ROWS, true>(m, &tile),
+                (33.., false) => {
+                    copy_panel::<4>(k, tile.b, &masks, buf);
+                    tile.b = (buf.cast_const(), 64);
+                    blocks::<4, WIDE_ROWS, false>(m, &tile);
                 }
-                _ => {
-                    copy_panel::<2>(k, (b.add(j), b_rs), &masks, buf);
-                    blocks::<2, 12>(m, &tile);
+                (_, false) => {
+                    copy_panel::<2>(k, tile.b, &masks, buf);
+                    tile.b = (buf.cast_const(), 32);
+                    blocks::<2, 12, false>(m, &tile);
                 }
             }
         }
@@ -89,27 +100,33 @@ pub unsafe fn sgemm(
     }
 }
 
-/// One panel's product: the rows of `a` with the panel of `b`, `c`'s and `a`'s pointers at
-/// the panel's first row, and the lanes of the panel's columns.
+/// The rows of a register block 4 vectors wide.
+const WIDE_ROWS: usize = 6;
+
+/// One panel's product: the rows of `a` with the panel of `b` (its first element and row
+/// stride: in place, or its copy), `c`'s and `a`'s pointers at the panel's first row, and
+/// the lanes of the panel's columns.
 struct Tile {
     k: usize,
     c: (*mut f32, usize),
     a: (*const f32, usize, usize),
-    b: *const f32,
+    b: (*const f32, usize),
     alpha: f32,
     acc: bool,
     masks: [u16; 4],
 }
 
-/// The `m` rows of one panel in register blocks of `MR` rows (the last one fewer).
+/// The `m` rows of one panel in register blocks of `MR` rows (the last one fewer), the
+/// panel in place where `DIRECT`, else a copy.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `t.b` holds `t.k` rows of `16·V` floats, 64-byte aligned; for
-/// `i < m`, `p < k` and the columns `j` whose lane is set in `t.masks`, `c + i·c_rs + j` and
-/// `a + i·a_rs + p·a_cs` are inside their allocations.
+/// The CPU has AVX-512F; for `p < k` and the columns `j` whose lane is set in `t.masks`,
+/// `t.b`'s element `p·b_rs + j` is inside its allocation, and a copy (not `DIRECT`) holds
+/// `t.k` rows of `16·V` floats, 64-byte aligned; for `i < m`, `p < k` and those columns,
+/// `c + i·c_rs + j` and `a + i·a_rs + p·a_cs` are inside their allocations.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn blocks<const V: usize, const MR: usize>(m: usize, t: &Tile) {
+unsafe fn blocks<const V: usize, const MR: usize, const DIRECT: bool>(m: usize, t: &Tile) {
     let mut i = 0;
     while i < m {
         let rows = (m - i).min(MR);
@@ -117,18 +134,18 @@ unsafe fn blocks<const V: usize, const MR: usize>(m: usize, t: &Tile) {
         unsafe {
             let (c, a) = (t.c.0.add(i * t.c.1), t.a.0.add(i * t.a.1));
             match rows {
-                12 if MR >= 12 => block::<12, V>(t, c, a),
-                11 if MR >= 11 => block::<11, V>(t, c, a),
-                10 if MR >= 10 => block::<10, V>(t, c, a),
-                9 if MR >= 9 => block::<9, V>(t, c, a),
-                8 if MR >= 8 => block::<8, V>(t, c, a),
-                7 if MR >= 7 => block::<7, V>(t, c, a),
-                6 => block::<6, V>(t, c, a),
-                5 => block::<5, V>(t, c, a),
-                4 => block::<4, V>(t, c, a),
-                3 => block::<3, V>(t, c, a),
-                2 => block::<2, V>(t, c, a),
-                _ => block::<1, V>(t, c, a),
+                12 if MR >= 12 => block::<12, V, DIRECT>(t, c, a),
+                11 if MR >= 11 => block::<11, V, DIRECT>(t, c, a),
+                10 if MR >= 10 => block::<10, V, DIRECT>(t, c, a),
+                9 if MR >= 9 => block::<9, V, DIRECT>(t, c, a),
+                8 if MR >= 8 => block::<8, V, DIRECT>(t, c, a),
+                7 if MR >= 7 => block::<7, V, DIRECT>(t, c, a),
+                6 => block::<6, V, DIRECT>(t, c, a),
+                5 => block::<5, V, DIRECT>(t, c, a),
+                4 => block::<4, V, DIRECT>(t, c, a),
+                3 => block::<3, V, DIRECT>(t, c, a),
+                2 => block::<2, V, DIRECT>(t, c, a),
+                _ => block::<1, V, DIRECT>(t, c, a),
             }
         }
         i += rows;
@@ -170,21 +187,25 @@ unsafe fn copy_panel<const V: usize>(
 /// `R × V` sums, and per step of `k`, `V` loads of the panel's row and `R` broadcasts.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `t.b` holds `t.k` rows of `16·V` floats, 64-byte aligned; for
-/// `r < R`, `p < k` and every column `j` whose lane is set in `t.masks`, the elements
-/// `c + r·c_rs + j` and `a + r·a_rs + p·a_cs` are inside their allocations: [`blocks`]
-/// passes a block of its tile, whose contract says so.
+/// [`blocks`]' contract for `t`, and for `r < R`, `p < k` and every column `j` whose lane
+/// is set in `t.masks`, the elements `c + r·c_rs + j` and `a + r·a_rs + p·a_cs` are inside
+/// their allocations: [`blocks`] passes a block of its tile, whose contract says so.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn block<const R: usize, const V: usize>(t: &Tile, c: *mut f32, a: *const f32) {
-    let ((_, a_rs, a_cs), c_rs) = (t.a, t.c.1);
+unsafe fn block<const R: usize, const V: usize, const DIRECT: bool>(t: &Tile, c: *mut f32, a: *const f32) {
+    let ((_, a_rs, a_cs), c_rs, (b, b_rs)) = (t.a, t.c.1, t.b);
     let mut s = [[_mm512_setzero_ps(); V]; R];
     for p in 0..t.k {
-        // SAFETY: row `p` of the panel holds `16·V` floats, aligned; column `p` of `a` is
-        // inside the tile.
+        // SAFETY: in place, the lanes set of row `p` of the panel are inside `b` (contract);
+        // a vector past a narrower panel's columns has mask 0, touches no memory, and is
+        // formed with `wrapping_add`. A copy's row `p` holds `16·V` floats, aligned. Column
+        // `p` of `a` is inside the tile.
         unsafe {
-            let row = t.b.add(p * 16 * V);
-            let b: [__m512; V] = std::array::from_fn(|v| _mm512_load_ps(row.add(16 * v)));
+            let row = b.wrapping_add(p * b_rs);
+            let b: [__m512; V] = std::array::from_fn(|v| match DIRECT {
+                true => _mm512_maskz_loadu_ps(t.masks[v], row.wrapping_add(16 * v)),
+                false => _mm512_load_ps(row.add(16 * v)),
+            });
             for (i, s) in s.iter_mut().enumerate() {
                 let x = _mm512_set1_ps(*a.add(i * a_rs + p * a_cs));
                 for (s, &b) in s.iter_mut().zip(&b) {
