@@ -46,6 +46,7 @@ pub unsafe fn sgemm(
     while j < n {
         let keys = (n - j).min(KEYS);
         let mask = lane_mask8(keys);
+        ask_ahead(b.wrapping_add((j + AHEAD) * b_rs), b_rs, k);
         for i in 0..m {
             let out = Out {
                 at: c.wrapping_add(i * c_rs + j),
@@ -70,6 +71,22 @@ pub unsafe fn sgemm(
             }
         }
         j += keys;
+    }
+}
+
+/// Keys ahead of the group being scored whose rows are asked of the cache: the keys of a
+/// decode step's tile stream from memory, each read once.
+const AHEAD: usize = 2 * KEYS;
+
+/// Asks the cache for the rows of `KEYS` keys from `first` (`b_rs` apart, `k` floats each),
+/// a cache line at a time.
+#[target_feature(enable = "sse")]
+fn ask_ahead(first: *const f32, b_rs: usize, k: usize) {
+    for t in 0..KEYS {
+        for p in (0..k).step_by(16) {
+            // A prefetch reads nothing and faults on nothing, so it may point past the keys.
+            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(t * b_rs + p).cast());
+        }
     }
 }
 

@@ -103,6 +103,10 @@ pub unsafe fn sgemm(
 /// The rows of a register block 4 vectors wide.
 const WIDE_ROWS: usize = 6;
 
+/// Rows ahead of the step being multiplied whose panel row is asked of the cache where the
+/// panel is read in place.
+const AHEAD: usize = 8;
+
 /// One panel's product: the rows of `a` with the panel of `b` (its first element and row
 /// stride: in place, or its copy), `c`'s and `a`'s pointers at the panel's first row, and
 /// the lanes of the panel's columns.
@@ -202,6 +206,13 @@ unsafe fn block<const R: usize, const V: usize, const DIRECT: bool>(t: &Tile, c:
         // `p` of `a` is inside the tile.
         unsafe {
             let row = b.wrapping_add(p * b_rs);
+            if DIRECT {
+                // In place, `b` streams from memory, each row read once; a prefetch reads
+                // nothing and faults on nothing, so it may point past the panel.
+                for v in 0..V {
+                    _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(AHEAD * b_rs + 16 * v).cast());
+                }
+            }
             let b: [__m512; V] = std::array::from_fn(|v| match DIRECT {
                 true => _mm512_maskz_loadu_ps(t.masks[v], row.wrapping_add(16 * v)),
                 false => _mm512_load_ps(row.add(16 * v)),
