@@ -76,7 +76,7 @@ pub unsafe fn sgemm(
 
 /// Keys ahead of the group being scored whose rows are asked of the cache: the keys of a
 /// decode step's tile stream from memory, each read once.
-const AHEAD: usize = 2 * KEYS;
+const AHEAD: usize = 4 * KEYS;
 
 /// Asks the cache for the rows of `KEYS` keys from `first` (`b_rs` apart, `k` floats each),
 /// a cache line at a time.

@@ -105,7 +105,7 @@ const WIDE_ROWS: usize = 6;
 
 /// Rows ahead of the step being multiplied whose panel row is asked of the cache where the
 /// panel is read in place.
-const AHEAD: usize = 8;
+const AHEAD: usize = 16;
 
 /// One panel's product: the rows of `a` with the panel of `b` (its first element and row
 /// stride: in place, or its copy), `c`'s and `a`'s pointers at the panel's first row, and
