@@ -85,13 +85,11 @@ pub unsafe fn sgemm(
                 (33.., true) => blocks::<4, WIDE_ROWS, true>(m, &tile),
                 (_, true) => blocks::<2, WIDE_ROWS, true>(m, &tile),
                 (33.., false) => {
-                    copy_panel::<4>(k, tile.b, &masks, buf);
-                    tile.b = (buf.cast_const(), 64);
+                    tile.b = copy_panel::<4>(k, tile.b, &masks, buf);
                     blocks::<4, WIDE_ROWS, false>(m, &tile);
                 }
                 (_, false) => {
-                    copy_panel::<2>(k, tile.b, &masks, buf);
-                    tile.b = (buf.cast_const(), 32);
+                    tile.b = copy_panel::<2>(k, tile.b, &masks, buf);
                     blocks::<2, 12, false>(m, &tile);
                 }
             }
@@ -157,7 +155,8 @@ unsafe fn blocks<const V: usize, const MR: usize, const DIRECT: bool>(m: usize, 
 }
 
 /// Copies `k` rows of one panel of `b`, `V` vectors wide (the lanes set in the masks; the
-/// others are zero) to `panel`, row after row.
+/// others are zero) to `panel`, row after row; returns the copy as [`Tile::b`] reads it
+/// (its first element and row stride).
 ///
 /// # Safety
 /// The CPU has AVX-512F; `panel` is a [`Panel`]'s buffer and `k <= MAX_K`; for `p < k` and
@@ -170,7 +169,7 @@ unsafe fn copy_panel<const V: usize>(
     (b, b_rs): (*const f32, usize),
     masks: &[u16; 4],
     panel: *mut f32,
-) {
+) -> (*const f32, usize) {
     for p in 0..k {
         for (v, &mask) in masks.iter().take(V).enumerate() {
             // SAFETY: row `p` of the panel is inside `b` for the lanes set (contract); a
@@ -185,6 +184,7 @@ unsafe fn copy_panel<const V: usize>(
             }
         }
     }
+    (panel.cast_const(), 16 * V)
 }
 
 /// One block of `R` rows by the panel's `16·V` columns (fewer where the masks say so):
