@@ -16,10 +16,11 @@
 
 use super::RunError;
 use crate::kernel::{BufferKind, Kernel, KernelOp, Plan};
-use rayon::prelude::*;
+use crew::Crew;
 use std::sync::{Mutex, OnceLock};
 
 mod copy;
+mod crew;
 #[cfg(target_arch = "x86_64")]
 mod dot;
 #[cfg(target_arch = "x86_64")]
@@ -597,21 +598,30 @@ pub fn execute(
     // costs more than it saves: the caller runs every task. Tasks are the same either way.
     let work: f64 = kernels.iter().map(|k| k.op.work()).sum();
     let inline = pool.current_num_threads() == 1 || work < SMALL;
-    let mut body = || -> Result<(), Stop> {
+    let mut body = |crew: Option<&Crew>| -> Result<(), Stop> {
         let mut written = scatter::Written::default();
         for (ki, (kernel, &f)) in kernels.iter().zip(&fns).enumerate() {
             let start = times.is_some().then(std::time::Instant::now);
-            run_kernel(kernel, f, &bases, scratch, inline, &mut written)?;
+            run_kernel(kernel, f, &bases, scratch, crew, &mut written)?;
             if let (Some(times), Some(start)) = (times.as_deref_mut(), start) {
                 times[ki] += start.elapsed().as_secs_f64();
             }
         }
         Ok(())
     };
-    match inline {
-        true => body(),
-        false => pool.install(&mut body),
+    if inline {
+        return body(None);
     }
+    // The pool's other threads help with every kernel of the call, awake in between.
+    pool.install(|| {
+        let crew = Crew::default();
+        rayon::scope(|s| {
+            for _ in 1..pool.current_num_threads() {
+                s.spawn(|_| crew.help());
+            }
+            crew.lead(|crew| body(Some(crew)))
+        })
+    })
 }
 
 /// What runs a kernel's tasks: its compiled function, or the host's copy of its rows.
@@ -623,14 +633,14 @@ enum Work<'a> {
 
 /// Runs one kernel of a plan: a scatter on the calling thread (undoing every write of the
 /// call so far where its positions are refused, see [`scatter::Written`]), any other kernel's tasks
-/// over the pool (or on the calling thread where `inline`): its function's, or, with no
+/// over the crew (or on the calling thread alone without one): its function's, or, with no
 /// function, a copy's rows on the host ([`crate::codegen::on_host`]).
 fn run_kernel(
     kernel: &Kernel,
     f: Option<KernelFn>,
     bases: &Args,
     scratch: &[Mutex<Vec<f32>>],
-    inline: bool,
+    crew: Option<&Crew>,
     written: &mut scatter::Written,
 ) -> Result<(), Stop> {
     let args = Args(
@@ -691,11 +701,15 @@ fn run_kernel(
             // `validate` proved disjoint and never read by another task: no race.
             unsafe { f(args.table(), s.as_mut_ptr(), begin, end) }
         };
-        let parallel = !inline && tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4);
-        if parallel {
-            (0..tasks).into_par_iter().for_each(|t| run(t, t + 1));
-        } else if tasks > 0 {
-            run(0, tasks);
+        let crew = crew.filter(|_| tasks > 1 && !matches!(kernel.op, KernelOp::Map(_) if tasks < 4));
+        match crew {
+            Some(crew) => {
+                let tasks = u32::try_from(tasks)
+                    .map_err(|_| Stop::from("a kernel has more tasks than a call runs"))?;
+                crew.run(tasks, &|t| run(t, t + 1));
+            }
+            None if tasks > 0 => run(0, tasks),
+            None => {}
         }
     }
     Ok(())
