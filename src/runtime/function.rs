@@ -467,10 +467,19 @@ impl Function {
 }
 
 impl Plans {
+    /// The prepared weights held, by the kept plans then aside, with their prologue's key
+    /// (a set shared by several plans appears once for each).
+    fn held(&self) -> impl Iterator<Item = (&PrologueKey, &Arc<Prepared>)> {
+        let kept = self
+            .kept
+            .iter()
+            .map(|(_, ready)| (&ready.prologue, &ready.prepared));
+        kept.chain(self.spare.iter().map(|(key, prepared)| (key, prepared)))
+    }
+
     /// The bytes of the prepared weights held, each set once however many plans share it.
     fn prepared_bytes(&self) -> usize {
-        let kept = self.kept.iter().map(|(_, ready)| &ready.prepared);
-        let mut held: Vec<&Arc<Prepared>> = kept.chain(self.spare.iter().map(|(_, p)| p)).collect();
+        let mut held: Vec<&Arc<Prepared>> = self.held().map(|(_, prepared)| prepared).collect();
         held.sort_by_key(|p| Arc::as_ptr(p));
         held.dedup_by(|a, b| Arc::ptr_eq(a, b));
         held.iter().map(|p| p.bytes()).sum()
@@ -478,12 +487,7 @@ impl Plans {
 
     /// The weights prepared by a kept plan or held aside whose prologue has `key`.
     fn shared(&self, key: &PrologueKey) -> Option<Arc<Prepared>> {
-        let kept = self
-            .kept
-            .iter()
-            .map(|(_, ready)| (&ready.prologue, &ready.prepared));
-        let spare = self.spare.iter().map(|(k, prepared)| (k, prepared));
-        kept.chain(spare)
+        self.held()
             .find(|(k, _)| *k == key)
             .map(|(_, prepared)| prepared.clone())
     }

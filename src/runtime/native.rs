@@ -613,15 +613,8 @@ pub fn execute(
         return body(None);
     }
     // The pool's other threads help with every kernel of the call, awake in between.
-    pool.install(|| {
-        let crew = Crew::default();
-        rayon::scope(|s| {
-            for _ in 1..pool.current_num_threads() {
-                s.spawn(|_| crew.help());
-            }
-            crew.lead(|crew| body(Some(crew)))
-        })
-    })
+    let helpers = pool.current_num_threads() - 1;
+    crew::gather(pool, helpers, |crew| body(Some(crew)))
 }
 
 /// What runs a kernel's tasks: its compiled function, or the host's copy of its rows.

@@ -21,6 +21,7 @@ use std::sync::Mutex;
 const SPINS: u32 = 1 << 14;
 
 /// The shared state of one call's threads.
+#[derive(Default)]
 pub struct Crew {
     /// The current kernel's number (high 32 bits, 0 before the first) and its next
     /// unclaimed task (low 32 bits): one word, so that a claim names its kernel.
@@ -42,19 +43,6 @@ pub struct Crew {
 
 /// A kernel's work: runs task `t`.
 type Job<'a> = &'a (dyn Fn(i64) + Sync);
-
-impl Default for Crew {
-    fn default() -> Self {
-        Crew {
-            state: AtomicU64::new(0),
-            tasks: AtomicU64::new(0),
-            done: AtomicU64::new(0),
-            job: AtomicPtr::new(std::ptr::null_mut()),
-            finished: AtomicBool::new(false),
-            panicked: Mutex::new(None),
-        }
-    }
-}
 
 impl Crew {
     /// Runs tasks `0..tasks` of `job` on this thread and on every helper that joins,
@@ -80,7 +68,7 @@ impl Crew {
         }
     }
 
-    /// A helper's part: the tasks of each kernel it sees, until [`Crew::lead`]'s body returns.
+    /// A helper's part: the tasks of each kernel it sees, until [`gather`]'s body returns.
     pub fn help(&self) {
         let (mut seen, mut idle) = (0, 0);
         while !self.finished.load(Ordering::Acquire) {
@@ -93,19 +81,6 @@ impl Crew {
             idle = 0;
             self.work(kernel);
         }
-    }
-
-    /// Runs `body` with this crew; the helpers return when it does, even by a panic.
-    pub fn lead<T>(&self, body: impl FnOnce(&Crew) -> T) -> T {
-        /// Tells the helpers that the call has no more kernels when dropped.
-        struct Finish<'a>(&'a AtomicBool);
-        impl Drop for Finish<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Release);
-            }
-        }
-        let _finish = Finish(&self.finished);
-        body(self)
     }
 
     /// Claims and runs tasks of `kernel` while it is current and has tasks left.
@@ -142,6 +117,28 @@ impl Crew {
     }
 }
 
+/// Runs `body` on `pool` with a crew of the calling pool thread and `helpers` helpers
+/// spawned on the pool; the helpers return when `body` does, even by a panic.
+pub fn gather<T: Send>(pool: &rayon::ThreadPool, helpers: usize, body: impl FnOnce(&Crew) -> T + Send) -> T {
+    /// Tells the helpers that the call has no more kernels when dropped.
+    struct Finish<'a>(&'a AtomicBool);
+    impl Drop for Finish<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    pool.install(|| {
+        let crew = Crew::default();
+        rayon::scope(|s| {
+            for _ in 0..helpers {
+                s.spawn(|_| crew.help());
+            }
+            let _finish = Finish(&crew.finished);
+            body(&crew)
+        })
+    })
+}
+
 /// One idle poll: a spin hint, and past [`SPINS`] polls, the core yielded too.
 fn pause(idle: &mut u32) {
     if *idle < SPINS {
@@ -154,7 +151,7 @@ fn pause(idle: &mut u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::Crew;
+    use super::gather;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     /// Kernels `0..kernels`, each of `tasks(k)` tasks, run by a crew of the pool's threads:
@@ -173,26 +170,18 @@ mod tests {
             .num_threads(threads)
             .build()
             .unwrap();
-        pool.install(|| {
-            let crew = Crew::default();
-            rayon::scope(|s| {
-                for _ in 0..helpers {
-                    s.spawn(|_| crew.help());
-                }
-                crew.lead(|crew| {
-                    for k in 0..kernels {
-                        crew.run(tasks(k), &|t| {
-                            let t = t as usize;
-                            let v = values[t].load(Ordering::Relaxed);
-                            // A task long enough that another kernel's run of task `t`
-                            // started before this one ended would lose an update.
-                            (0..200).for_each(|_| std::hint::spin_loop());
-                            values[t].store(v + 1, Ordering::Relaxed);
-                            runs[t].fetch_add(1, Ordering::Relaxed);
-                        });
-                    }
-                })
-            })
+        gather(&pool, helpers, |crew| {
+            for k in 0..kernels {
+                crew.run(tasks(k), &|t| {
+                    let t = t as usize;
+                    let v = values[t].load(Ordering::Relaxed);
+                    // A task long enough that another kernel's run of task `t` started
+                    // before this one ended would lose an update.
+                    (0..200).for_each(|_| std::hint::spin_loop());
+                    values[t].store(v + 1, Ordering::Relaxed);
+                    runs[t].fetch_add(1, Ordering::Relaxed);
+                });
+            }
         });
         let take = |v: Vec<AtomicU64>| v.into_iter().map(AtomicU64::into_inner).collect();
         (take(values), take(runs))
@@ -228,21 +217,13 @@ mod tests {
         for round in 0..10 {
             let runs = AtomicU64::new(0);
             let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pool.install(|| {
-                    let crew = Crew::default();
-                    rayon::scope(|s| {
-                        for _ in 0..2 {
-                            s.spawn(|_| crew.help());
-                        }
-                        crew.lead(|crew| {
-                            crew.run(64, &|t| {
-                                std::thread::sleep(std::time::Duration::from_micros(50));
-                                runs.fetch_add(1, Ordering::Relaxed);
-                                assert_ne!(t, 17, "task 17 fails");
-                            });
-                            assert_eq!(runs.load(Ordering::Relaxed), 64, "a task ran after `run`");
-                        })
-                    })
+                gather(&pool, 2, |crew| {
+                    crew.run(64, &|t| {
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                        runs.fetch_add(1, Ordering::Relaxed);
+                        assert_ne!(t, 17, "task 17 fails");
+                    });
+                    assert_eq!(runs.load(Ordering::Relaxed), 64, "a task ran after `run`");
                 })
             }));
             let payload = caught.expect_err("the task's panic reaches the caller");
