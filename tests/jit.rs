@@ -186,11 +186,12 @@ output y = h @ v
 #[test]
 fn copies_run_on_the_host_without_code() {
     // The seed module's prologue scales the query's weight and bias by the attention's
-    // scale, concatenates the Q/K/V weights and lays two weights out in panels, and its
-    // main kernels lay `k` out as `kᵀ`: copies, scaled or not, run by the executor, which
-    // every test above checks for their values. The prologue compiles nothing.
+    // scale and concatenates the Q/K/V weights, and at 512 query rows (8 blocks: more than
+    // read the keys in place) its main kernels lay `k` out as `kᵀ`: copies, scaled or not,
+    // run by the executor, which every test above checks for their values. The prologue
+    // compiles nothing.
     let prog =
-        attnc::opt::optimize(&program(&example("self_attention.attn"), &[("B", 1), ("N", 16)])).program;
+        attnc::opt::optimize(&program(&example("self_attention.attn"), &[("B", 1), ("N", 512)])).program;
     let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
     let exe = Executable::compile(&prog, &dims).unwrap();
     let plan = exe.plan();
@@ -214,6 +215,25 @@ fn copies_run_on_the_host_without_code() {
     let coded = plan.kernels.iter().filter(|k| !attnc::codegen::on_host(&k.op));
     let keys: std::collections::HashSet<String> = coded.map(|k| format!("{:?}", k.op.code_key())).collect();
     assert_eq!(exe.functions(), keys.len(), "{labels:?}");
+}
+
+#[test]
+fn keys_are_laid_out_as_kt_only_for_many_query_blocks() {
+    // The seed module's `k` is a slice of the fused projection: up to 4 blocks of 64 query
+    // rows the attention reads it in place, beyond them after one layout copy.
+    for (n, copies) in [(16, 0), (128, 0), (256, 0), (257, 1), (512, 1)] {
+        let prog =
+            attnc::opt::optimize(&program(&example("self_attention.attn"), &[("B", 2), ("N", n)])).program;
+        let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
+        let exe = Executable::compile(&prog, &dims).unwrap();
+        let layouts = exe
+            .plan()
+            .kernels
+            .iter()
+            .filter(|k| k.label.contains("kT layout"))
+            .count();
+        assert_eq!(layouts, copies, "N {n}");
+    }
 }
 
 /// Runs `program` both ways on drawn tensors whose input `mask` is set by `keep(b, i, j)`.

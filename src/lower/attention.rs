@@ -245,9 +245,14 @@ impl Lowerer<'_> {
             (_, KeyOperand::Transposed(kt)) => (Some(kt), self.view(kt)?, self.view(v)?, None),
             (_, KeyOperand::Keys(k)) => (Some(k), transposed(self.view(k)?)?, self.view(v)?, None),
         };
-        // The tile product wants kᵀ key-contiguous: the projection writes it so where it
-        // can, else one layout copy (not one per tile). A cache is read as it is.
-        if let Some(kt_id) = kt_id.filter(|_| kt.strides.last().is_some_and(|&s| s != 1) && kt.numel() > 1) {
+        // The tile product reads kᵀ key-contiguous, or each key's row contiguous (copying
+        // each panel transposed, once per block of query rows): the projection writes it
+        // so where it can, else one layout copy (not one per tile). A cache is read as it is.
+        let rk = kt.strides.len();
+        let unit = |axis: usize| kt.strides.get(axis) == Some(&1);
+        let in_place = rk >= 2 && unit(rk - 2) && few_query_blocks(out_shape[r - 2]);
+        let read_as_is = rk < 2 || unit(rk - 1) || in_place || kt.numel() <= 1;
+        if let Some(kt_id) = kt_id.filter(|_| !read_as_is) {
             kt = match self.relayout(kt_id, &kt) {
                 Some(v) => v,
                 None => self.copy(&kt, format!("{} (kT layout)", self.label(id))),
@@ -316,4 +321,17 @@ impl Lowerer<'_> {
         self.attention_kernel(self.label(id), a);
         Ok(out)
     }
+}
+
+/// Blocks of query rows up to which the attention kernel reads each key where the
+/// projection wrote it, copying a tile's panel of keys transposed for every block, rather
+/// than after a layout copy of all the keys: the transposes cost a block each, the layout
+/// copy a kernel of its own. Seed module at 2 threads, builds taking turns (`BENCHMARKS.md`,
+/// "Keys read in place"): 1, 2 and 4 blocks a head 2–8 % faster in place, 8 and 32 blocks
+/// 2–6 % slower.
+const IN_PLACE_QUERY_BLOCKS: usize = 4;
+
+/// Whether `n` query rows make few enough blocks to read the keys in place.
+fn few_query_blocks(n: usize) -> bool {
+    n.div_ceil(attention_blocks(n, 1).0) <= IN_PLACE_QUERY_BLOCKS
 }

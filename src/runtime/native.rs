@@ -34,6 +34,8 @@ mod scatter;
 #[cfg(target_arch = "x86_64")]
 mod softmax;
 mod tile;
+#[cfg(target_arch = "x86_64")]
+mod transpose;
 
 /// The low `lanes` bits set (at most 16): the mask of a partial vector of 16 floats.
 #[cfg(target_arch = "x86_64")]
@@ -191,7 +193,9 @@ pub fn epilogue_shim() -> Option<*const u8> {
 /// kernel's tiles: it measured as fast as `gemm` there, and slower for long `k`). Where
 /// the CPU has AVX2 and FMA (with AVX-512 or without), up to 4 rows, and `b` is read by its
 /// columns (`b_rs = 1`: a decode step's `q kᵀ` with the key cache in place), [`dot`]'s dot
-/// products, which read each key once where the crate packs them first;
+/// products, which read each key once where the crate packs them first; with more rows
+/// and AVX-512, the tile product copying `b`'s columns transposed (`q kᵀ` with the keys in
+/// the fused projection's result, where a layout copy of all of them took a kernel);
 /// otherwise the `gemm` crate, which picks its AVX-512, AVX2/FMA or scalar kernels at run
 /// time. The choice depends on the shape and the CPU only, never on the thread.
 ///
@@ -242,7 +246,7 @@ pub unsafe extern "C" fn attnc_sgemm(
                 (u(m), u(n), u(k)),
                 (c, u(c_rs)),
                 (a, u(a_rs), u(a_cs)),
-                (b, u(b_rs)),
+                tile::Right::Rows(b, u(b_rs)),
                 alpha,
                 acc != 0,
             )
@@ -272,6 +276,33 @@ pub unsafe extern "C" fn attnc_sgemm(
                 (c, u(c_rs)),
                 (a, u(a_rs)),
                 (b, u(b_cs)),
+                alpha,
+                acc != 0,
+            )
+        };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if b_rs == 1
+        && c_cs == 1
+        && a_rs >= 0
+        && a_cs >= 0
+        && b_cs >= 0
+        && c_rs >= 0
+        && k > 0
+        && k <= tile::MAX_K as i64
+        && use_tile()
+    {
+        let u = |x: i64| x as usize;
+        // SAFETY: AVX-512F is available (checked), the strides are not negative (checked),
+        // and every element the strides reach is inside its allocation (this function's
+        // contract): the contract of `tile::sgemm`, `b`'s column `j` at `b + j·b_cs`.
+        unsafe {
+            tile::sgemm(
+                (u(m), u(n), u(k)),
+                (c, u(c_rs)),
+                (a, u(a_rs), u(a_cs)),
+                tile::Right::Columns(b, u(b_cs)),
                 alpha,
                 acc != 0,
             )

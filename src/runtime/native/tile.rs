@@ -1,7 +1,8 @@
 //! An AVX-512 tile product for tiles the `gemm` crate would have to pack: the attention
-//! kernel's `scale · q kᵀ` (with `kᵀ` laid out key-contiguous) and `p · v`. Both have a
-//! right operand whose rows are contiguous. Partial tiles use masked loads and stores, so
-//! nothing outside the tile is touched.
+//! kernel's `scale · q kᵀ` and `p · v`. `v` and a `kᵀ` laid out key-contiguous have
+//! contiguous rows; keys read where the projection wrote them have contiguous columns
+//! ([`Right::Columns`]), and their panel is copied through 16 × 16 transposes in registers.
+//! Partial tiles use masked loads and stores, so nothing outside the tile is touched.
 //!
 //! The rows of `b` lie far apart in memory (`kᵀ` at a stride of the sequence, `v` at the
 //! fused projection's `3·D`): a multiple of 4 KiB, so every row of a panel falls in the same
@@ -22,6 +23,7 @@
 //! 26).
 
 use super::lane_mask;
+use super::transpose::transpose;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
@@ -40,8 +42,18 @@ const MAX_NR: usize = 64;
 #[repr(align(64))]
 struct Panel([MaybeUninit<f32>; MAX_K * MAX_NR]);
 
-/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ c[i, j] when acc)`, with unit column strides
-/// for `b` and `c`.
+/// The right operand of a tile product: its first element and how its elements lie.
+#[derive(Clone, Copy)]
+pub enum Right {
+    /// `b[p, j]` at `p·rs + j`: rows contiguous (`kᵀ` laid out key-contiguous, `v`).
+    Rows(*const f32, usize),
+    /// `b[p, j]` at `j·cs + p`: columns contiguous (the keys read in place as `kᵀ`, each
+    /// key's row its column), copied to the panel through 16 × 16 transposes.
+    Columns(*const f32, usize),
+}
+
+/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ c[i, j] when acc)`, with a unit column stride
+/// for `c`.
 ///
 /// # Safety
 /// The CPU has AVX-512F ([`available`]), `k <= MAX_K`, and every element the strides reach
@@ -52,7 +64,7 @@ pub unsafe fn sgemm(
     (m, n, k): (usize, usize, usize),
     (c, c_rs): (*mut f32, usize),
     (a, a_rs, a_cs): (*const f32, usize, usize),
-    (b, b_rs): (*const f32, usize),
+    b: Right,
     alpha: f32,
     acc: bool,
 ) {
@@ -61,8 +73,8 @@ pub unsafe fn sgemm(
     let buf = panel.0.as_mut_ptr().cast::<f32>();
     // One block of rows reads each panel once, where it lies; more read a copy, which
     // stays in L1 (48 KiB here) while every row block reads it: 64 columns up to `k = 128`
-    // (32 KiB), 32 beyond.
-    let direct = m <= WIDE_ROWS;
+    // (32 KiB), 32 beyond. Columns are always copied: the copy is their transpose.
+    let direct = m <= WIDE_ROWS && matches!(b, Right::Rows(..));
     let widest = if k <= 128 || direct { MAX_NR } else { MAX_NR / 2 };
     let mut j = 0;
     while j < n {
@@ -70,26 +82,33 @@ pub unsafe fn sgemm(
         let masks = std::array::from_fn(|v| lane_mask(cols.saturating_sub(16 * v)));
         // SAFETY: the panel's columns are inside the tile for the lanes set (caller's
         // contract), and `k <= MAX_K` rows of at most `MAX_NR` fit the buffer.
-        // `(b + j, a + 0·a_rs, c + j)` are the first elements of the panel's blocks.
+        // `(b + j, a + 0·a_rs, c + j)` are the first elements of the panel's blocks (`b +
+        // j·cs` with columns contiguous).
         unsafe {
             let mut tile = Tile {
                 k,
                 c: (c.add(j), c_rs),
                 a: (a, a_rs, a_cs),
-                b: (b.add(j), b_rs),
+                b: (buf.cast_const(), 0),
                 alpha,
                 acc,
                 masks,
             };
-            match (cols, direct) {
-                (33.., true) => blocks::<4, WIDE_ROWS, true>(m, &tile),
-                (_, true) => blocks::<2, WIDE_ROWS, true>(m, &tile),
-                (33.., false) => {
-                    tile.b = copy_panel::<4>(k, tile.b, &masks, buf);
+            match (cols, direct, b) {
+                (33.., true, Right::Rows(b, rs)) => {
+                    tile.b = (b.add(j), rs);
+                    blocks::<4, WIDE_ROWS, true>(m, &tile)
+                }
+                (_, true, Right::Rows(b, rs)) => {
+                    tile.b = (b.add(j), rs);
+                    blocks::<2, WIDE_ROWS, true>(m, &tile)
+                }
+                (33.., ..) => {
+                    tile.b = copy::<4>(k, (b, j, cols), &masks, buf);
                     blocks::<4, WIDE_ROWS, false>(m, &tile);
                 }
-                (_, false) => {
-                    tile.b = copy_panel::<2>(k, tile.b, &masks, buf);
+                _ => {
+                    tile.b = copy::<2>(k, (b, j, cols), &masks, buf);
                     blocks::<2, 12, false>(m, &tile);
                 }
             }
@@ -154,14 +173,38 @@ unsafe fn blocks<const V: usize, const MR: usize, const DIRECT: bool>(m: usize, 
     }
 }
 
+/// Copies the panel of `b` from column `j`, `cols` wide (at most `16·V`), to `panel`, by
+/// [`copy_panel`] or [`copy_columns`]; returns the copy as [`Tile::b`] reads it.
+///
+/// # Safety
+/// As for [`copy_panel`] or [`copy_columns`], whichever `b` calls for: the panel's
+/// columns `j..j + cols` are the tile's, and the masks set the lanes of its `cols`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn copy<const V: usize>(
+    k: usize,
+    (b, j, cols): (Right, usize, usize),
+    masks: &[u16; 4],
+    panel: *mut f32,
+) -> (*const f32, usize) {
+    // SAFETY: this function's contract, the panel's first element `b + j` (rows
+    // contiguous) or `b + j·cs` (columns contiguous).
+    unsafe {
+        match b {
+            Right::Rows(b, rs) => copy_panel::<V>(k, (b.add(j), rs), masks, panel),
+            Right::Columns(b, cs) => copy_columns::<V>(k, (b.add(j * cs), cs), cols, panel),
+        }
+    }
+}
+
 /// Copies `k` rows of one panel of `b`, `V` vectors wide (the lanes set in the masks; the
 /// others are zero) to `panel`, row after row; returns the copy as [`Tile::b`] reads it
 /// (its first element and row stride).
 ///
 /// # Safety
-/// The CPU has AVX-512F; `panel` is a [`Panel`]'s buffer and `k <= MAX_K`; for `p < k` and
-/// every column `j` whose lane is set in the masks (`masks[v]` for `16v ≤ j < 16(v + 1)`),
-/// `b + p·b_rs + j` is inside its allocation.
+/// The CPU has AVX-512F; `panel` is a [`Panel`]'s buffer, `k <= MAX_K` and `V <= 4`; for
+/// `p < k` and every column `j` whose lane is set in the masks (`masks[v]` for
+/// `16v ≤ j < 16(v + 1)`), `b + p·b_rs + j` is inside its allocation.
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn copy_panel<const V: usize>(
@@ -181,6 +224,43 @@ unsafe fn copy_panel<const V: usize>(
                 let src = b.add(p * b_rs).wrapping_add(16 * v);
                 let dst = panel.add((p * V + v) * 16);
                 _mm512_store_ps(dst, _mm512_maskz_loadu_ps(mask, src));
+            }
+        }
+    }
+    (panel.cast_const(), 16 * V)
+}
+
+/// [`copy_panel`] for `b` with contiguous columns ([`Right::Columns`]: column `j`, a key,
+/// is `k` floats from `b + j·cs`): 16 columns by 16 rows at a time, loaded as 16 runs,
+/// transposed in registers and stored as 16 rows of the panel, columns past `cols` zero.
+///
+/// # Safety
+/// The CPU has AVX-512F; `panel` is a [`Panel`]'s buffer, `k <= MAX_K`, `V <= 4` and
+/// `cols <= 16·V`; for `j < cols` and `p < k`, `b + j·cs + p` is inside its
+/// allocation.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn copy_columns<const V: usize>(
+    k: usize,
+    (b, cs): (*const f32, usize),
+    cols: usize,
+    panel: *mut f32,
+) -> (*const f32, usize) {
+    for v in 0..V {
+        let here = cols.saturating_sub(16 * v).min(16);
+        for p0 in (0..k).step_by(16) {
+            let lanes = (k - p0).min(16);
+            let mask = lane_mask(lanes);
+            // SAFETY: column `16v + r < cols` is inside `b` for steps `p0..p0 + lanes < k`
+            // (contract), the lanes the mask sets; columns past `cols` are zeros, never read.
+            let runs: [__m512; 16] = std::array::from_fn(|r| match r < here {
+                true => unsafe { _mm512_maskz_loadu_ps(mask, b.add((16 * v + r) * cs + p0)) },
+                false => _mm512_setzero_ps(),
+            });
+            for (q, row) in transpose(runs).into_iter().take(lanes).enumerate() {
+                // SAFETY: row `p0 + q < k <= MAX_K` of the buffer holds `16·V <= MAX_NR`
+                // floats, 64-byte aligned; vector `v < V` of it.
+                unsafe { _mm512_store_ps(panel.add(((p0 + q) * V + v) * 16), row) };
             }
         }
     }
@@ -246,34 +326,45 @@ unsafe fn block<const R: usize, const V: usize, const DIRECT: bool>(t: &Tile, c:
 
 #[cfg(test)]
 mod tests {
-    use super::{available, sgemm, MAX_K};
+    use super::{available, sgemm, Right, MAX_K};
 
-    /// `m × n × k` with padded strides, `acc` or not, against the same sums in a plain loop
-    /// (one fused multiply-add per step, in order: the same bits), and nothing written
-    /// outside the tile.
-    fn check((m, n, k): (usize, usize, usize), acc: bool) {
-        let (a_rs, b_rs, c_rs) = (k + 3, n + 5, n + 7);
+    /// `m × n × k` with padded strides, `acc` or not, `b`'s rows contiguous or its columns
+    /// (`columns`), against the same sums in a plain loop (one fused multiply-add per step,
+    /// in order: the same bits), and nothing written outside the tile.
+    fn check((m, n, k): (usize, usize, usize), acc: bool, columns: bool) {
+        let (a_rs, c_rs) = (k + 3, n + 7);
+        // `b[p, j]` at `p·b_rs + j·b_cs`.
+        let (b_rs, b_cs) = match columns {
+            false => (n + 5, 1),
+            true => (1, k + 5),
+        };
         let value = |i: usize, s: usize| ((i * 37 + s) % 23) as f32 * 0.25 - 2.5;
         let a: Vec<f32> = (0..m * a_rs).map(|i| value(i, 1)).collect();
-        let b: Vec<f32> = (0..k * b_rs).map(|i| value(i, 2)).collect();
+        let b: Vec<f32> = (0..(k + 5) * (n + 5)).map(|i| value(i, 2)).collect();
         let c0: Vec<f32> = (0..m * c_rs).map(|i| value(i, 3)).collect();
         let alpha = 0.5;
         let mut c = c0.clone();
+        let right = match columns {
+            false => Right::Rows(b.as_ptr(), b_rs),
+            true => Right::Columns(b.as_ptr(), b_cs),
+        };
         // SAFETY: the test's CPU has AVX-512F (checked by the caller), `k <= MAX_K`, and the
-        // buffers hold every element the strides reach for `i < m`, `j < n`, `p < k`.
+        // buffers hold every element the strides reach for `i < m`, `j < n`, `p < k`
+        // (`b`'s `(k + 5)·(n + 5)` floats either way).
         unsafe {
             sgemm(
                 (m, n, k),
                 (c.as_mut_ptr(), c_rs),
                 (a.as_ptr(), a_rs, 1),
-                (b.as_ptr(), b_rs),
+                right,
                 alpha,
                 acc,
             )
         };
-        let sum =
-            |i: usize, j: usize| (0..k).fold(0.0f32, |s, p| a[i * a_rs + p].mul_add(b[p * b_rs + j], s));
-        let what = format!("{m}x{n}x{k}");
+        let sum = |i: usize, j: usize| {
+            (0..k).fold(0.0f32, |s, p| a[i * a_rs + p].mul_add(b[p * b_rs + j * b_cs], s))
+        };
+        let what = format!("{m}x{n}x{k} columns {columns}");
         super::super::assert_tile((&c, &c0), (m, n, c_rs), (alpha, acc), sum, &what);
     }
 
@@ -284,9 +375,11 @@ mod tests {
         }
         for m in [1, 5, 6, 7, 11, 12, 13, 64] {
             for n in [1, 16, 17, 32, 33, 48, 64, 65, 100] {
-                for k in [1, 9, 64, MAX_K] {
-                    check((m, n, k), false);
-                    check((m, n, k), true);
+                for k in [1, 9, 17, 64, MAX_K] {
+                    for columns in [false, true] {
+                        check((m, n, k), false, columns);
+                        check((m, n, k), true, columns);
+                    }
                 }
             }
         }
