@@ -186,12 +186,15 @@ output y = h @ v
 #[test]
 fn copies_run_on_the_host_without_code() {
     // The seed module's prologue scales the query's weight and bias by the attention's
-    // scale and concatenates the Q/K/V weights, and at 512 query rows (8 blocks: more than
+    // scale and concatenates the Q/K/V weights, and at 1024 query rows (8 blocks: more than
     // read the keys in place) its main kernels lay `k` out as `kᵀ`: copies, scaled or not,
     // run by the executor, which every test above checks for their values. The prologue
     // compiles nothing.
-    let prog =
-        attnc::opt::optimize(&program(&example("self_attention.attn"), &[("B", 1), ("N", 512)])).program;
+    let prog = attnc::opt::optimize(&program(
+        &example("self_attention.attn"),
+        &[("B", 1), ("N", 1024)],
+    ))
+    .program;
     let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
     let exe = Executable::compile(&prog, &dims).unwrap();
     let plan = exe.plan();
@@ -219,20 +222,31 @@ fn copies_run_on_the_host_without_code() {
 
 #[test]
 fn keys_are_laid_out_as_kt_only_for_many_query_blocks() {
-    // The seed module's `k` is a slice of the fused projection: up to 4 blocks of 64 query
-    // rows the attention reads it in place, beyond them after one layout copy.
-    for (n, copies) in [(16, 0), (128, 0), (256, 0), (257, 1), (512, 1)] {
-        let prog =
-            attnc::opt::optimize(&program(&example("self_attention.attn"), &[("B", 2), ("N", n)])).program;
+    // `k` is a slice of the fused projection: up to 4 blocks of query rows a head the
+    // attention reads it in place, beyond them after one layout copy. Blocks are 128 rows
+    // without a mask of positions while at least 16 tasks remain, else 64.
+    let cases = [
+        ("self_attention.attn", 1, 128, 64, 0),
+        ("self_attention.attn", 2, 16, 16, 0),
+        ("self_attention.attn", 2, 512, 128, 0),
+        ("self_attention.attn", 2, 513, 128, 1),
+        ("causal_from_positions.attn", 1, 256, 64, 0),
+        ("causal_from_positions.attn", 1, 257, 64, 1),
+    ];
+    for (file, b, n, rows, copies) in cases {
+        let prog = attnc::opt::optimize(&program(&example(file), &[("B", b), ("N", n)])).program;
         let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
         let exe = Executable::compile(&prog, &dims).unwrap();
-        let layouts = exe
-            .plan()
-            .kernels
+        let kernels = &exe.plan().kernels;
+        let layouts = kernels.iter().filter(|k| k.label.contains("kT layout")).count();
+        let blocks: Vec<usize> = kernels
             .iter()
-            .filter(|k| k.label.contains("kT layout"))
-            .count();
-        assert_eq!(layouts, copies, "N {n}");
+            .filter_map(|k| match &k.op {
+                attnc::kernel::KernelOp::Attention(a) => Some(a.block.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!((layouts, blocks), (copies, vec![rows]), "{file} B {b} N {n}");
     }
 }
 

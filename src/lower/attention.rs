@@ -250,7 +250,9 @@ impl Lowerer<'_> {
         // so where it can, else one layout copy (not one per tile). A cache is read as it is.
         let rk = kt.strides.len();
         let unit = |axis: usize| kt.strides.get(axis) == Some(&1);
-        let in_place = rk >= 2 && unit(rk - 2) && few_query_blocks(out_shape[r - 2]);
+        let heads: usize = batch.iter().product();
+        let block = attention_blocks(out_shape[r - 2], 1, heads, extras.positions.is_some());
+        let in_place = rk >= 2 && unit(rk - 2) && out_shape[r - 2].div_ceil(block.0) <= IN_PLACE_QUERY_BLOCKS;
         let read_as_is = rk < 2 || unit(rk - 1) || in_place || kt.numel() <= 1;
         if let Some(kt_id) = kt_id.filter(|_| !read_as_is) {
             kt = match self.relayout(kt_id, &kt) {
@@ -309,7 +311,10 @@ impl Lowerer<'_> {
             out: out.operand(),
             scale,
             mask,
-            block: attention_blocks(n, m),
+            block: (
+                block.0,
+                attention_blocks(n, m, heads, extras.positions.is_some()).1,
+            ),
             positions: extras.positions,
             kv_group: group,
             score,
@@ -330,8 +335,3 @@ impl Lowerer<'_> {
 /// "Keys read in place"): 1, 2 and 4 blocks a head 2–8 % faster in place, 8 and 32 blocks
 /// 2–6 % slower.
 const IN_PLACE_QUERY_BLOCKS: usize = 4;
-
-/// Whether `n` query rows make few enough blocks to read the keys in place.
-fn few_query_blocks(n: usize) -> bool {
-    n.div_ceil(attention_blocks(n, 1).0) <= IN_PLACE_QUERY_BLOCKS
-}

@@ -99,6 +99,7 @@ impl Lowerer<'_> {
             self.map(vec![], vec![Expr::Const(0.0)], &out, self.label(id));
             return Ok(out);
         }
+        let block = attention_blocks(n, m, batch.iter().product(), positions.is_some());
         let a = Attention {
             batch,
             n,
@@ -111,7 +112,7 @@ impl Lowerer<'_> {
             out: out.operand(),
             scale,
             mask,
-            block: attention_blocks(n, m),
+            block,
             positions,
             kv_group,
             score,

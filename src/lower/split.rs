@@ -155,7 +155,7 @@ mod tests {
             score: None,
             tail: None,
             zero_empty_rows: false,
-            block: super::super::tiling::attention_blocks(n, m),
+            block: super::super::tiling::attention_blocks(n, m, batch, false),
             split: None,
             ranges: None,
         }

@@ -100,13 +100,20 @@ pub fn whole_heads(cols: usize, n: usize, dim: usize) -> usize {
     cols.div_ceil(dim.max(1)).saturating_mul(dim).min(n)
 }
 
-/// Query rows per task and keys per block of the attention kernel. At L, blocks of 64 to
-/// 128 rows and 128 to 512 keys measured within 6 % of each other (64 keys: 15 % slower);
-/// 64 rows × 256 keys keep the scores tile at 64 KiB and give enough tasks for the threads.
-/// A mask of positions is decided on chunks of a tile ([`crate::kernel::POSITION_CHUNK`]),
-/// so it needs no narrower tiles to skip what it removes.
-pub fn attention_blocks(n: usize, m: usize) -> (usize, usize) {
-    (n.clamp(1, 64), m.clamp(1, 256))
+/// Query rows per task and keys per block of the attention kernel, for `heads` (the
+/// product of the batch axes) of `n` query rows and `m` keys, `positioned` where a mask of
+/// positions applies. At L, blocks of 64 to 128 rows and 128 to 512 keys measured within
+/// 6 % of each other (64 keys: 15 % slower); 256 keys keep the scores tile at 64 KiB a 64
+/// rows. Without a mask of positions, blocks of 128 rows copy each panel of keys and values
+/// half as often as 64 (seed M 2–4 % faster, L 4 %, encoder_M's attention 5 %:
+/// `BENCHMARKS.md`, "Blocks of 128 query rows"), while at least 16 tasks remain for the
+/// threads; a mask of positions keeps 64, which skip more of what a band removes
+/// (sliding window at 128 rows: 11 % slower). A mask of positions is decided on chunks of a
+/// tile ([`crate::kernel::POSITION_CHUNK`]), so it needs no narrower tiles.
+pub fn attention_blocks(n: usize, m: usize, heads: usize, positioned: bool) -> (usize, usize) {
+    let wide = !positioned && heads.saturating_mul(n.div_ceil(128)) >= 16;
+    let rows = if wide { 128 } else { 64 };
+    (n.clamp(1, rows), m.clamp(1, 256))
 }
 
 /// Rows per task of a copy that transposes its last two axes (`Map::transposed_run`: runs
