@@ -227,87 +227,51 @@ pub unsafe extern "C" fn attnc_sgemm(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if b_cs == 1
-        && c_cs == 1
-        && a_rs >= 0
-        && b_rs >= 0
-        && c_rs >= 0
-        && a_cs >= 0
-        && k > 0
-        && k <= tile::MAX_K as i64
-        && use_tile()
     {
         let u = |x: i64| x as usize;
-        // SAFETY: AVX-512F is available (checked), the strides are not negative (checked),
-        // and every element the strides reach is inside its allocation (this function's
-        // contract): the contract of `tile::sgemm`.
-        unsafe {
-            tile::sgemm(
-                (u(m), u(n), u(k)),
-                (c, u(c_rs)),
-                (a, u(a_rs), u(a_cs)),
-                tile::Right::Rows(b, u(b_rs)),
-                alpha,
-                acc != 0,
-            )
+        let unsigned = [a_rs, a_cs, b_rs, b_cs, c_rs].iter().all(|&s| s >= 0);
+        // Up to 4 rows with `b` read by its columns: the dot products.
+        let dot = b_rs == 1 && a_cs == 1 && m <= dot::MAX_M as i64 && lanes().is_some() && avx2_fma();
+        let right = match (b_cs, b_rs) {
+            (1, _) => Some(tile::Right::Rows(b, u(b_rs))),
+            (_, 1) if !dot => Some(tile::Right::Columns(b, u(b_cs))),
+            _ => None,
         };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if b_rs == 1
-        && a_cs == 1
-        && c_cs == 1
-        && a_rs >= 0
-        && b_cs >= 0
-        && c_rs >= 0
-        && k > 0
-        && m <= dot::MAX_M as i64
-        && lanes().is_some()
-        && avx2_fma()
-    {
-        let u = |x: i64| x as usize;
-        // SAFETY: AVX2 and FMA are available (checked), the strides are not
-        // negative (checked), and every element the strides reach is inside its allocation
-        // (this function's contract): `dot::sgemm`'s contract, `b`'s row `j` (column `j` of
-        // the product) at `b + j·b_cs`.
-        unsafe {
-            dot::sgemm(
-                (u(m), u(n), u(k)),
-                (c, u(c_rs)),
-                (a, u(a_rs)),
-                (b, u(b_cs)),
-                alpha,
-                acc != 0,
-            )
-        };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if b_rs == 1
-        && c_cs == 1
-        && a_rs >= 0
-        && a_cs >= 0
-        && b_cs >= 0
-        && c_rs >= 0
-        && k > 0
-        && k <= tile::MAX_K as i64
-        && use_tile()
-    {
-        let u = |x: i64| x as usize;
-        // SAFETY: AVX-512F is available (checked), the strides are not negative (checked),
-        // and every element the strides reach is inside its allocation (this function's
-        // contract): the contract of `tile::sgemm`, `b`'s column `j` at `b + j·b_cs`.
-        unsafe {
-            tile::sgemm(
-                (u(m), u(n), u(k)),
-                (c, u(c_rs)),
-                (a, u(a_rs), u(a_cs)),
-                tile::Right::Columns(b, u(b_cs)),
-                alpha,
-                acc != 0,
-            )
-        };
-        return;
+        let tiled = c_cs == 1 && unsigned && k > 0 && k <= tile::MAX_K as i64 && use_tile();
+        if let Some(right) = right.filter(|_| tiled) {
+            // SAFETY: AVX-512F is available (checked), the strides are not negative
+            // (checked), and every element the strides reach is inside its allocation (this
+            // function's contract): the contract of `tile::sgemm`, `b`'s row `p` at `b +
+            // p·b_rs` (rows contiguous) or its column `j` at `b + j·b_cs`.
+            unsafe {
+                tile::sgemm(
+                    (u(m), u(n), u(k)),
+                    (c, u(c_rs)),
+                    (a, u(a_rs), u(a_cs)),
+                    right,
+                    alpha,
+                    acc != 0,
+                )
+            };
+            return;
+        }
+        if dot && c_cs == 1 && unsigned && k > 0 {
+            // SAFETY: AVX2 and FMA are available (checked), the strides are not negative
+            // (checked), and every element the strides reach is inside its allocation (this
+            // function's contract): `dot::sgemm`'s contract, `b`'s row `j` (column `j` of
+            // the product) at `b + j·b_cs`.
+            unsafe {
+                dot::sgemm(
+                    (u(m), u(n), u(k)),
+                    (c, u(c_rs)),
+                    (a, u(a_rs)),
+                    (b, u(b_cs)),
+                    alpha,
+                    acc != 0,
+                )
+            };
+            return;
+        }
     }
     // SAFETY: every element the strides reach is inside its allocation and `c` is this
     // call's alone (this function's contract), which is all `gemm::gemm` asks.
