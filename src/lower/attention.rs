@@ -250,9 +250,9 @@ impl Lowerer<'_> {
         // so where it can, else one layout copy (not one per tile). A cache is read as it is.
         let rk = kt.strides.len();
         let unit = |axis: usize| kt.strides.get(axis) == Some(&1);
-        let heads: usize = batch.iter().product();
-        let block = attention_blocks(out_shape[r - 2], 1, heads, extras.positions.is_some());
-        let in_place = rk >= 2 && unit(rk - 2) && out_shape[r - 2].div_ceil(block.0) <= IN_PLACE_QUERY_BLOCKS;
+        let (heads, positioned) = (batch.iter().product(), extras.positions.is_some());
+        let rows = attention_blocks(out_shape[r - 2], 1, heads, positioned).0;
+        let in_place = rk >= 2 && unit(rk - 2) && out_shape[r - 2].div_ceil(rows) <= IN_PLACE_QUERY_BLOCKS;
         let read_as_is = rk < 2 || unit(rk - 1) || in_place || kt.numel() <= 1;
         if let Some(kt_id) = kt_id.filter(|_| !read_as_is) {
             kt = match self.relayout(kt_id, &kt) {
@@ -311,10 +311,7 @@ impl Lowerer<'_> {
             out: out.operand(),
             scale,
             mask,
-            block: (
-                block.0,
-                attention_blocks(n, m, heads, extras.positions.is_some()).1,
-            ),
+            block: attention_blocks(n, m, heads, positioned),
             positions: extras.positions,
             kv_group: group,
             score,

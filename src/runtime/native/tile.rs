@@ -85,31 +85,26 @@ pub unsafe fn sgemm(
         // `(b + j, a + 0·a_rs, c + j)` are the first elements of the panel's blocks (`b +
         // j·cs` with columns contiguous).
         unsafe {
-            let mut tile = Tile {
+            let c = c.add(j);
+            let tile = |b| Tile {
                 k,
-                c: (c.add(j), c_rs),
+                c: (c, c_rs),
                 a: (a, a_rs, a_cs),
-                b: (buf.cast_const(), 0),
+                b,
                 alpha,
                 acc,
                 masks,
             };
             match (cols, direct, b) {
-                (33.., true, Right::Rows(b, rs)) => {
-                    tile.b = (b.add(j), rs);
-                    blocks::<4, WIDE_ROWS, true>(m, &tile)
-                }
-                (_, true, Right::Rows(b, rs)) => {
-                    tile.b = (b.add(j), rs);
-                    blocks::<2, WIDE_ROWS, true>(m, &tile)
-                }
+                (33.., true, Right::Rows(b, rs)) => blocks::<4, WIDE_ROWS, true>(m, &tile((b.add(j), rs))),
+                (_, true, Right::Rows(b, rs)) => blocks::<2, WIDE_ROWS, true>(m, &tile((b.add(j), rs))),
                 (33.., ..) => {
-                    tile.b = copy::<4>(k, (b, j, cols), &masks, buf);
-                    blocks::<4, WIDE_ROWS, false>(m, &tile);
+                    let panel = copy::<4>(k, (b, j, cols), &masks, buf);
+                    blocks::<4, WIDE_ROWS, false>(m, &tile(panel));
                 }
                 _ => {
-                    tile.b = copy::<2>(k, (b, j, cols), &masks, buf);
-                    blocks::<2, 12, false>(m, &tile);
+                    let panel = copy::<2>(k, (b, j, cols), &masks, buf);
+                    blocks::<2, 12, false>(m, &tile(panel));
                 }
             }
         }
