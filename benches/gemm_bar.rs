@@ -8,8 +8,9 @@
 //! `ATTNC_ROUNDS` rounds (default 3), the median round shown; `ATTNC_BLOCKS=llama_S,..`
 //! picks blocks.
 //!
-//! `cargo bench --bench gemm_bar -- packed`: the product from weights packed once in panels
-//! (`Gemm::packed`, `runtime/native/panel.rs`) against the same product from `[in, out]`
+//! `cargo bench --bench gemm_bar -- packed`: the product from weights packed once (`Gemm::packed`:
+//! panels of few rows, `runtime/native/panel.rs`, or strips of many, `runtime/native/strip.rs`,
+//! as the lowering packs them) against the same product from `[in, out]`
 //! weights (the `gemm` crate per tile, packing at every call) and one call of the crate, at
 //! the models' shapes with many rows, hot (the weights in cache from the call before) and
 //! cold (the caches swept between calls), on 1 and 2 threads. `-- few`: the same table at
@@ -18,7 +19,7 @@
 
 use attnc::check::DimOverride;
 use attnc::driver::check_source;
-use attnc::kernel::{Buffer, BufferKind, Gemm, Kernel, KernelOp, Operand, Plan, PANEL};
+use attnc::kernel::{Buffer, BufferKind, Gemm, Kernel, KernelOp, Operand, Plan, PANEL, STRIP};
 use attnc::runtime::jit::{self, pool, Executable};
 use attnc::runtime::{bind, Bound, RunOptions, Tensor};
 use std::time::{Duration, Instant};
@@ -256,21 +257,25 @@ const PACKED_SHAPES: &[(usize, usize, usize)] = &[
     (512, 49152, 576),
 ];
 
-/// `b [k, n]` row-major laid out as [`Gemm::packed`] says: panels of [`PANEL`] columns,
-/// each `k` rows of its width.
-fn pack(b: &[f32], k: usize, n: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(n * k);
-    for j in (0..n).step_by(PANEL) {
-        let w = (n - j).min(PANEL);
+/// `b [k, n]` row-major laid out as [`Gemm::packed`] says: panels of `width` columns, each
+/// `k` rows of its width, and for strips [`PANEL`] floats more.
+fn pack(b: &[f32], k: usize, n: usize, width: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * k + PANEL);
+    for j in (0..n).step_by(width) {
+        let w = (n - j).min(width);
         for p in 0..k {
             out.extend_from_slice(&b[p * n + j..p * n + j + w]);
         }
+    }
+    if width == STRIP {
+        out.extend([0.0; PANEL]);
     }
     out
 }
 
 /// `y [m, n] = x [m, k] @ w [k, n]` as one planned GEMM kernel, tiled as the lowering
-/// tiles it, reading `w` packed or row-major; and its data.
+/// tiles it, reading `w` packed as the lowering packs it for `m` rows, or row-major; and
+/// its data.
 fn product((m, n, k): (usize, usize, usize), packed: bool) -> (Executable, Bound) {
     let op = |buf, strides: &[usize]| Operand {
         buf,
@@ -283,16 +288,25 @@ fn product((m, n, k): (usize, usize, usize), packed: bool) -> (Executable, Bound
         n,
         k,
         a: op(0, &[k, 1]),
-        b: if packed { op(1, &[1, k]) } else { op(1, &[n, 1]) },
+        b: op(1, &[n, 1]),
         c: op(2, &[n, 1]),
         alpha: 1.0,
         bias: None,
         epilogue: None,
         rope: Vec::new(),
         block: (m, n),
-        packed,
+        packed: None,
     };
     g.block = attnc::lower::gemm_blocks(&g);
+    // Packed where the lowering packs: panels of few rows, strips of more where the column
+    // blocks start at one.
+    let width = if m <= attnc::lower::PACKED_ROWS { PANEL } else { STRIP };
+    let starts = g.block.1.is_multiple_of(width) || g.block.1 >= n;
+    if packed && starts {
+        (g.b, g.packed) = (op(1, &[1, k]), Some(width));
+    }
+    let packed = g.packed;
+    let w_len = k * n + if packed == Some(STRIP) { PANEL } else { 0 };
     let buffer = |kind, len, name: &str| Buffer {
         kind,
         len,
@@ -301,7 +315,7 @@ fn product((m, n, k): (usize, usize, usize), packed: bool) -> (Executable, Bound
     let plan = Plan {
         buffers: vec![
             buffer(BufferKind::Input(0), m * k, "x"),
-            buffer(BufferKind::Param(0), k * n, "w"),
+            buffer(BufferKind::Param(0), w_len, "w"),
             buffer(BufferKind::Output(0), m * n, "y"),
         ],
         prologue: vec![],
@@ -320,9 +334,12 @@ fn product((m, n, k): (usize, usize, usize), packed: bool) -> (Executable, Bound
             .collect()
     };
     let w = data(k * n, 3);
-    let w = if packed { pack(&w, k, n) } else { w };
+    let w = match packed {
+        Some(width) => pack(&w, k, n, width),
+        None => w,
+    };
     let bound = Bound {
-        params: vec![Tensor::new(vec![k, n], w)],
+        params: vec![Tensor::new(vec![w.len()], w)],
         inputs: vec![Tensor::new(vec![m, k], data(m * k, 1))],
         dims: vec![],
     };

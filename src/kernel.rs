@@ -113,8 +113,9 @@ impl Operand {
 /// broadcast batch axis has stride 0. The tile product calls the `gemm` crate's microkernels
 /// (AVX-512 when the CPU has it) through an `extern "C"` shim.
 ///
-/// With `packed`, `b` is a weight laid out once by the prologue in panels of [`PANEL`]
-/// columns ([`Gemm::packed`]) and read by the packed shim front to back.
+/// With `packed`, `b` is a weight laid out once by the prologue in panels of columns
+/// ([`Gemm::packed`]: [`PANEL`] for few rows, [`STRIP`] for many) and read by the packed
+/// shim front to back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gemm {
     pub batch: Vec<usize>,
@@ -132,18 +133,26 @@ pub struct Gemm {
     pub rope: Vec<Rope>,
     /// Rows and columns of `c` per task.
     pub block: (usize, usize),
-    /// Whether `b` is packed: for each batch index, its `k × n` matrix is a run of `n·k`
-    /// elements, column panels of [`PANEL`] one after the other (the last one narrower
-    /// where `n` is not a multiple), each `k` rows of its width, row after row. `b`'s
-    /// strides are then `[batch.., 1, k]`: they reach the same elements as the panels (a
-    /// block of columns from a multiple of [`PANEL`] covers `k` times its width elements
-    /// from `k` times its first column), which is what `Plan::validate` proves in bounds;
-    /// the order inside a panel is the packing's, never read from the strides.
-    pub packed: bool,
+    /// The width of `b`'s panels where it is packed ([`PANEL`] or [`STRIP`]): for each
+    /// batch index, its `k × n` matrix is a run of `n·k` elements, column panels of that
+    /// width one after the other (the last one narrower where `n` is not a multiple), each
+    /// `k` rows of its width, row after row. `b`'s strides are then `[batch.., 1, k]`: they
+    /// reach the same elements as the panels (a block of columns from a multiple of the
+    /// width covers `k` times its width elements from `k` times its first column), which is
+    /// what `Plan::validate` proves in bounds; the order inside a panel is the packing's,
+    /// never read from the strides. A buffer of strips holds [`PANEL`] floats more than its
+    /// runs: the products of a narrower last strip read whole vectors of it.
+    pub packed: Option<usize>,
 }
 
-/// Columns per panel of a packed `b` ([`Gemm::packed`]): one 512-bit vector of floats.
+/// Columns per panel of a packed `b` read by products of few rows ([`Gemm::packed`]): one
+/// 512-bit vector of floats.
 pub const PANEL: usize = 16;
+
+/// Columns per panel of a packed `b` read by products of many rows ([`Gemm::packed`]): the
+/// 64 rows of the `gemm` crate's AVX-512 microkernel's block, which reads them as one run a
+/// step, as it reads the copy it packs itself at every call.
+pub const STRIP: usize = 64;
 
 /// What a [`Gemm`] applies to each element of a tile after the product (and `alpha` and
 /// the bias): `c[i, j] = expr(..)`, where [`Expr::Input`] 0 is the element of `c` and

@@ -52,7 +52,7 @@ use crate::size;
 use attention::{Extras, KeyOperand, Masking};
 pub use flops::source_flops;
 use fuse::{Fused, Fusion, Scale, SoftmaxPat};
-pub use tiling::gemm_blocks;
+pub use tiling::{gemm_blocks, PACKED_ROWS};
 pub use view::View;
 
 /// Lowers `program` for the dim values `dims` (by [`crate::dims::Sym`], as

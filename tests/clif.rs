@@ -87,7 +87,7 @@ fn gemm_with_bias_calls_the_microkernel_per_tile() {
         epilogue: None,
         rope: Vec::new(),
         block: (3, 4),
-        packed: false,
+        packed: None,
     };
     let p = plan(&[30, 40, 8], 48, KernelOp::Gemm(g));
     insta::assert_snapshot!(clif(&p));
@@ -109,7 +109,7 @@ fn gemm_of_a_packed_b_calls_the_packed_microkernel_from_its_tile_panel() {
         epilogue: None,
         rope: Vec::new(),
         block: (1, 32),
-        packed: true,
+        packed: Some(attnc::kernel::PANEL),
     };
     let p = plan(&[5, 200], 40, KernelOp::Gemm(g));
     insta::assert_snapshot!(clif(&p));
@@ -140,7 +140,7 @@ fn residual_relu_gemm() -> Plan {
         }),
         rope: Vec::new(),
         block: (3, 8),
-        packed: false,
+        packed: None,
     };
     plan(&[30, 40, 48], 48, KernelOp::Gemm(g))
 }

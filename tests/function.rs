@@ -157,8 +157,8 @@ fn a_plan_called_once_is_not_kept_and_its_weights_go_when_the_next_plan_needs_ot
     f.call_once(&borrowed(&few)).unwrap();
     let prepared = |f: &Function| f.plans().iter().map(|p| p.prepared).collect::<Vec<bool>>();
     assert_eq!(prepared(&f), [true, false]);
-    // A plan of 40 rows lays the weights out for the `gemm` crate, not in packed panels:
-    // the set aside goes before it prepares its own.
+    // A plan of 40 rows lays the weights out in strips for the `gemm` crate's microkernel,
+    // not in the panels of few rows: the set aside goes before it prepares its own.
     let wide = f.call_once(&borrowed(&many)).unwrap();
     assert_eq!(wide, kept.call(&borrowed(&many)).unwrap());
     assert_eq!(prepared(&f), [true, false, true]);

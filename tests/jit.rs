@@ -4,6 +4,7 @@
 //! must come out right through the JIT.
 
 use attnc::ir::Program;
+use attnc::kernel::{PANEL, STRIP};
 use attnc::runtime::files::TensorFile;
 use attnc::runtime::jit::{pool, Cache, Executable};
 use attnc::runtime::{bind, interpret, RunOptions};
@@ -132,9 +133,10 @@ output z = y + 1.0
 }
 
 #[test]
-fn few_row_products_read_their_weights_packed_and_agree_at_odd_shapes() {
-    // 70 and 37 columns: whole panels of 16 and a narrower last one; odd inner dims; `D` =
-    // 300 is a longer `k`. A weight read transposed is packed straight from the param.
+fn products_read_their_weights_packed_in_panels_or_strips_and_agree_at_odd_shapes() {
+    // 70 and 37 columns: whole panels of 16 and a narrower last one, a narrower strip of
+    // 64; odd inner dims; `D` = 300 is a longer `k`, 600 longer than a strip product's chunk
+    // of steps. A weight read transposed is packed straight from the param.
     let src = |d: usize| {
         format!(
             "\
@@ -149,37 +151,42 @@ output y = h @ v
 "
         )
     };
-    for (d, b, n, packed) in [
-        (37, 1, 1, 2),
-        (37, 1, 5, 2),
-        (37, 2, 8, 2),
-        (37, 1, 17, 2),
-        (37, 1, 33, 0),
-        (37, 3, 11, 0),
-        (300, 1, 3, 2),
+    for (d, b, n, width) in [
+        (37, 1, 1, PANEL),
+        (37, 1, 5, PANEL),
+        (37, 2, 8, PANEL),
+        (37, 1, 17, PANEL),
+        (37, 1, 33, STRIP),
+        (37, 3, 11, STRIP),
+        (300, 1, 3, PANEL),
+        (600, 2, 20, STRIP),
     ] {
         let prog = program(&src(d), &[("B", b), ("N", n)]);
         differential(&format!("D {d}, B {b}, N {n}"), &prog, 11);
         let dims = bind(&prog, &RunOptions::default()).unwrap().dims;
         let exe = Executable::compile(&prog, &dims).unwrap();
         let plan = exe.plan();
-        let count = plan
+        let widths: Vec<Option<usize>> = plan
             .kernels
             .iter()
-            .filter(|k| matches!(&k.op, attnc::kernel::KernelOp::Gemm(g) if g.packed))
-            .count();
-        assert_eq!(count, packed, "D {d}, B {b}, N {n}: products of {} rows", b * n);
+            .filter_map(|k| match &k.op {
+                attnc::kernel::KernelOp::Gemm(g) => Some(g.packed),
+                _ => None,
+            })
+            .collect();
+        let rows = b * n;
+        assert_eq!(
+            widths,
+            [Some(width); 2],
+            "D {d}, B {b}, N {n}: products of {rows} rows"
+        );
         // Packed, `w` is copied from the param into panels: no `[in, out]` copy on the way.
         let layouts = plan
             .prologue
             .iter()
             .filter(|k| k.label.contains("weight layout"))
             .count();
-        assert_eq!(
-            layouts,
-            usize::from(packed == 0),
-            "D {d}, B {b}, N {n}: weight layout copies"
-        );
+        assert_eq!(layouts, 0, "D {d}, B {b}, N {n}: weight layout copies");
     }
 }
 

@@ -104,8 +104,13 @@ fn tile(
     // With a packed `b`, the tile's columns start at a panel, `k` times `j0` in (the step
     // above, by the stride `k`).
     let product = |e: &mut Emit, (c, a, b): (Value, Value, Value)| match g.packed {
-        true => e.sgemm_packed([rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, alpha]),
-        false => e.sgemm([
+        Some(width) => {
+            let width = e.int(width as i64);
+            e.sgemm_packed([
+                rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, alpha, width,
+            ])
+        }
+        None => e.sgemm([
             rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, ints[4], ints[5], alpha, acc,
         ]),
     };

@@ -2,7 +2,7 @@
 
 use super::{
     Attention, BufferKind, Expr, Gemm, KernelOp, KeyRanges, Map, MaskFill, Operand, Plan, Row, Scatter,
-    Softmax, PANEL, POSITION_CHUNK,
+    Softmax, POSITION_CHUNK,
 };
 use std::fmt::Write as _;
 
@@ -128,8 +128,8 @@ fn gemm(out: &mut String, g: &Gemm) {
     for (name, o) in [("a", &g.a), ("b", &g.b), ("c", &g.c)] {
         let _ = writeln!(out, "      {name} {}", operand(o));
     }
-    if g.packed {
-        let _ = writeln!(out, "      b packed in panels of {PANEL} columns");
+    if let Some(width) = g.packed {
+        let _ = writeln!(out, "      b packed in panels of {width} columns");
     }
     if let Some(b) = &g.bias {
         let _ = writeln!(out, "      bias {}", operand(b));

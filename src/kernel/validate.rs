@@ -20,7 +20,7 @@
 //! All arithmetic saturates: a reach past `usize::MAX` is out of every buffer, never a
 //! small wrapped index.
 
-use super::{BufferKind, Gemm, KernelOp, KeySplit, Operand, Plan, PlanError, PANEL};
+use super::{Buffer, BufferKind, Gemm, KernelOp, KeySplit, Operand, Plan, PlanError, PANEL, STRIP};
 
 impl Operand {
     /// The first and last element the operand reaches over `shape`; `None` when `shape` is
@@ -68,20 +68,30 @@ fn err(what: String) -> Result<(), PlanError> {
 /// A packed `b` ([`Gemm::packed`]) is read by the shim as the run of `n·k` floats from
 /// its first element per batch index, a tile's columns as the `k·cols` from `k·j0`: its
 /// strides must be `[batch.., 1, k]` (whose reach over `[batch.., k, n]`, proved in bounds
-/// with the other operands', is that run) and every column block must start at a panel.
-fn packed_in_panels(k: &str, g: &Gemm) -> Result<(), PlanError> {
+/// with the other operands', is that run) and every column block must start at a panel. The
+/// products of strips read whole vectors of a narrower last strip: its buffer holds
+/// [`PANEL`] floats past the reach.
+fn packed_in_panels(k: &str, g: &Gemm, buffers: &[Buffer]) -> Result<(), PlanError> {
     let r = g.batch.len();
-    if !g.packed {
+    let Some(width) = g.packed else {
         return Ok(());
-    }
+    };
     if g.b.strides.get(r..) != Some(&[1, g.k][..]) {
         return err(format!("{k}: a packed b with strides {:?}", g.b.strides));
     }
-    if !g.block.1.is_multiple_of(PANEL) && g.block.1 < g.n {
+    if width != PANEL && width != STRIP {
+        return err(format!("{k}: b packed in panels of {width}"));
+    }
+    if !g.block.1.is_multiple_of(width) && g.block.1 < g.n {
         return err(format!(
-            "{k}: column blocks of {} in panels of {PANEL}",
+            "{k}: column blocks of {} in panels of {width}",
             g.block.1
         ));
+    }
+    let shape: Vec<usize> = g.batch.iter().copied().chain([g.k, g.n]).collect();
+    let reach = g.b.extent(&shape).map_or(0, |(_, last)| last + 1);
+    if width == STRIP && buffers[g.b.buf].len < reach.saturating_add(PANEL) {
+        return err(format!("{k}: strips of b without the {PANEL} floats past them"));
     }
     Ok(())
 }
@@ -183,7 +193,7 @@ impl Plan {
             }
         }
         if let KernelOp::Gemm(g) = op {
-            packed_in_panels(k, g)?;
+            packed_in_panels(k, g, &self.buffers)?;
         }
         if let KernelOp::Attention(a) = op {
             let heads = a.batch.last().copied().unwrap_or(1);
@@ -332,7 +342,7 @@ mod tests {
             epilogue: None,
             rope: Vec::new(),
             block: (1, 32),
-            packed: true,
+            packed: Some(PANEL),
         };
         Plan {
             buffers: vec![
@@ -380,6 +390,31 @@ mod tests {
         let g = gemm(&mut p);
         set(&mut p, Gemm { block: (1, 40), ..g });
         p.validate().unwrap();
+        // Strips of 64: tiles start at a strip, and the buffer holds a panel past them.
+        let mut p = good.clone();
+        let g = gemm(&mut p);
+        set(
+            &mut p,
+            Gemm {
+                packed: Some(STRIP),
+                ..g
+            },
+        );
+        rejected(&p, "column blocks of 32 in panels of 64");
+        let g = gemm(&mut p);
+        set(&mut p, Gemm { block: (1, 40), ..g });
+        rejected(&p, "strips of b without the 16 floats past them");
+        p.buffers[1].len = 216;
+        p.validate().unwrap();
+        let g = gemm(&mut p);
+        set(
+            &mut p,
+            Gemm {
+                packed: Some(32),
+                ..g
+            },
+        );
+        rejected(&p, "b packed in panels of 32");
     }
 
     /// The key ranges of a `[4, 4]` mask in one block of 4 rows: one entry, into an output of

@@ -219,7 +219,7 @@ impl Lowerer<'_> {
             epilogue: None,
             rope: Vec::new(),
             block: (m, n),
-            packed: false,
+            packed: None,
         };
         fold_batch_into_rows(&mut g);
         g.block = gemm_blocks(&g);

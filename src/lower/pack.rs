@@ -1,8 +1,11 @@
-//! Weights of few-row products packed once. A product of at most [`PACKED_ROWS`] rows does
-//! a few multiply-adds per element of `b` it reads, so its time is mostly streaming `b`; where
-//! `b` is computed from params alone, a copy laid out in panels of [`PANEL`] columns
-//! ([`Gemm::packed`]) is made before the product, which memory planning moves to the
-//! prologue with every other kernel that reads params only: once per set of weights.
+//! Weights packed once. A product of at most [`PACKED_ROWS`] rows does a few multiply-adds
+//! per element of `b` it reads, so its time is mostly streaming `b`: it reads panels of
+//! [`PANEL`] columns front to back. A product of more rows runs the `gemm` crate's
+//! microkernel, which reads `b` in strips of [`STRIP`] columns: the crate packs them at
+//! every call, which at a few hundred rows is a tenth of the product's time. Where `b` is
+//! computed from params alone, a copy laid out in either ([`Gemm::packed`]) is made before
+//! the product, which memory planning moves to the prologue with every other kernel that
+//! reads params only: once per set of weights.
 //!
 //! Where the `[in, out]` weight a product reads is laid out by copies only (`linear`'s
 //! weight read transposed, the concatenated weights of sibling `linear`s) and read by
@@ -12,17 +15,21 @@
 use super::tiling::PACKED_ROWS;
 use super::Lowerer;
 use crate::hash::HashMap;
-use crate::kernel::{BufId, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, Operand, PANEL};
+use crate::kernel::{BufId, BufferKind, Expr, Gemm, Kernel, KernelOp, Map, Operand, PANEL, STRIP};
 
-/// Whether the product `g` reads `b` packed, params aside: few rows, and column blocks that
-/// start at a panel (a multiple of [`PANEL`], or one block for all columns).
-fn packable(g: &Gemm) -> bool {
+/// The width of the panels the product `g` would read `b` packed in, params aside:
+/// [`PANEL`] for few rows, [`STRIP`] for more, where its column blocks start at a panel (a
+/// multiple of the width, or one block for all columns).
+fn packable(g: &Gemm) -> Option<usize> {
+    let width = if g.m <= PACKED_ROWS { PANEL } else { STRIP };
     let cols = g.block.1;
-    !g.packed && g.m <= PACKED_ROWS && g.n > 0 && g.k > 0 && (cols.is_multiple_of(PANEL) || cols >= g.n)
+    let starts = cols.is_multiple_of(width) || cols >= g.n;
+    (g.packed.is_none() && g.n > 0 && g.k > 0 && starts).then_some(width)
 }
 
-/// What a packed copy is made from: `b`'s operand, the batch, `k` and `n`.
-type Source = (Operand, Vec<usize>, usize, usize);
+/// What a packed copy is made from: `b`'s operand, the batch, `k`, `n` and the panels'
+/// width.
+type Source = (Operand, Vec<usize>, usize, usize, usize);
 
 /// Columns `first..first + width` of a `[k, total]` row-major buffer, written by one copy
 /// from `input` (`[k, width]`, strided).
@@ -51,12 +58,15 @@ impl Lowerer<'_> {
     /// the copies go.
     pub(super) fn pack_weights(&mut self) {
         let kernels = std::mem::take(&mut self.plan.kernels);
-        let packs: Vec<bool> = kernels
+        let packs: Vec<Option<usize>> = kernels
             .iter()
-            .map(|k| matches!(&k.op, KernelOp::Gemm(g) if packable(g) && self.param_derived(g.b.buf)))
+            .map(|k| match &k.op {
+                KernelOp::Gemm(g) if self.param_derived(g.b.buf) => packable(g),
+                _ => None,
+            })
             .collect();
         let mut laid: HashMap<BufId, Option<Vec<Run>>> = HashMap::default();
-        for (kernel, _) in kernels.iter().zip(&packs).filter(|p| *p.1) {
+        for (kernel, _) in kernels.iter().zip(&packs).filter(|p| p.1.is_some()) {
             if let KernelOp::Gemm(g) = &kernel.op {
                 laid.entry(g.b.buf)
                     .or_insert_with(|| self.layout_copies(&kernels, &packs, g));
@@ -68,18 +78,18 @@ impl Lowerer<'_> {
             if out.is_some_and(|b| matches!(laid.get(&b), Some(Some(_)))) {
                 continue; // a copy whose panels are made from its input
             }
-            if let (KernelOp::Gemm(g), true) = (&mut kernel.op, pack) {
-                let key = (g.b.clone(), g.batch.clone(), g.k, g.n);
+            if let (KernelOp::Gemm(g), Some(width)) = (&mut kernel.op, pack) {
+                let key = (g.b.clone(), g.batch.clone(), g.k, g.n, width);
                 g.b = match made.iter().find(|(k, _)| *k == key) {
                     Some((_, packed)) => packed.clone(),
                     None => {
                         let runs = laid.get(&g.b.buf).cloned().flatten();
-                        let packed = self.pack(g, runs.as_deref(), &kernel.label);
+                        let packed = self.pack(g, width, runs.as_deref(), &kernel.label);
                         made.push((key, packed.clone()));
                         packed
                     }
                 };
-                g.packed = true;
+                g.packed = Some(width);
             }
             self.plan.kernels.push(kernel);
         }
@@ -94,7 +104,7 @@ impl Lowerer<'_> {
     /// columns of a `[k, total]` row-major temporary (`total` being `b`'s row stride), they
     /// cover it, every batch index of `g` reads whole rows of it, and every reader is a
     /// product that [`Lowerer::pack_weights`] packs, reading it as its `b` only.
-    fn layout_copies(&self, kernels: &[Kernel], packs: &[bool], g: &Gemm) -> Option<Vec<Run>> {
+    fn layout_copies(&self, kernels: &[Kernel], packs: &[Option<usize>], g: &Gemm) -> Option<Vec<Run>> {
         let (buf, r) = (g.b.buf, g.batch.len());
         let (total, k) = (g.b.strides[r], g.k);
         let temp = matches!(self.plan.buffers[buf].kind, BufferKind::Temp { .. });
@@ -109,7 +119,8 @@ impl Lowerer<'_> {
                 continue;
             }
             match &kernel.op {
-                KernelOp::Gemm(h) if pack && touches == 1 && h.b.buf == buf && whole_rows(h, k, total) => {}
+                KernelOp::Gemm(h)
+                    if pack.is_some() && touches == 1 && h.b.buf == buf && whole_rows(h, k, total) => {}
                 KernelOp::Map(m) if touches == 1 && m.out.buf == buf => runs.push(copy_run(m, k, total)?),
                 _ => return None,
             }
@@ -125,11 +136,12 @@ impl Lowerer<'_> {
         (end == total).then_some(runs)
     }
 
-    /// The kernels that copy `g`'s `b` into a new buffer in panels (from the copies that
-    /// laid it out, `runs`, where there are), and the packed operand that reads it: for each
-    /// batch index whose `b` differs (a broadcast axis is packed once), the columns of each
-    /// run in full panels, and the parts of panels at the runs' ends and `b`'s.
-    fn pack(&mut self, g: &Gemm, runs: Option<&[Run]>, label: &str) -> Operand {
+    /// The kernels that copy `g`'s `b` into a new buffer in panels of `width` columns (from
+    /// the copies that laid it out, `runs`, where there are), and the packed operand that
+    /// reads it: for each batch index whose `b` differs (a broadcast axis is packed once),
+    /// the columns of each run in full panels, and the parts of panels at the runs' ends and
+    /// `b`'s. A buffer of strips gets [`PANEL`] floats more ([`Gemm::packed`]).
+    fn pack(&mut self, g: &Gemm, width: usize, runs: Option<&[Run]>, label: &str) -> Operand {
         let r = g.batch.len();
         let (n, k) = (g.n, g.k);
         let mut strides = vec![0; r];
@@ -140,8 +152,9 @@ impl Lowerer<'_> {
                 len *= g.batch[i];
             }
         }
-        let buf = self.temp(vec![len]).buf;
-        let label = format!("{label} (weight in panels of {PANEL} columns)");
+        let past = if width == STRIP { PANEL } else { 0 };
+        let buf = self.temp(vec![len + past]).buf;
+        let label = format!("{label} (weight in panels of {width} columns)");
         let sizes: Vec<usize> = (0..r)
             .map(|i| if strides[i] == 0 { 1 } else { g.batch[i] })
             .collect();
@@ -161,7 +174,7 @@ impl Lowerer<'_> {
                 }],
             };
             for s in segments {
-                self.pack_segment(&s, (n, k), (buf, at(&strides)), &label);
+                self.pack_segment(&s, (n, k, width), (buf, at(&strides)), &label);
             }
         }
         Operand {
@@ -171,21 +184,21 @@ impl Lowerer<'_> {
         }
     }
 
-    /// The copies of one segment's columns into the panels at `base` of `out`: full panels
-    /// as one kernel, a part of a panel (where a segment starts or ends inside one, or the
-    /// narrower last panel) as a kernel of its own.
+    /// The copies of one segment's columns into the panels of `width` columns at `base` of
+    /// `out`: full panels as one kernel, a part of a panel (where a segment starts or ends
+    /// inside one, or the narrower last panel) as a kernel of its own.
     fn pack_segment(
         &mut self,
         s: &Segment,
-        (n, k): (usize, usize),
+        (n, k, width): (usize, usize, usize),
         (out, base): (BufId, usize),
         label: &str,
     ) {
         let mut x = s.x0;
         while x < s.x1 {
-            let panel = x / PANEL * PANEL;
-            let width = (n - panel).min(PANEL);
-            let full = (s.x1 - panel) / PANEL;
+            let panel = x / width * width;
+            let wide = (n - panel).min(width);
+            let full = (s.x1 - panel) / width;
             let input = |strides: &[usize]| Operand {
                 buf: s.buf,
                 offset: s.offset + (x - s.x0) * s.cs,
@@ -196,14 +209,14 @@ impl Lowerer<'_> {
                 offset: base + panel * k + (x - panel),
                 strides: strides.to_vec(),
             };
-            if x == panel && width == PANEL && full > 0 {
-                let shape = vec![full, k, PANEL];
-                let into = output(&[PANEL * k, PANEL, 1]);
-                self.copy_into(shape, input(&[PANEL * s.cs, s.rs, s.cs]), into, label.to_string());
-                x += full * PANEL;
+            if x == panel && wide == width && full > 0 {
+                let shape = vec![full, k, width];
+                let into = output(&[width * k, width, 1]);
+                self.copy_into(shape, input(&[width * s.cs, s.rs, s.cs]), into, label.to_string());
+                x += full * width;
             } else {
-                let end = (panel + width).min(s.x1);
-                let into = output(&[width, 1]);
+                let end = (panel + wide).min(s.x1);
+                let into = output(&[wide, 1]);
                 self.copy_into(vec![k, end - x], input(&[s.rs, s.cs]), into, label.to_string());
                 x = end;
             }

@@ -150,7 +150,7 @@ mod tests {
             epilogue: None,
             rope: Vec::new(),
             block: (m, n),
-            packed: false,
+            packed: None,
         }
     }
 

@@ -33,6 +33,8 @@ mod panel;
 mod scatter;
 #[cfg(target_arch = "x86_64")]
 mod softmax;
+#[cfg(target_arch = "x86_64")]
+mod strip;
 mod tile;
 #[cfg(target_arch = "x86_64")]
 mod transpose;
@@ -301,18 +303,21 @@ pub unsafe extern "C" fn attnc_sgemm(
 }
 
 /// `c[i, j] = alpha * Σ_p a[i, p] b[p, j]` for an `m × n` tile with a `k`-long inner dim,
-/// `b` packed ([`crate::kernel::Gemm::packed`]: `n·k` floats from `b`, panels of
-/// [`crate::kernel::PANEL`] columns, the tile's first column a panel's). Called by JIT code.
-/// With a unit column stride for `c`, [`panel`]'s streaming product: with AVX-512, or with
-/// AVX2 and FMA (the same bits); otherwise (`ATTNC_NO_TILE` too) the `gemm` crate, panel by
-/// panel. The choice depends on the shape and the CPU only, never on the thread.
+/// `b` packed ([`crate::kernel::Gemm::packed`]: `n·k` floats from `b`, panels of `width`
+/// columns, the tile's first column a panel's). Called by JIT code. With a unit column
+/// stride for `c`: panels of [`crate::kernel::PANEL`] go to [`panel`]'s streaming product,
+/// strips of [`crate::kernel::STRIP`] to [`strip`]'s, each with AVX-512 or with AVX2 and
+/// FMA (the same bits); otherwise (`ATTNC_NO_TILE` too) the `gemm` crate, panel by panel.
+/// The choice depends on the shape and the CPU only, never on the thread.
 ///
 /// # Safety
-/// The `n·k` floats from `b` are inside their allocation; for every `i < m`, `j < n`,
-/// `p < k`, the elements `c + i·c_rs + j·c_cs` and `a + i·a_rs + p·a_cs` are inside theirs,
-/// `c`'s are not read or written by another thread during the call, and no element of `c`
-/// is one of `a`'s or `b`'s. The JIT code calls it only with tiles and panels that
-/// `Plan::validate` proved inside their buffers, each task writing its own columns.
+/// The `n·k` floats from `b` are inside their allocation, and for strips the
+/// [`crate::kernel::PANEL`] after them; for every `i < m`, `j < n`, `p < k`, the elements
+/// `c + i·c_rs + j·c_cs` and `a + i·a_rs + p·a_cs` are inside theirs, `c`'s are not read or
+/// written by another thread during the call, and no element of `c` is one of `a`'s or
+/// `b`'s. The JIT code calls it only with tiles and panels that `Plan::validate` proved
+/// inside their buffers (and strips with the floats after them), each task writing its own
+/// columns.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn attnc_sgemm_packed(
     m: i64,
@@ -326,15 +331,20 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
     a_cs: i64,
     b: *const f32,
     alpha: f32,
+    width: i64,
 ) {
-    if m <= 0 || n <= 0 {
+    if m <= 0 || n <= 0 || width <= 0 {
         return;
     }
     let u = |x: i64| x.max(0) as usize;
     #[cfg(target_arch = "x86_64")]
     if c_cs == 1 && a_rs >= 0 && c_rs >= 0 && a_cs >= 0 {
         let (dims, to_c, of_a) = ((u(m), u(n), u(k)), (c, u(c_rs)), (a, u(a_rs), u(a_cs)));
+        let strips = u(width) == crate::kernel::STRIP;
         match lanes() {
+            // SAFETY: the CPU runs the lanes (`lanes` checks), the strides are not negative
+            // (checked), and this function's contract is `strip::sgemm`'s.
+            Some(l) if strips => return unsafe { strip::sgemm(l, dims, to_c, of_a, b, alpha) },
             // SAFETY: AVX-512F is available (`lanes` checks it), the strides are not
             // negative (checked), and this function's contract is `panel::sgemm`'s.
             Some(Lanes::Sixteen) => return unsafe { panel::sgemm(dims, to_c, of_a, b, alpha) },
@@ -344,9 +354,9 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
             _ => {}
         }
     }
-    let (n, k) = (u(n), u(k));
-    for j in (0..n).step_by(crate::kernel::PANEL) {
-        let w = (n - j).min(crate::kernel::PANEL);
+    let (n, k, width) = (u(n), u(k), u(width));
+    for j in (0..n).step_by(width) {
+        let w = (n - j).min(width);
         // SAFETY: the panel of columns `j..j + w` is `k` rows of `w` floats from `b + j·k`,
         // inside the `n·k` from `b`; the columns `j..j + w` of `c` are inside the tile
         // (this function's contract, which is then `attnc_sgemm`'s).

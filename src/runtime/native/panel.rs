@@ -385,6 +385,7 @@ mod tests {
                 i(a_cs),
                 packed.as_ptr(),
                 alpha,
+                i(PANEL),
             )
         };
         c.into_iter().step_by(c_cs).collect()
