@@ -300,7 +300,11 @@ fn product((m, n, k): (usize, usize, usize), packed: bool) -> (Executable, Bound
     g.block = attnc::lower::gemm_blocks(&g);
     // Packed where the lowering packs: panels of few rows, strips of more where the column
     // blocks start at one.
-    let width = if m <= attnc::lower::PACKED_ROWS { PANEL } else { STRIP };
+    let width = if m <= attnc::lower::PACKED_ROWS {
+        PANEL
+    } else {
+        STRIP
+    };
     let starts = g.block.1.is_multiple_of(width) || g.block.1 >= n;
     if packed && starts {
         (g.b, g.packed) = (op(1, &[1, k]), Some(width));

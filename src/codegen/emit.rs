@@ -500,10 +500,10 @@ impl Emit<'_> {
         self.b.ins().call(self.sgemm, &args);
     }
 
-    /// Calls `attnc_sgemm_packed(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, alpha, width)`,
-    /// `b` the first element of the tile's panels of `width` columns
-    /// ([`crate::kernel::Gemm::packed`]).
-    pub fn sgemm_packed(&mut self, args: [Value; 12]) {
+    /// Calls `attnc_sgemm_packed(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, alpha, width,
+    /// bias, bias_cs)`, `b` the first element of the tile's panels of `width` columns
+    /// ([`crate::kernel::Gemm::packed`]), `bias` the tile's first column's bias or null.
+    pub fn sgemm_packed(&mut self, args: [Value; 14]) {
         let (decl, imported) = self.packed;
         let func_ref = imported.unwrap_or_else(|| self.import(decl.0, &decl.1));
         self.packed.1 = Some(func_ref);

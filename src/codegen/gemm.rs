@@ -1,7 +1,7 @@
 //! The batched GEMM kernel: Cranelift walks the (batch, row block, column block) tasks,
 //! computes the tile's pointers, calls the microkernel shim for the tile product, then adds
 //! the bias and applies the epilogue to the tile it just wrote, in one pass, then the
-//! rotary embeddings. (The bias used to be a prologue the product accumulated onto: one
+//! rotary embeddings (a product of weights packed in strips adds the bias itself). (The bias used to be a prologue the product accumulated onto: one
 //! more pass over the tile, 4–7 % of encoder_M's GEMMs with an epilogue; `BENCHMARKS.md`.)
 //! Where the CPU has AVX-512 and the bias and epilogue are one of the forms of
 //! `tile_epilogue.rs`, one call of the native shim applies them at 512 bits instead.
@@ -10,7 +10,7 @@ use super::emit::Emit;
 use super::math::eval;
 use super::softmax::lanes;
 use super::tile_epilogue::{form, Form};
-use crate::kernel::{Gemm, Operand, Rope};
+use crate::kernel::{Gemm, Operand, Rope, STRIP};
 use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
@@ -101,13 +101,23 @@ fn tile(
     let ints = [c_s[r], c_s[r + 1], a_s[r], a_s[r + 1], b_s[r], b_s[r + 1]].map(|s| e.int(s as i64));
     let alpha = e.f32(g.alpha);
     let acc = e.b.ins().iconst(I32, 0);
+    // A product of strips adds the bias as it stores its sums (not a pair's: its bias is
+    // the first product's alone), and the pass after it goes without.
+    let (fused, bias) = match g.packed == Some(STRIP) && !g.paired() {
+        true => (bias, None),
+        false => (None, bias),
+    };
     // With a packed `b`, the tile's columns start at a panel, `k` times `j0` in (the step
     // above, by the stride `k`).
     let product = |e: &mut Emit, (c, a, b): (Value, Value, Value)| match g.packed {
         Some(width) => {
             let width = e.int(width as i64);
+            let (bias, bias_cs) = match fused {
+                Some((p, s)) => (p, e.int(s as i64)),
+                None => (e.int(0), e.int(0)),
+            };
             e.sgemm_packed([
-                rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, alpha, width,
+                rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, alpha, width, bias, bias_cs,
             ])
         }
         None => e.sgemm([

@@ -33,9 +33,10 @@ const STREAMED: usize = 512 << 10;
 /// sentence's or prompt's few dozen, measured faster that way in `BENCHMARKS.md` ("Few-row
 /// products from packed weights"; 32 rather than 16 since the product of 9 to 16 rows reads
 /// the weight once: MiniLM at 2 × 16 tokens 1.3× faster, SmolLM2's prefill of 24 tokens
-/// 1.4×). Past it the `gemm` crate, packing at every call, measured faster: 64 rows by a
-/// `k` of 1536 already ran at 0.73-0.93× its speed, each block of 16 rows reading the weight
-/// again ("few-row products of 9 to 16 rows").
+/// 1.4×). Past it the `gemm` crate's microkernel measured faster (64 rows by a `k` of 1536
+/// already ran at 0.73-0.93× its speed, each block of 16 rows reading the weight again: "few-row
+/// products of 9 to 16 rows"), and reads the weight packed once in strips of 64 columns
+/// ("Products of many rows from weights packed once in strips").
 pub const PACKED_ROWS: usize = 32;
 
 /// Tiles of the result, chosen from the shape alone (never from the thread count, so that

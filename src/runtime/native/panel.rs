@@ -386,6 +386,8 @@ mod tests {
                 packed.as_ptr(),
                 alpha,
                 i(PANEL),
+                std::ptr::null(),
+                0,
             )
         };
         c.into_iter().step_by(c_cs).collect()

@@ -53,17 +53,19 @@ const KC: usize = 512;
 /// Strips every block of rows reads before the next strips (see [`KC`]).
 const STRIPS_AT_ONCE: usize = 4;
 
-/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j]` for `i < m`, `j < n`, with `b` packed in strips
-/// of [`STRIP`] columns from the tile's first column (a multiple of [`STRIP`]) and a unit
-/// column stride for `c`: for each chunk of [`KC`] steps, each group of
-/// [`STRIPS_AT_ONCE`] strips, each block of [`NR`] rows, each strip, one microkernel call.
-/// The first chunk writes `c`, the others add to it.
+/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ bias[j])` for `i < m`, `j < n`, with `b`
+/// packed in strips of [`STRIP`] columns from the tile's first column (a multiple of
+/// [`STRIP`]) and a unit column stride for `c`: for each chunk of [`KC`] steps, each group
+/// of [`STRIPS_AT_ONCE`] strips, each block of [`NR`] rows, each strip, one microkernel
+/// call. The first chunk writes `c` (with a bias, the block's rows are first set to it and
+/// the sums added, one rounding for both), the others add to it.
 ///
 /// # Safety
 /// The CPU has AVX-512F for [`Lanes::Sixteen`], AVX2 and FMA for [`Lanes::Eight`]; the
 /// `n·k` floats from `b` and the [`crate::kernel::PANEL`] after them are inside their
-/// allocation; for `i < m`, `j < n`, `p < k` the elements `c + i·c_rs + j` and
-/// `a + i·a_rs + p·a_cs` are inside theirs, and `c`'s are this call's alone.
+/// allocation; for `i < m`, `j < n`, `p < k` the elements `c + i·c_rs + j`,
+/// `a + i·a_rs + p·a_cs` and `bias + j·bias_cs` are inside theirs, and `c`'s are this
+/// call's alone.
 pub unsafe fn sgemm(
     lanes: Lanes,
     (m, n, k): (usize, usize, usize),
@@ -71,15 +73,29 @@ pub unsafe fn sgemm(
     (a, a_rs, a_cs): (*const f32, usize, usize),
     b: *const f32,
     alpha: f32,
+    bias: Option<(*const f32, usize)>,
 ) {
     let strips = n.div_ceil(STRIP);
     let mut p0 = 0;
     while p0 < k {
         let kc = (k - p0).min(KC);
         for first in (0..strips).step_by(STRIPS_AT_ONCE) {
+            let group = first..(first + STRIPS_AT_ONCE).min(strips);
+            // The group's bias, a row of each strip, read once for all its blocks of rows.
+            let mut rows_of_bias = [[0.0f32; STRIP]; STRIPS_AT_ONCE];
+            let bias = bias.filter(|_| p0 == 0).map(|(bias, bias_cs)| {
+                for (s, row) in group.clone().zip(&mut rows_of_bias) {
+                    let j = s * STRIP;
+                    for (q, x) in row.iter_mut().take((n - j).min(STRIP)).enumerate() {
+                        // SAFETY: column `j + q < n` of the bias (contract).
+                        *x = unsafe { *bias.add((j + q) * bias_cs) };
+                    }
+                }
+                &rows_of_bias
+            });
             for i in (0..m).step_by(NR) {
                 let rows = (m - i).min(NR);
-                for s in first..(first + STRIPS_AT_ONCE).min(strips) {
+                for (g, s) in group.clone().enumerate() {
                     let (j, width) = (s * STRIP, (n - s * STRIP).min(STRIP));
                     let call = Call {
                         dims: (width, rows, kc),
@@ -90,7 +106,11 @@ pub unsafe fn sgemm(
                         strip: b.wrapping_add(j * k + p0 * width),
                         a: (a.wrapping_add(i * a_rs + p0 * a_cs), a_rs, a_cs),
                         alpha,
-                        add: p0 > 0,
+                        start: match (p0, bias) {
+                            (0, Some(rows)) => Start::Bias(&rows[g][..width]),
+                            (0, None) => Start::Zero,
+                            _ => Start::Sums,
+                        },
                     };
                     // SAFETY: rows `i..i + rows` and columns `j..j + width` are the
                     // product's, steps `p0..p0 + kc` are `k`'s, and the strip's rows are
@@ -105,20 +125,28 @@ pub unsafe fn sgemm(
     }
 }
 
+/// What a microkernel call adds its sums to: nothing (the first chunk of `k`), the bias of
+/// the strip's columns (the first chunk, with a bias), or the sums `c` holds (a later
+/// chunk).
+enum Start<'a> {
+    Zero,
+    Bias(&'a [f32]),
+    Sums,
+}
+
 /// One microkernel call: `width` columns of `c` (at most [`STRIP`]) by `rows` rows (at most
 /// [`NR`]) over `kc` steps, the strip's rows `width` floats apart.
-struct Call {
+struct Call<'a> {
     dims: (usize, usize, usize),
     c: *mut f32,
     c_rs: usize,
     strip: *const f32,
     a: (*const f32, usize, usize),
     alpha: f32,
-    /// Whether the sums are added to what `c` holds (a chunk of `k` after the first).
-    add: bool,
+    start: Start<'a>,
 }
 
-impl Call {
+impl Call<'_> {
     /// Runs the call on the microkernels of `lanes`: at 512 bits one call for the strip
     /// (64 columns in four vectors, or fewer vectors for a narrower strip), at 256 bits one
     /// per 16 columns.
@@ -134,7 +162,19 @@ impl Call {
         // (status 1) for `dst` of `m × n` with strides `(dst_rs, dst_cs)`: here `cᵀ`, its
         // `m` the columns and `n` the rows, the strip its packed left operand and the rows
         // of `a` its right one.
-        let status = u8::from(self.add);
+        let status = match self.start {
+            Start::Zero => 0,
+            Start::Bias(row) => {
+                for r in 0..rows {
+                    // SAFETY: row `r < rows` of the block, its `width` columns, are this
+                    // call's (contract); the bias row has `width` floats.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(self.c.add(r * self.c_rs), width) };
+                    dst.copy_from_slice(row);
+                }
+                1
+            }
+            Start::Sums => 1,
+        };
         let call = |kernel: Kernel, q: usize, cols: usize| {
             // SAFETY: the kernel reads `kc` steps of its `⌈cols/lanes⌉` vectors from
             // `strip + q`, `width` floats apart, which stay within the floats this
@@ -203,10 +243,11 @@ mod tests {
     }
 
     /// Each element of `c` is, per chunk of [`KC`] steps, one chain of fused multiply-adds
-    /// in order from 0, scaled by `alpha` for the first chunk and added to `c` by a fused
-    /// multiply-add for the others: the bits of that scalar loop on both vector widths, for
-    /// every row count of a block and its tail, full and narrower strips, several strip
-    /// groups and chunks, and `a` read through its transpose.
+    /// in order from 0, scaled by `alpha` for the first chunk (and added to the bias by the
+    /// same fused multiply-add, with one) and added to `c` by a fused multiply-add for the
+    /// others: the bits of that scalar loop on both vector widths, for every row count of a
+    /// block and its tail, full and narrower strips, several strip groups and chunks, a
+    /// strided bias, and `a` read through its transpose.
     #[test]
     fn strip_products_are_the_microkernels_chains_at_both_widths() {
         let widths: Vec<Lanes> = [Lanes::Sixteen, Lanes::Eight]
@@ -227,23 +268,30 @@ mod tests {
                 (130, 1100),
             ] {
                 let (a, b) = (values(m * k, m), values(k * n, n));
+                let bias = values(2 * n, 5);
                 let packed = pack(&b, k, n);
                 let alpha = 0.75f32;
-                let want: Vec<f32> = (0..m * n)
-                    .map(|x| {
-                        let (i, j) = (x / n, x % n);
-                        let mut c = 0.0f32;
-                        for p0 in (0..k).step_by(KC) {
-                            let s = (p0..(p0 + KC).min(k))
-                                .fold(0.0f32, |s, p| a[i * k + p].mul_add(b[p * n + j], s));
-                            c = if p0 == 0 { alpha * s } else { alpha.mul_add(s, c) };
-                        }
-                        c
-                    })
-                    .collect();
+                let want = |with_bias: bool| -> Vec<f32> {
+                    (0..m * n)
+                        .map(|x| {
+                            let (i, j) = (x / n, x % n);
+                            let mut c = 0.0f32;
+                            for p0 in (0..k).step_by(KC) {
+                                let chunk = p0..(p0 + KC).min(k);
+                                let s = chunk.fold(0.0f32, |s, p| a[i * k + p].mul_add(b[p * n + j], s));
+                                c = match (p0, with_bias) {
+                                    (0, false) => alpha * s,
+                                    (0, true) => alpha.mul_add(s, bias[2 * j]),
+                                    _ => alpha.mul_add(s, c),
+                                };
+                            }
+                            c
+                        })
+                        .collect()
+                };
                 let at = |t: &[f32]| t.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 for &lanes in &widths {
-                    for transposed in [false, true] {
+                    for (transposed, with_bias) in [(false, false), (true, false), (false, true)] {
                         let (a, a_rs, a_cs) = match transposed {
                             false => (a.clone(), k, 1),
                             true => ((0..k * m).map(|x| a[(x % m) * k + x / m]).collect(), 1, m),
@@ -251,7 +299,7 @@ mod tests {
                         let mut c = vec![f32::NAN; m * (n + 3)];
                         // SAFETY: the CPU runs `lanes` (filtered above); `packed` holds the
                         // `n·k` floats and `PANEL` more; `c` holds `m` rows of `n + 3`
-                        // floats and `a` the `m × k` its strides reach.
+                        // floats, `a` the `m × k` its strides reach and `bias` `2n`.
                         unsafe {
                             sgemm(
                                 lanes,
@@ -260,17 +308,59 @@ mod tests {
                                 (a.as_ptr(), a_rs, a_cs),
                                 packed.as_ptr(),
                                 alpha,
+                                with_bias.then_some((bias.as_ptr(), 2)),
                             )
                         };
                         let got: Vec<f32> = c.chunks(n + 3).flat_map(|row| row[..n].to_vec()).collect();
-                        assert_eq!(
-                            at(&got),
-                            at(&want),
-                            "m {m}, n {n}, k {k}, transposed {transposed}"
-                        );
+                        let what = format!("m {m}, n {n}, k {k}, transposed {transposed}, bias {with_bias}");
+                        assert_eq!(at(&got), at(&want(with_bias)), "{what}");
                         assert!(c.chunks(n + 3).all(|row| row[n..].iter().all(|x| x.is_nan())));
                     }
                 }
+            }
+        }
+    }
+
+    /// Where `c`'s columns are not contiguous the strips go to the `gemm` crate one by one
+    /// and the bias is added after: with small integers every sum is exact in any order,
+    /// so the result is the plain loop's.
+    #[test]
+    fn strips_into_a_strided_c_take_the_crate_and_the_bias_after() {
+        let (m, n, k) = (9, 70, 600);
+        let small = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7 + seed * 13) % 11) as f32 - 5.0)
+                .collect()
+        };
+        let (a, b, bias) = (small(m * k, 1), small(k * n, 2), small(n, 3));
+        let packed = pack(&b, k, n);
+        let mut c = vec![f32::NAN; m * 2 * n];
+        let i = |x: usize| x as i64;
+        // SAFETY: `c` holds `m` rows of `2n` floats (column stride 2), `a` is `m × k`,
+        // `packed` the `n·k` floats and `PANEL` more, and `bias` `n`.
+        unsafe {
+            super::super::attnc_sgemm_packed(
+                i(m),
+                i(n),
+                i(k),
+                c.as_mut_ptr(),
+                i(2 * n),
+                2,
+                a.as_ptr(),
+                i(k),
+                1,
+                packed.as_ptr(),
+                0.5,
+                i(STRIP),
+                bias.as_ptr(),
+                1,
+            )
+        };
+        for r in 0..m {
+            for j in 0..n {
+                let want = 0.5 * (0..k).map(|p| a[r * k + p] * b[p * n + j]).sum::<f32>() + bias[j];
+                assert_eq!(c[r * 2 * n + 2 * j], want, "c[{r}, {j}]");
+                assert!(c[r * 2 * n + 2 * j + 1].is_nan(), "c[{r}, {j}] and a half");
             }
         }
     }
