@@ -133,9 +133,9 @@ pub fn isa(opt: &str) -> Result<OwnedTargetIsa, String> {
 
 /// A signature of `count` parameters of each type, in order. The shims' parameters: a
 /// kernel's 4 pointers and indices; `attnc_sgemm`'s 12 sizes, pointers and strides, `alpha`
-/// and `acc`; `attnc_sgemm_packed`'s 10, `alpha`, the panels' width, the bias and its stride;
-/// `attnc_softmax_tile`'s 13, two flags and the fill; `attnc_epilogue_tile`'s 11 and 3
-/// constants.
+/// and `acc`; `attnc_sgemm_packed`'s 10, `alpha` and 6 more (the panels' width, the bias,
+/// a residual and ReLU); `attnc_softmax_tile`'s 13, two flags and the fill;
+/// `attnc_epilogue_tile`'s 11 and 3 constants.
 fn signature(module: &JITModule, params: &[(Type, usize)]) -> Signature {
     let mut sig = module.make_signature();
     for &(ty, count) in params {
@@ -190,7 +190,7 @@ impl Jit {
             calls.push((id, sig));
         }
         // Declared last, so the math functions keep their ids in the IR's text.
-        let packed = imported(&mut module, PACKED_SYMBOL, &[(I64, 10), (F32, 1), (I64, 3)])?;
+        let packed = imported(&mut module, PACKED_SYMBOL, &[(I64, 10), (F32, 1), (I64, 6)])?;
         let softmax = shims
             .softmax
             .map(|_| imported(&mut module, SOFTMAX_SYMBOL, &[(I64, 13), (I32, 2), (F32, 1)]))

@@ -136,7 +136,8 @@ output z = y + 1.0
 fn products_read_their_weights_packed_in_panels_or_strips_and_agree_at_odd_shapes() {
     // 70 and 37 columns: whole panels of 16 and a narrower last one, a narrower strip of
     // 64; odd inner dims; `D` = 300 is a longer `k`, 600 longer than a strip product's chunk
-    // of steps. A weight read transposed is packed straight from the param.
+    // of steps; a bias and ReLU, a residual (which products of strips apply themselves). A
+    // weight read transposed is packed straight from the param.
     let src = |d: usize| {
         format!(
             "\
@@ -147,7 +148,7 @@ param w: [F, D]
 param bias: [F]
 param v: [F, D]
 let h = linear(x, w, bias).relu()
-output y = h @ v
+output y = h @ v + x
 "
         )
     };

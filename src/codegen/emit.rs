@@ -501,9 +501,10 @@ impl Emit<'_> {
     }
 
     /// Calls `attnc_sgemm_packed(m, n, k, c, c_rs, c_cs, a, a_rs, a_cs, b, alpha, width,
-    /// bias, bias_cs)`, `b` the first element of the tile's panels of `width` columns
-    /// ([`crate::kernel::Gemm::packed`]), `bias` the tile's first column's bias or null.
-    pub fn sgemm_packed(&mut self, args: [Value; 14]) {
+    /// bias, bias_cs, residual, residual_rs, relu)`, `b` the first element of the tile's
+    /// panels of `width` columns ([`crate::kernel::Gemm::packed`]), `bias` the tile's first
+    /// column's bias and `residual` its first element of a residual, each or null.
+    pub fn sgemm_packed(&mut self, args: [Value; 17]) {
         let (decl, imported) = self.packed;
         let func_ref = imported.unwrap_or_else(|| self.import(decl.0, &decl.1));
         self.packed.1 = Some(func_ref);

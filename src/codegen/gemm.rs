@@ -10,7 +10,8 @@ use super::emit::Emit;
 use super::math::eval;
 use super::softmax::lanes;
 use super::tile_epilogue::{form, Form};
-use crate::kernel::{Gemm, Operand, Rope, STRIP};
+use crate::kernel::formula::{binary, either, is_const};
+use crate::kernel::{BinaryOp, Expr, Gemm, Operand, Rope, STRIP};
 use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
@@ -101,23 +102,52 @@ fn tile(
     let ints = [c_s[r], c_s[r + 1], a_s[r], a_s[r + 1], b_s[r], b_s[r + 1]].map(|s| e.int(s as i64));
     let alpha = e.f32(g.alpha);
     let acc = e.b.ins().iconst(I32, 0);
-    // A product of strips adds the bias as it stores its sums (not a pair's: its bias is
-    // the first product's alone), and the pass after it goes without.
-    let (fused, bias) = match g.packed == Some(STRIP) && !g.paired() {
-        true => (bias, None),
-        false => (None, bias),
+    // A product of strips adds the bias as it stores its sums and applies a residual add
+    // or ReLU after them ([`Finish`]), and the pass after it goes without them.
+    let finish = finish(g);
+    let (fused, bias) = match finish {
+        Some(_) => (bias, None),
+        None => (None, bias),
     };
     // With a packed `b`, the tile's columns start at a panel, `k` times `j0` in (the step
     // above, by the stride `k`).
     let product = |e: &mut Emit, (c, a, b): (Value, Value, Value)| match g.packed {
         Some(width) => {
             let width = e.int(width as i64);
+            let null = e.int(0);
             let (bias, bias_cs) = match fused {
                 Some((p, s)) => (p, e.int(s as i64)),
-                None => (e.int(0), e.int(0)),
+                None => (null, null),
             };
+            let (residual, residual_rs) = match finish {
+                Some(Finish::Residual(k)) => {
+                    let o = &g.epilogue.as_ref().expect("a residual is an epilogue's").inputs[k];
+                    let off = e.dot(idx, &o.strides[..r]);
+                    let p = e.at(epilogue_ptrs[k], off);
+                    let p = e.step(p, i0, o.strides[r]);
+                    (e.step(p, j0, 1), e.int(o.strides[r] as i64))
+                }
+                _ => (null, null),
+            };
+            let relu = e.int(i64::from(finish == Some(Finish::Relu)));
             e.sgemm_packed([
-                rows, cols, k, c, ints[0], ints[1], a, ints[2], ints[3], b, alpha, width, bias, bias_cs,
+                rows,
+                cols,
+                k,
+                c,
+                ints[0],
+                ints[1],
+                a,
+                ints[2],
+                ints[3],
+                b,
+                alpha,
+                width,
+                bias,
+                bias_cs,
+                residual,
+                residual_rs,
+                relu,
             ])
         }
         None => e.sgemm([
@@ -135,7 +165,7 @@ fn tile(
         product(e, (c1, a1, b1));
         c1
     });
-    if g.epilogue.is_none() && bias.is_none() {
+    if (g.epilogue.is_none() || finish.is_some()) && bias.is_none() {
         return c;
     }
     let inputs = g.epilogue.iter().flat_map(|ep| &ep.inputs);
@@ -154,6 +184,41 @@ fn tile(
         None => epilogue(e, g, (c, second, rows, cols), &bases, bias),
     }
     c
+}
+
+/// What a product of weights packed in strips applies itself after its sums and the bias
+/// (`attnc_sgemm_packed`), as it stores each block of the tile: no epilogue, a residual add
+/// `c + inputs[k]` (the input's columns contiguous), or ReLU `maximum(c, 0)`. A pair's
+/// products keep their bias and epilogue for the pass after both.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Finish {
+    Bias,
+    Residual(usize),
+    Relu,
+}
+
+/// The [`Finish`] of `g`'s bias and epilogue, where its product is one of strips.
+fn finish(g: &Gemm) -> Option<Finish> {
+    if g.packed != Some(STRIP) || g.paired() {
+        return None;
+    }
+    let Some(ep) = &g.epilogue else {
+        return Some(Finish::Bias);
+    };
+    let (x, root) = (&ep.expr, ep.expr.len().checked_sub(1)?);
+    let r = g.batch.len();
+    let leaf = |n: usize| match x[n] {
+        Expr::Input(i) => Some(i),
+        _ => None,
+    };
+    let residual = either(x, root, BinaryOp::Add, |a, b| match (leaf(a)?, leaf(b)?) {
+        (0, i) if i > 0 && ep.inputs[i - 1].strides[r + 1] == 1 => Some(Finish::Residual(i - 1)),
+        _ => None,
+    });
+    let relu = binary(x, root, BinaryOp::Maximum)
+        .filter(|&(a, b)| leaf(a) == Some(0) && is_const(x, b, 0.0))
+        .map(|_| Finish::Relu);
+    residual.or(relu).filter(|_| !ep.pair)
 }
 
 /// The bias and the epilogue over the tile at `c` by the native shim, in one call (the

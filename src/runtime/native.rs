@@ -27,6 +27,7 @@ mod dot;
 mod epilogue;
 #[cfg(target_arch = "x86_64")]
 mod exp;
+mod finish;
 #[cfg(target_arch = "x86_64")]
 mod panel;
 #[cfg(target_arch = "x86_64")]
@@ -302,24 +303,27 @@ pub unsafe extern "C" fn attnc_sgemm(
     }
 }
 
-/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ bias[j])` for an `m × n` tile with a `k`-long
-/// inner dim, `b` packed ([`crate::kernel::Gemm::packed`]: `n·k` floats from `b`, panels of
-/// `width` columns, the tile's first column a panel's), `bias` (column stride `bias_cs`)
-/// added where it is not null. Called by JIT code. With a unit column stride for `c`:
-/// panels of [`crate::kernel::PANEL`] go to [`panel`]'s streaming product, strips of
-/// [`crate::kernel::STRIP`] to [`strip`]'s (which adds the bias with its sums), each with
-/// AVX-512 or with AVX2 and FMA (the same bits); otherwise (`ATTNC_NO_TILE` too) the `gemm`
-/// crate, panel by panel. The choice depends on the shape and the CPU only, never on the
-/// thread.
+/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j]`, then `+ bias[j]`, `+ residual[i, j]` and ReLU
+/// (each where given: a pointer not null, `relu` not 0), for an `m × n` tile with a
+/// `k`-long inner dim, `b` packed ([`crate::kernel::Gemm::packed`]: `n·k` floats from `b`,
+/// panels of `width` columns, the tile's first column a panel's); the bias's column
+/// stride is `bias_cs`, the residual's row stride `residual_rs` and its columns
+/// contiguous. Called by JIT code. With a unit column stride for `c`: panels of
+/// [`crate::kernel::PANEL`] go to [`panel`]'s streaming product, strips of
+/// [`crate::kernel::STRIP`] to [`strip`]'s (which applies the rest as it stores each
+/// block), each with AVX-512 or with AVX2 and FMA (the same bits); otherwise
+/// (`ATTNC_NO_TILE` too) the `gemm` crate, panel by panel. The choice depends on the shape
+/// and the CPU only, never on the thread.
 ///
 /// # Safety
 /// The `n·k` floats from `b` are inside their allocation, and for strips the
 /// [`crate::kernel::PANEL`] after them; for every `i < m`, `j < n`, `p < k`, the elements
-/// `c + i·c_rs + j·c_cs`, `a + i·a_rs + p·a_cs` and, unless `bias` is null,
-/// `bias + j·bias_cs` are inside theirs, `c`'s are not read or written by another thread
-/// during the call, and no element of `c` is one of the others'. The JIT code calls it only
-/// with tiles, panels and biases that `Plan::validate` proved inside their buffers (and
-/// strips with the floats after them), each task writing its own columns.
+/// `c + i·c_rs + j·c_cs`, `a + i·a_rs + p·a_cs` and, unless null, `bias + j·bias_cs` and
+/// `residual + i·residual_rs + j` are inside theirs, `c`'s are not read or written by
+/// another thread during the call, and no element of `c` is one of the others'. The JIT code
+/// calls it only with tiles, panels, biases and residuals that `Plan::validate` proved
+/// inside their buffers (and strips with the floats after them), each task writing its own
+/// columns.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn attnc_sgemm_packed(
     m: i64,
@@ -336,19 +340,26 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
     width: i64,
     bias: *const f32,
     bias_cs: i64,
+    residual: *const f32,
+    residual_rs: i64,
+    relu: i64,
 ) {
-    if m <= 0 || n <= 0 || width <= 0 || bias_cs < 0 {
+    if m <= 0 || n <= 0 || width <= 0 || bias_cs < 0 || residual_rs < 0 {
         return;
     }
     let u = |x: i64| x.max(0) as usize;
-    let bias = (!bias.is_null()).then_some((bias, u(bias_cs)));
+    let finish = finish::Finish {
+        bias: (!bias.is_null()).then_some((bias, u(bias_cs))),
+        residual: (!residual.is_null()).then_some((residual, u(residual_rs))),
+        relu: relu != 0,
+    };
     #[cfg(target_arch = "x86_64")]
     if c_cs == 1 && a_rs >= 0 && c_rs >= 0 && a_cs >= 0 {
         let (dims, to_c, of_a) = ((u(m), u(n), u(k)), (c, u(c_rs)), (a, u(a_rs), u(a_cs)));
         if let Some(lanes) = lanes().filter(|_| u(width) == crate::kernel::STRIP) {
             // SAFETY: the CPU runs the lanes (`lanes` checks), the strides are not negative
             // (checked), and this function's contract is `strip::sgemm`'s.
-            return unsafe { strip::sgemm(lanes, dims, to_c, of_a, b, alpha, bias) };
+            return unsafe { strip::sgemm(lanes, dims, to_c, of_a, b, alpha, &finish) };
         }
         let product = match lanes() {
             Some(Lanes::Sixteen) => Some(panel::sgemm as unsafe fn(_, _, _, _, _)),
@@ -360,8 +371,9 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
             // `panel::sgemm`, AVX2 and FMA for `panel::avx2::sgemm`), the strides are not
             // negative (checked), and this function's contract is theirs.
             unsafe { product(dims, to_c, of_a, b, alpha) };
-            // SAFETY: the tile and the bias are inside their allocations (contract).
-            return unsafe { add_bias((dims.0, dims.1), (c, c_rs as isize, 1), bias) };
+            // SAFETY: the tile and what `finish` reads are inside their allocations
+            // (contract).
+            return unsafe { finish.over((dims.0, dims.1), (c, c_rs as isize, 1)) };
         }
     }
     let (n, k, width) = (u(n), u(k), u(width));
@@ -389,29 +401,8 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
             )
         };
     }
-    // SAFETY: the tile and the bias are inside their allocations (contract).
-    unsafe { add_bias((u(m), n), (c, c_rs as isize, c_cs as isize), bias) };
-}
-
-/// `c[i, j] += bias[j]` over an `m × n` tile, after a product that did not add it.
-///
-/// # Safety
-/// For `i < m`, `j < n`, `c + i·c_rs + j·c_cs` and `bias + j·bias_cs` are inside their
-/// allocations, and `c`'s are the caller's alone.
-unsafe fn add_bias(
-    (m, n): (usize, usize),
-    (c, c_rs, c_cs): (*mut f32, isize, isize),
-    bias: Option<(*const f32, usize)>,
-) {
-    let Some((bias, bias_cs)) = bias else {
-        return;
-    };
-    for i in 0..m {
-        for j in 0..n {
-            // SAFETY: `i < m`, `j < n` (contract).
-            unsafe { *c.offset(i as isize * c_rs + j as isize * c_cs) += *bias.add(j * bias_cs) };
-        }
-    }
+    // SAFETY: the tile and what `finish` reads are inside their allocations (contract).
+    unsafe { finish.over((u(m), n), (c, c_rs as isize, c_cs as isize)) };
 }
 
 /// Checks a tile product's `c` (row stride `c_rs`; `c0` before the call) in the tests of

@@ -388,6 +388,9 @@ mod tests {
                 i(PANEL),
                 std::ptr::null(),
                 0,
+                std::ptr::null(),
+                0,
+                0,
             )
         };
         c.into_iter().step_by(c_cs).collect()

@@ -14,6 +14,7 @@
 //! Without AVX-512 the crate's 256-bit microkernels read 16 columns at a time from the
 //! same strips: the same layout on every CPU, so a plan never depends on the machine.
 
+use super::finish::Finish;
 use super::Lanes;
 use crate::kernel::STRIP;
 use gemm_f32::microkernel::{avx512f::f32 as sixteen, fma::f32 as eight};
@@ -53,19 +54,20 @@ const KC: usize = 512;
 /// Strips every block of rows reads before the next strips (see [`KC`]).
 const STRIPS_AT_ONCE: usize = 4;
 
-/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j] (+ bias[j])` for `i < m`, `j < n`, with `b`
+/// `c[i, j] = alpha * Σ_p a[i, p] b[p, j]`, then `finish`, for `i < m`, `j < n`, with `b`
 /// packed in strips of [`STRIP`] columns from the tile's first column (a multiple of
 /// [`STRIP`]) and a unit column stride for `c`: for each chunk of [`KC`] steps, each group
 /// of [`STRIPS_AT_ONCE`] strips, each block of [`NR`] rows, each strip, one microkernel
 /// call. The first chunk writes `c` (with a bias, the block's rows are first set to it and
-/// the sums added, one rounding for both), the others add to it.
+/// the sums added, one rounding for both), the others add to it; after the last, the
+/// residual and ReLU go over the block while it is in L1.
 ///
 /// # Safety
 /// The CPU has AVX-512F for [`Lanes::Sixteen`], AVX2 and FMA for [`Lanes::Eight`]; the
 /// `n·k` floats from `b` and the [`crate::kernel::PANEL`] after them are inside their
 /// allocation; for `i < m`, `j < n`, `p < k` the elements `c + i·c_rs + j`,
-/// `a + i·a_rs + p·a_cs` and `bias + j·bias_cs` are inside theirs, and `c`'s are this
-/// call's alone.
+/// `a + i·a_rs + p·a_cs` and those `finish` reads (as [`Finish::over`]'s contract says) are
+/// inside theirs, and `c`'s are this call's alone.
 pub unsafe fn sgemm(
     lanes: Lanes,
     (m, n, k): (usize, usize, usize),
@@ -73,7 +75,7 @@ pub unsafe fn sgemm(
     (a, a_rs, a_cs): (*const f32, usize, usize),
     b: *const f32,
     alpha: f32,
-    bias: Option<(*const f32, usize)>,
+    finish: &Finish,
 ) {
     let strips = n.div_ceil(STRIP);
     let mut p0 = 0;
@@ -83,7 +85,7 @@ pub unsafe fn sgemm(
             let group = first..(first + STRIPS_AT_ONCE).min(strips);
             // The group's bias, a row of each strip, read once for all its blocks of rows.
             let mut rows_of_bias = [[0.0f32; STRIP]; STRIPS_AT_ONCE];
-            let bias = bias.filter(|_| p0 == 0).map(|(bias, bias_cs)| {
+            let bias = finish.bias.filter(|_| p0 == 0).map(|(bias, bias_cs)| {
                 for (s, row) in group.clone().zip(&mut rows_of_bias) {
                     let j = s * STRIP;
                     for (q, x) in row.iter_mut().take((n - j).min(STRIP)).enumerate() {
@@ -118,6 +120,11 @@ pub unsafe fn sgemm(
                     // `PANEL` floats after them (this function's contract, which is what
                     // `Call::run` asks).
                     unsafe { call.run(lanes) };
+                    if p0 + kc == k {
+                        // SAFETY: the block's rows and columns are the product's, and
+                        // `finish` reads its elements of the residual (contract).
+                        unsafe { finish.after((c, c_rs), (i, j), (rows, width)) };
+                    }
                 }
             }
         }
@@ -218,7 +225,7 @@ impl Call<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{sgemm, Lanes, KC};
+    use super::{sgemm, Finish, Lanes, KC};
     use crate::kernel::{PANEL, STRIP};
 
     /// `b [k, n]` row-major in strips ([`crate::kernel::Gemm::packed`]), then the
@@ -245,9 +252,10 @@ mod tests {
     /// Each element of `c` is, per chunk of [`KC`] steps, one chain of fused multiply-adds
     /// in order from 0, scaled by `alpha` for the first chunk (and added to the bias by the
     /// same fused multiply-add, with one) and added to `c` by a fused multiply-add for the
-    /// others: the bits of that scalar loop on both vector widths, for every row count of a
-    /// block and its tail, full and narrower strips, several strip groups and chunks, a
-    /// strided bias, and `a` read through its transpose.
+    /// others, then the residual added and ReLU (NaN kept, -0 kept): the bits of that
+    /// scalar loop on both vector widths, for every row count of a block and its tail, full
+    /// and narrower strips, several strip groups and chunks, a strided bias, and `a` read
+    /// through its transpose.
     #[test]
     fn strip_products_are_the_microkernels_chains_at_both_widths() {
         let widths: Vec<Lanes> = [Lanes::Sixteen, Lanes::Eight]
@@ -267,11 +275,12 @@ mod tests {
                 (300, 64),
                 (130, 1100),
             ] {
-                let (a, b) = (values(m * k, m), values(k * n, n));
-                let bias = values(2 * n, 5);
+                let (mut a, b) = (values(m * k, m), values(k * n, n));
+                a[0] = f32::NAN; // row 0 all NaN: ReLU keeps it
+                let (bias, residual) = (values(2 * n, 5), values(m * (n + 1), 6));
                 let packed = pack(&b, k, n);
                 let alpha = 0.75f32;
-                let want = |with_bias: bool| -> Vec<f32> {
+                let want = |(with_bias, with_residual, relu): (bool, bool, bool)| -> Vec<f32> {
                     (0..m * n)
                         .map(|x| {
                             let (i, j) = (x / n, x % n);
@@ -285,21 +294,43 @@ mod tests {
                                     _ => alpha.mul_add(s, c),
                                 };
                             }
-                            c
+                            if with_residual {
+                                c += residual[i * (n + 1) + j];
+                            }
+                            // `maximum(c, 0)` as `codegen/math.rs` has it.
+                            match (relu, c.is_nan(), c >= 0.0) {
+                                (false, _, _) => c,
+                                (true, true, _) => c + 0.0,
+                                (true, false, true) => c,
+                                (true, false, false) => 0.0,
+                            }
                         })
                         .collect()
                 };
                 let at = |t: &[f32]| t.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let cases = [
+                    (false, (false, false, false)),
+                    (true, (false, false, false)),
+                    (false, (true, false, false)),
+                    (false, (false, false, true)),
+                    (true, (true, true, true)),
+                ];
                 for &lanes in &widths {
-                    for (transposed, with_bias) in [(false, false), (true, false), (false, true)] {
+                    for (transposed, (with_bias, with_residual, relu)) in cases {
                         let (a, a_rs, a_cs) = match transposed {
                             false => (a.clone(), k, 1),
                             true => ((0..k * m).map(|x| a[(x % m) * k + x / m]).collect(), 1, m),
                         };
+                        let finish = Finish {
+                            bias: with_bias.then_some((bias.as_ptr(), 2)),
+                            residual: with_residual.then_some((residual.as_ptr(), n + 1)),
+                            relu,
+                        };
                         let mut c = vec![f32::NAN; m * (n + 3)];
                         // SAFETY: the CPU runs `lanes` (filtered above); `packed` holds the
                         // `n·k` floats and `PANEL` more; `c` holds `m` rows of `n + 3`
-                        // floats, `a` the `m × k` its strides reach and `bias` `2n`.
+                        // floats, `a` the `m × k` its strides reach, `bias` `2n` and
+                        // `residual` `m` rows of `n + 1`.
                         unsafe {
                             sgemm(
                                 lanes,
@@ -308,12 +339,15 @@ mod tests {
                                 (a.as_ptr(), a_rs, a_cs),
                                 packed.as_ptr(),
                                 alpha,
-                                with_bias.then_some((bias.as_ptr(), 2)),
+                                &finish,
                             )
                         };
                         let got: Vec<f32> = c.chunks(n + 3).flat_map(|row| row[..n].to_vec()).collect();
-                        let what = format!("m {m}, n {n}, k {k}, transposed {transposed}, bias {with_bias}");
-                        assert_eq!(at(&got), at(&want(with_bias)), "{what}");
+                        let what = format!(
+                            "m {m}, n {n}, k {k}, transposed {transposed}, bias {with_bias}, \
+                             residual {with_residual}, relu {relu}"
+                        );
+                        assert_eq!(at(&got), at(&want((with_bias, with_residual, relu))), "{what}");
                         assert!(c.chunks(n + 3).all(|row| row[n..].iter().all(|x| x.is_nan())));
                     }
                 }
@@ -322,22 +356,22 @@ mod tests {
     }
 
     /// Where `c`'s columns are not contiguous the strips go to the `gemm` crate one by one
-    /// and the bias is added after: with small integers every sum is exact in any order,
-    /// so the result is the plain loop's.
+    /// and the bias, the residual and ReLU go after: with small integers every sum is exact
+    /// in any order, so the result is the plain loop's.
     #[test]
-    fn strips_into_a_strided_c_take_the_crate_and_the_bias_after() {
+    fn strips_into_a_strided_c_take_the_crate_and_the_rest_after() {
         let (m, n, k) = (9, 70, 600);
         let small = |len: usize, seed: usize| -> Vec<f32> {
             (0..len)
                 .map(|i| ((i * 7 + seed * 13) % 11) as f32 - 5.0)
                 .collect()
         };
-        let (a, b, bias) = (small(m * k, 1), small(k * n, 2), small(n, 3));
+        let (a, b, bias, residual) = (small(m * k, 1), small(k * n, 2), small(n, 3), small(m * n, 4));
         let packed = pack(&b, k, n);
         let mut c = vec![f32::NAN; m * 2 * n];
         let i = |x: usize| x as i64;
         // SAFETY: `c` holds `m` rows of `2n` floats (column stride 2), `a` is `m × k`,
-        // `packed` the `n·k` floats and `PANEL` more, and `bias` `n`.
+        // `packed` the `n·k` floats and `PANEL` more, `bias` `n` and `residual` `m × n`.
         unsafe {
             super::super::attnc_sgemm_packed(
                 i(m),
@@ -354,11 +388,15 @@ mod tests {
                 i(STRIP),
                 bias.as_ptr(),
                 1,
+                residual.as_ptr(),
+                i(n),
+                1,
             )
         };
         for r in 0..m {
             for j in 0..n {
-                let want = 0.5 * (0..k).map(|p| a[r * k + p] * b[p * n + j]).sum::<f32>() + bias[j];
+                let sum = 0.5 * (0..k).map(|p| a[r * k + p] * b[p * n + j]).sum::<f32>();
+                let want = (sum + bias[j] + residual[r * n + j]).max(0.0);
                 assert_eq!(c[r * 2 * n + 2 * j], want, "c[{r}, {j}]");
                 assert!(c[r * 2 * n + 2 * j + 1].is_nan(), "c[{r}, {j}] and a half");
             }
