@@ -1,8 +1,10 @@
 //! The batched GEMM kernel: Cranelift walks the (batch, row block, column block) tasks,
 //! computes the tile's pointers, calls the microkernel shim for the tile product, then adds
 //! the bias and applies the epilogue to the tile it just wrote, in one pass, then the
-//! rotary embeddings (a product of weights packed in strips adds the bias itself). (The bias used to be a prologue the product accumulated onto: one
+//! rotary embeddings. (The bias used to be a prologue the product accumulated onto: one
 //! more pass over the tile, 4–7 % of encoder_M's GEMMs with an epilogue; `BENCHMARKS.md`.)
+//! A product of weights packed in strips applies the bias, a residual add or ReLU itself
+//! as it stores each block ([`Finish`]), and the pass goes without them.
 //! Where the CPU has AVX-512 and the bias and epilogue are one of the forms of
 //! `tile_epilogue.rs`, one call of the native shim applies them at 512 bits instead.
 

@@ -88,10 +88,12 @@ fn packed_in_panels(k: &str, g: &Gemm, buffers: &[Buffer]) -> Result<(), PlanErr
             g.block.1
         ));
     }
-    let shape: Vec<usize> = g.batch.iter().copied().chain([g.k, g.n]).collect();
-    let reach = g.b.extent(&shape).map_or(0, |(_, last)| last + 1);
-    if width == STRIP && buffers[g.b.buf].len < reach.saturating_add(PANEL) {
-        return err(format!("{k}: strips of b without the {PANEL} floats past them"));
+    if width == STRIP {
+        let shape: Vec<usize> = g.batch.iter().copied().chain([g.k, g.n]).collect();
+        let reach = g.b.extent(&shape).map_or(0, |(_, last)| last + 1);
+        if buffers[g.b.buf].len < reach.saturating_add(PANEL) {
+            return err(format!("{k}: strips of b without the {PANEL} floats past them"));
+        }
     }
     Ok(())
 }

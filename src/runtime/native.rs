@@ -353,53 +353,53 @@ pub unsafe extern "C" fn attnc_sgemm_packed(
         residual: (!residual.is_null()).then_some((residual, u(residual_rs))),
         relu: relu != 0,
     };
+    // Whether a native product wrote the tile (else the crate does, below).
+    let mut native = false;
     #[cfg(target_arch = "x86_64")]
     if c_cs == 1 && a_rs >= 0 && c_rs >= 0 && a_cs >= 0 {
         let (dims, to_c, of_a) = ((u(m), u(n), u(k)), (c, u(c_rs)), (a, u(a_rs), u(a_cs)));
-        if let Some(lanes) = lanes().filter(|_| u(width) == crate::kernel::STRIP) {
+        native = true;
+        match lanes() {
             // SAFETY: the CPU runs the lanes (`lanes` checks), the strides are not negative
             // (checked), and this function's contract is `strip::sgemm`'s.
-            return unsafe { strip::sgemm(lanes, dims, to_c, of_a, b, alpha, &finish) };
-        }
-        let product = match lanes() {
-            Some(Lanes::Sixteen) => Some(panel::sgemm as unsafe fn(_, _, _, _, _)),
-            Some(Lanes::Eight) => Some(panel::avx2::sgemm as unsafe fn(_, _, _, _, _)),
-            None => None,
-        };
-        if let Some(product) = product {
-            // SAFETY: the CPU runs the product's instructions (`lanes` checks: AVX-512F for
-            // `panel::sgemm`, AVX2 and FMA for `panel::avx2::sgemm`), the strides are not
-            // negative (checked), and this function's contract is theirs.
-            unsafe { product(dims, to_c, of_a, b, alpha) };
-            // SAFETY: the tile and what `finish` reads are inside their allocations
-            // (contract).
-            return unsafe { finish.over((dims.0, dims.1), (c, c_rs as isize, 1)) };
+            Some(l) if u(width) == crate::kernel::STRIP => {
+                return unsafe { strip::sgemm(l, dims, to_c, of_a, b, alpha, &finish) };
+            }
+            // SAFETY: AVX-512F is available (`lanes` checks it), the strides are not
+            // negative (checked), and this function's contract is `panel::sgemm`'s.
+            Some(Lanes::Sixteen) => unsafe { panel::sgemm(dims, to_c, of_a, b, alpha) },
+            // SAFETY: AVX2 and FMA are available (`lanes` checks them), and the rest of
+            // `panel::avx2::sgemm`'s contract is this function's, as above.
+            Some(Lanes::Eight) => unsafe { panel::avx2::sgemm(dims, to_c, of_a, b, alpha) },
+            None => native = false,
         }
     }
     let (n, k, width) = (u(n), u(k), u(width));
-    for j in (0..n).step_by(width) {
-        let w = (n - j).min(width);
-        // SAFETY: the panel of columns `j..j + w` is `k` rows of `w` floats from `b + j·k`,
-        // inside the `n·k` from `b`; the columns `j..j + w` of `c` are inside the tile
-        // (this function's contract, which is then `attnc_sgemm`'s).
-        unsafe {
-            attnc_sgemm(
-                m,
-                w as i64,
-                k as i64,
-                c.wrapping_offset(j as isize * c_cs as isize),
-                c_rs,
-                c_cs,
-                a,
-                a_rs,
-                a_cs,
-                b.add(j * k),
-                w as i64,
-                1,
-                alpha,
-                0,
-            )
-        };
+    if !native {
+        for j in (0..n).step_by(width) {
+            let w = (n - j).min(width);
+            // SAFETY: the panel of columns `j..j + w` is `k` rows of `w` floats from `b + j·k`,
+            // inside the `n·k` from `b`; the columns `j..j + w` of `c` are inside the tile
+            // (this function's contract, which is then `attnc_sgemm`'s).
+            unsafe {
+                attnc_sgemm(
+                    m,
+                    w as i64,
+                    k as i64,
+                    c.wrapping_offset(j as isize * c_cs as isize),
+                    c_rs,
+                    c_cs,
+                    a,
+                    a_rs,
+                    a_cs,
+                    b.add(j * k),
+                    w as i64,
+                    1,
+                    alpha,
+                    0,
+                )
+            };
+        }
     }
     // SAFETY: the tile and what `finish` reads are inside their allocations (contract).
     unsafe { finish.over((u(m), n), (c, c_rs as isize, c_cs as isize)) };

@@ -58,9 +58,9 @@ const STRIPS_AT_ONCE: usize = 4;
 /// packed in strips of [`STRIP`] columns from the tile's first column (a multiple of
 /// [`STRIP`]) and a unit column stride for `c`: for each chunk of [`KC`] steps, each group
 /// of [`STRIPS_AT_ONCE`] strips, each block of up to [`NR`] rows ([`row_blocks`]), each
-/// strip, one microkernel call. The first chunk writes `c` (with a bias, the block's rows are first set to it and
-/// the sums added, one rounding for both), the others add to it; after the last, the
-/// residual and ReLU go over the block while it is in L1.
+/// strip, one microkernel call. The first chunk writes `c` (with a bias, the block's rows
+/// are first set to it and the sums added, one rounding for both), the others add to it;
+/// after the last, the residual and ReLU go over the block while it is in L1.
 ///
 /// # Safety
 /// The CPU has AVX-512F for [`Lanes::Sixteen`], AVX2 and FMA for [`Lanes::Eight`]; the
